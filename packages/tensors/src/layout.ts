@@ -1,0 +1,184 @@
+/**
+ * Layout operations the all-to-all needs: permute (any axis order), split and
+ * chunk along an axis, concat, narrow. All produce contiguous row-major
+ * results; `*Into` variants write into a caller-provided tensor so hot paths
+ * allocate nothing. Round trips are exact (pure data movement).
+ */
+import type { DType, StorageByDType } from "./dtype.js";
+import { TensorError } from "./errors.js";
+import { formatShape, normalizeAxis, numel, stridesOf } from "./shape.js";
+import { Tensor } from "./tensor.js";
+
+type Writable = { set(v: ArrayLike<number> | ArrayLike<bigint>, offset?: number): void };
+type Sliceable = { subarray(begin: number, end: number): ArrayLike<number> | ArrayLike<bigint> };
+
+function checkAxes(axes: readonly number[], rank: number): number[] {
+  const normalized = axes.map((a) => normalizeAxis(a, rank));
+  const seen = new Set(normalized);
+  if (normalized.length !== rank || seen.size !== rank) {
+    throw new TensorError(`permute axes [${axes.join(", ")}] are not a permutation of 0..${rank - 1}`);
+  }
+  return normalized;
+}
+
+/** Shape of `shape` permuted by `axes` (out.shape[i] = shape[axes[i]]). */
+export function permutedShape(shape: readonly number[], axes: readonly number[]): number[] {
+  return checkAxes(axes, shape.length).map((a) => shape[a]!);
+}
+
+/** Writes `src` permuted by `axes` into `out` (out.shape[i] = src.shape[axes[i]]). */
+export function permuteInto<D extends DType>(src: Tensor<D>, axes: readonly number[], out: Tensor<D>): Tensor<D> {
+  const perm = checkAxes(axes, src.rank);
+  const outShape = perm.map((a) => src.shape[a]!);
+  if (out.dtype !== src.dtype || outShape.some((d, i) => d !== out.shape[i]) || out.rank !== outShape.length) {
+    throw new TensorError(`permuteInto: output ${out} does not match ${src.dtype} ${formatShape(outShape)}`);
+  }
+  if (out.data === (src.data as unknown)) throw new TensorError("permuteInto: output must not alias the input");
+  const rank = src.rank;
+  const srcStrides = stridesOf(src.shape);
+  // Stride in the source of each output axis.
+  const stepOf = perm.map((a) => srcStrides[a]!);
+  const size = src.size;
+  if (size === 0) return out;
+  // Merge the innermost run: when the last output axis is the last source axis,
+  // whole rows move with one subarray copy.
+  const innerContiguous = rank > 0 && perm[rank - 1] === rank - 1;
+  const inner = rank === 0 ? 1 : outShape[rank - 1]!;
+  const outerDims = innerContiguous ? outShape.slice(0, rank - 1) : outShape;
+  const outerSteps = innerContiguous ? stepOf.slice(0, rank - 1) : stepOf;
+  const outerRank = outerDims.length;
+  const index = new Array<number>(outerRank).fill(0);
+  const s = src.data as unknown as Sliceable & ArrayLike<number>;
+  const o = out.data as unknown as Writable & { [i: number]: number | bigint };
+  const sv = src.data as unknown as { [i: number]: number | bigint };
+  let srcOffset = 0;
+  if (innerContiguous) {
+    for (let dst = 0; dst < size; dst += inner) {
+      o.set(s.subarray(srcOffset, srcOffset + inner), dst);
+      for (let d = outerRank - 1; d >= 0; d--) {
+        index[d]!++;
+        srcOffset += outerSteps[d]!;
+        if (index[d]! < outerDims[d]!) break;
+        srcOffset -= outerSteps[d]! * outerDims[d]!;
+        index[d] = 0;
+      }
+    }
+  } else {
+    for (let dst = 0; dst < size; dst++) {
+      o[dst] = sv[srcOffset]!;
+      for (let d = outerRank - 1; d >= 0; d--) {
+        index[d]!++;
+        srcOffset += outerSteps[d]!;
+        if (index[d]! < outerDims[d]!) break;
+        srcOffset -= outerSteps[d]! * outerDims[d]!;
+        index[d] = 0;
+      }
+    }
+  }
+  return out;
+}
+
+/** A new contiguous tensor: `src` with its axes reordered (out.shape[i] = src.shape[axes[i]]). */
+export function permute<D extends DType>(src: Tensor<D>, axes: readonly number[]): Tensor<D> {
+  return permuteInto(src, axes, new Tensor(src.dtype, permutedShape(src.shape, axes)));
+}
+
+/** Elements [start, start+length) along `axis`, as a new contiguous tensor. */
+export function narrow<D extends DType>(src: Tensor<D>, axis: number, start: number, length: number): Tensor<D> {
+  const ax = normalizeAxis(axis, src.rank);
+  const dim = src.shape[ax]!;
+  if (!Number.isInteger(start) || !Number.isInteger(length) || start < 0 || length < 0 || start + length > dim) {
+    throw new TensorError(`narrow: [${start}, ${start + length}) is outside axis ${ax} of size ${dim} (shape ${formatShape(src.shape)})`);
+  }
+  const outer = numel(src.shape.slice(0, ax));
+  const inner = numel(src.shape.slice(ax + 1));
+  const shape = [...src.shape];
+  shape[ax] = length;
+  const out = new Tensor(src.dtype, shape);
+  const s = src.data as unknown as Sliceable;
+  const o = out.data as unknown as Writable;
+  const run = length * inner;
+  for (let i = 0; i < outer; i++) {
+    const from = (i * dim + start) * inner;
+    o.set(s.subarray(from, from + run), i * run);
+  }
+  return out;
+}
+
+/** Splits along `axis` into pieces of the given sizes (which must add up to the axis length). */
+export function split<D extends DType>(src: Tensor<D>, sizes: readonly number[], axis = 0): Tensor<D>[] {
+  const ax = normalizeAxis(axis, src.rank);
+  const dim = src.shape[ax]!;
+  const total = sizes.reduce((a, b) => a + b, 0);
+  if (sizes.some((s) => !Number.isInteger(s) || s < 0) || total !== dim) {
+    throw new TensorError(`split sizes [${sizes.join(", ")}] (sum ${total}) do not add up to axis ${ax} of size ${dim} (shape ${formatShape(src.shape)})`);
+  }
+  const pieces: Tensor<D>[] = [];
+  let start = 0;
+  for (const s of sizes) {
+    pieces.push(narrow(src, ax, start, s));
+    start += s;
+  }
+  return pieces;
+}
+
+/**
+ * Sizes of `count` near-equal parts of `length`: the first `length % count`
+ * parts get one extra element (1000 over 3 -> 334, 333, 333).
+ */
+export function evenSplitSizes(length: number, count: number): number[] {
+  if (!Number.isInteger(count) || count <= 0) throw new TensorError(`cannot split into ${count} parts`);
+  if (!Number.isInteger(length) || length < 0) throw new TensorError(`cannot split a length of ${length}`);
+  const base = Math.floor(length / count);
+  const extra = length % count;
+  return Array.from({ length: count }, (_, i) => base + (i < extra ? 1 : 0));
+}
+
+/** Splits along `axis` into `count` parts; equal when divisible, else as `evenSplitSizes`. */
+export function chunk<D extends DType>(src: Tensor<D>, count: number, axis = 0): Tensor<D>[] {
+  const ax = normalizeAxis(axis, src.rank);
+  return split(src, evenSplitSizes(src.shape[ax]!, count), ax);
+}
+
+/** Writes `parts` joined along `axis` into `out`. */
+export function concatInto<D extends DType>(parts: readonly Tensor<D>[], axis: number, out: Tensor<D>): Tensor<D> {
+  if (parts.length === 0) throw new TensorError("concat needs at least one tensor");
+  const first = parts[0]!;
+  const ax = normalizeAxis(axis, first.rank);
+  let dim = 0;
+  for (const p of parts) {
+    const mismatch = p.dtype !== first.dtype || p.rank !== first.rank || p.shape.some((d, i) => i !== ax && d !== first.shape[i]);
+    if (mismatch) {
+      throw new TensorError(`concat along axis ${ax}: ${p} does not fit ${first} (all dims but the axis must match, same dtype)`);
+    }
+    dim += p.shape[ax]!;
+  }
+  const shape = [...first.shape];
+  shape[ax] = dim;
+  if (out.dtype !== first.dtype || out.rank !== shape.length || out.shape.some((d, i) => d !== shape[i])) {
+    throw new TensorError(`concatInto: output ${out} does not match ${first.dtype} ${formatShape(shape)}`);
+  }
+  const outer = numel(shape.slice(0, ax));
+  const inner = numel(shape.slice(ax + 1));
+  const o = out.data as unknown as Writable;
+  let offset = 0;
+  for (const p of parts) {
+    const run = p.shape[ax]! * inner;
+    const s = p.data as unknown as Sliceable;
+    for (let i = 0; i < outer; i++) o.set(s.subarray(i * run, (i + 1) * run), i * dim * inner + offset);
+    offset += run;
+  }
+  return out;
+}
+
+/** Joins `parts` along `axis` into a new tensor. */
+export function concat<D extends DType>(parts: readonly Tensor<D>[], axis = 0): Tensor<D> {
+  if (parts.length === 0) throw new TensorError("concat needs at least one tensor");
+  const first = parts[0]!;
+  const ax = normalizeAxis(axis, first.rank);
+  const shape = [...first.shape];
+  shape[ax] = parts.reduce((a, p) => a + (p.shape[ax] ?? 0), 0);
+  return concatInto(parts, ax, new Tensor(first.dtype, shape) as Tensor<D>);
+}
+
+export type { StorageByDType };
