@@ -4,3 +4,4 @@ export { DTYPES, bytesPerElement, isDType, allocateStorage, type DType, type Sto
 export { formatShape, numel, stridesOf, normalizeAxis, type Shape } from "./shape.js";
 export { Tensor, type AllocateOptions } from "./tensor.js";
 export { permute, permuteInto, permutedShape, narrow, split, chunk, evenSplitSizes, concat, concatInto } from "./layout.js";
+export { toOrt, fromOrt } from "./ort.js";

@@ -1,0 +1,52 @@
+/**
+ * The local attention contract that UlyssesAttention (and any other
+ * sequence-parallel wrapper) wraps. Implementations compute attention on the
+ * tokens and heads they are given and never communicate.
+ *
+ * Layout: q is [batch, seqQ, heads, headDim]; k and v are
+ * [batch, seqK, kvHeads, headDim] with heads % kvHeads === 0 (grouped-query
+ * attention: q head h uses kv head floor(h / (heads / kvHeads))). Float32.
+ *
+ * Causal masking aligns the last query with the last key (bottom-right, as in
+ * FlashAttention 2): query i attends key j when j <= i + (seqK - seqQ).
+ *
+ * logSumExp is [batch, heads, seqQ]: log(sum_j exp(scale * q_i . k_j)) over the
+ * keys query i attends. Backward recomputes the probabilities from it.
+ */
+import type { Tensor } from "@ulysses/tensors";
+
+export interface AttentionOptions {
+  causal: boolean;
+  /** Score scale; default 1 / sqrt(headDim). */
+  scale?: number;
+}
+
+export interface AttentionForwardResult {
+  /** [batch, seqQ, heads, headDim] */
+  out: Tensor<"float32">;
+  /** [batch, heads, seqQ] */
+  logSumExp: Tensor<"float32">;
+}
+
+export interface AttentionGradients {
+  /** [batch, seqQ, heads, headDim] */
+  dq: Tensor<"float32">;
+  /** [batch, seqK, kvHeads, headDim], summed over each kv head's query group */
+  dk: Tensor<"float32">;
+  /** [batch, seqK, kvHeads, headDim] */
+  dv: Tensor<"float32">;
+}
+
+export interface LocalAttention {
+  readonly name: string;
+  forward(q: Tensor<"float32">, k: Tensor<"float32">, v: Tensor<"float32">, options: AttentionOptions): Promise<AttentionForwardResult>;
+  backward(
+    q: Tensor<"float32">,
+    k: Tensor<"float32">,
+    v: Tensor<"float32">,
+    out: Tensor<"float32">,
+    dOut: Tensor<"float32">,
+    logSumExp: Tensor<"float32">,
+    options: AttentionOptions,
+  ): Promise<AttentionGradients>;
+}

@@ -1,0 +1,65 @@
+/**
+ * The block's ops other than attention, forward and backward, as the block and
+ * the model call them. All tensors are float32 unless said otherwise; "rows"
+ * is any flattening of leading axes (callers reshape [b, s, h] -> [b*s, h]).
+ * Backward functions take what forward saved and the output gradient.
+ */
+import type { Tensor } from "@ulysses/tensors";
+
+type F32 = Tensor<"float32">;
+
+export interface LayerNormSaved {
+  /** [rows] */
+  mean: F32;
+  /** [rows] reciprocal standard deviation */
+  rstd: F32;
+}
+
+export interface CrossEntropyResult {
+  /** Sum of -log p(label) over rows whose label is not ignored. */
+  lossSum: number;
+  /** Number of rows whose label is not ignored. */
+  count: number;
+}
+
+export interface BlockOps {
+  /** y[rows, out] = x[rows, in] @ w[in, out] (+ b[out]) */
+  linearForward(x: F32, w: F32, b?: F32): Promise<F32>;
+  /** db is present when `withBias`. */
+  linearBackward(x: F32, w: F32, dy: F32, withBias: boolean): Promise<{ dx: F32; dw: F32; db?: F32 }>;
+
+  /** x, y: [rows, hidden]; gamma, beta: [hidden] */
+  layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved>;
+  layerNormBackward(x: F32, gamma: F32, saved: LayerNormSaved, dy: F32): Promise<{ dx: F32; dGamma: F32; dBeta: F32 }>;
+
+  /** y = x * rstd * gamma with rstd = 1/sqrt(mean(x^2) + eps) */
+  rmsNormForward(x: F32, gamma: F32, eps: number): Promise<{ y: F32; rstd: F32 }>;
+  rmsNormBackward(x: F32, gamma: F32, rstd: F32, dy: F32): Promise<{ dx: F32; dGamma: F32 }>;
+
+  /** GELU, tanh approximation. */
+  geluForward(x: F32): Promise<F32>;
+  geluBackward(x: F32, dy: F32): Promise<F32>;
+
+  /** y = silu(gate) * up */
+  swigluForward(gate: F32, up: F32): Promise<F32>;
+  swigluBackward(gate: F32, up: F32, dy: F32): Promise<{ dGate: F32; dUp: F32 }>;
+
+  /**
+   * Rotary embedding on x [batch, seq, heads, headDim] (headDim even), rotating
+   * pairs (i, i + headDim/2) (the GPT-NeoX / LLaMA "rotate half" layout) by
+   * angle pos * base^(-2i/headDim), where pos = positionOffset + token index.
+   */
+  ropeForward(x: F32, positionOffset: number, base?: number): Promise<F32>;
+  /** The gradient: rotation by the negative angle. */
+  ropeBackward(dy: F32, positionOffset: number, base?: number): Promise<F32>;
+
+  /** ids int32 [rows] -> table rows [rows, hidden] */
+  embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32>;
+  /** Scatter-adds dy [rows, hidden] into a fresh [vocab, hidden] gradient. */
+  embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number): Promise<F32>;
+
+  /** logits [rows, vocab], labels int32 [rows]; labels equal to ignoreIndex (default -100) do not count. */
+  crossEntropyForward(logits: F32, labels: Tensor<"int32">, ignoreIndex?: number): Promise<CrossEntropyResult>;
+  /** d(gradScale * lossSum)/dlogits; ignored rows get zero gradient. */
+  crossEntropyBackward(logits: F32, labels: Tensor<"int32">, gradScale: number, ignoreIndex?: number): Promise<F32>;
+}

@@ -1,0 +1,116 @@
+/**
+ * Runs ONNX graphs with onnxruntime-node. Sessions are created once per key
+ * (a graph's identity plus the shapes it was built for) and reused. Inputs and
+ * outputs cross as @ulysses/tensors without copies. Execution provider and
+ * intra-op thread count are chosen here; nothing else in the package touches
+ * ONNX Runtime directly.
+ */
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import * as ort from "onnxruntime-node";
+import { fromOrt, toOrt, type Tensor } from "@ulysses/tensors";
+import { KernelError } from "../errors.js";
+
+export type ExecutionProvider = "cpu" | "cuda";
+
+export interface RuntimeOptions {
+  /** Execution provider; "cuda" fails loudly when onnxruntime-node has no CUDA binaries. */
+  executionProvider?: ExecutionProvider;
+  /** ONNX Runtime intra-op threads per session (default max(1, floor(cores / ranksInProcess))). */
+  intraOpThreads?: number;
+  /** Ranks sharing this process's cores (used for the default thread count). */
+  ranksInProcess?: number;
+}
+
+process.env.ORT_DISABLE_TELEMETRY = "1";
+
+export function defaultIntraOpThreads(ranksInProcess = 1): number {
+  return Math.max(1, Math.floor(os.availableParallelism() / Math.max(1, ranksInProcess)));
+}
+
+export class SessionCache {
+  readonly executionProvider: ExecutionProvider;
+  readonly intraOpThreads: number;
+  private readonly sessions = new Map<string, Promise<ort.InferenceSession>>();
+
+  constructor(options: RuntimeOptions = {}) {
+    this.executionProvider = options.executionProvider ?? "cpu";
+    if (this.executionProvider !== "cpu" && this.executionProvider !== "cuda") {
+      throw new KernelError(`unknown execution provider '${String(this.executionProvider)}'; use 'cpu' or 'cuda'`);
+    }
+    if (this.executionProvider === "cuda") assertCudaAvailable();
+    this.intraOpThreads = options.intraOpThreads ?? defaultIntraOpThreads(options.ranksInProcess);
+    if (!Number.isInteger(this.intraOpThreads) || this.intraOpThreads < 1) {
+      throw new KernelError(`intraOpThreads must be a positive integer, got ${options.intraOpThreads}`);
+    }
+  }
+
+  /** Number of sessions created so far. */
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  /** The session for `key`, building its graph with `build` the first time. */
+  session(key: string, build: () => Uint8Array): Promise<ort.InferenceSession> {
+    let session = this.sessions.get(key);
+    if (!session) {
+      const bytes = build();
+      session = ort.InferenceSession.create(bytes, {
+        executionProviders: [this.executionProvider],
+        intraOpNumThreads: this.intraOpThreads,
+        interOpNumThreads: 1,
+        executionMode: "sequential",
+        graphOptimizationLevel: "all",
+        logSeverityLevel: 3,
+      }).catch((cause: unknown) => {
+        this.sessions.delete(key);
+        throw new KernelError(`ONNX Runtime could not create the session for '${key}': ${(cause as Error).message ?? cause}`, { cause });
+      });
+      this.sessions.set(key, session);
+    }
+    return session;
+  }
+
+  /** Runs the graph for `key` on `feeds`; returns the named outputs as tensors (no copies). */
+  async run(key: string, build: () => Uint8Array, feeds: Record<string, Tensor>, outputs?: readonly string[]): Promise<Record<string, Tensor>> {
+    const session = await this.session(key, build);
+    const ortFeeds: Record<string, ort.Tensor> = {};
+    for (const [name, t] of Object.entries(feeds)) ortFeeds[name] = toOrt(t) as ort.Tensor;
+    let result: ort.InferenceSession.ReturnType;
+    try {
+      result = outputs ? await session.run(ortFeeds, [...outputs]) : await session.run(ortFeeds);
+    } catch (cause) {
+      const shapes = Object.entries(feeds).map(([n, t]) => `${n}: ${t}`).join(", ");
+      throw new KernelError(`running '${key}' failed (${shapes}): ${(cause as Error).message ?? cause}`, { cause });
+    }
+    const out: Record<string, Tensor> = {};
+    for (const [name, value] of Object.entries(result)) out[name] = fromOrt(value as never);
+    return out;
+  }
+
+  /** Releases every session. */
+  async release(): Promise<void> {
+    const all = [...this.sessions.values()];
+    this.sessions.clear();
+    await Promise.allSettled(all.map(async (s) => (await s).release()));
+  }
+}
+
+/** Throws a message that says how to install the CUDA binaries when they are missing. */
+export function assertCudaAvailable(): void {
+  const backends = (ort as unknown as { listSupportedBackends?: () => { name: string; bundled: boolean }[] }).listSupportedBackends?.() ?? [];
+  // onnxruntime-node lists "cuda" with bundled: false; its provider library is
+  // only present when the package's install step downloaded it.
+  const require = createRequire(import.meta.url);
+  const binDir = path.join(path.dirname(require.resolve("onnxruntime-node")), "..", "bin", "napi-v6", process.platform, process.arch);
+  const present = fs.existsSync(path.join(binDir, "libonnxruntime_providers_cuda.so"));
+  if (!present) {
+    throw new KernelError(
+      "the CUDA execution provider was requested but onnxruntime-node has no CUDA binaries here " +
+        `(supported: ${backends.map((b) => b.name).join(", ") || "none"}). Its install step is disabled in this workspace; ` +
+        "see README 'GPU (CUDA execution provider)': set allowBuilds onnxruntime-node: true in pnpm-workspace.yaml and reinstall on a machine with CUDA 12 and internet.",
+    );
+  }
+}
