@@ -6,3 +6,11 @@ export type { LocalAttention, AttentionOptions, AttentionForwardResult, Attentio
 export type { BlockOps, LayerNormSaved, CrossEntropyResult } from "./ops/types.js";
 export { ReferenceAttention, referenceForward64, referenceBackward64, type Forward64, type Gradients64 } from "./reference/attention.js";
 export { attentionDims, type AttentionDims } from "./attention/shapes.js";
+export { ReferenceOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";
+export { toFloat64, toFloat32, type Real, type F64 } from "./reference/float64.js";
+export { linearForward64, linearBackward64 } from "./reference/linear.js";
+export { layerNormForward64, layerNormBackward64, rmsNormForward64, rmsNormBackward64 } from "./reference/norms.js";
+export { geluScalar, geluDerivative, geluForward64, geluBackward64, swigluForward64, swigluBackward64, GELU_C, GELU_K } from "./reference/activations.js";
+export { ropeAngle, ropeRotate64 } from "./reference/rope.js";
+export { embeddingForward64, embeddingBackward64, crossEntropyForward64, crossEntropyBackward64, DEFAULT_IGNORE_INDEX } from "./reference/embedding-loss.js";
+export { seededRandom, randomTensor, randomTensor64, maxRelativeError, numericalGradient, dot } from "./reference/testing.js";
