@@ -1,0 +1,189 @@
+/**
+ * Step time, throughput and memory of one training step of a GPT under
+ * Ulysses sequence parallelism or Megatron-style tensor + sequence
+ * parallelism, from a hardware profile. Every formula is written out in this
+ * package's README with its source; the code follows it term by term.
+ */
+import { collectiveCost, type CollectiveKind } from "./collective-cost.js";
+import { ProjectionError, type HardwareProfile } from "./profile.js";
+
+export interface GptShape {
+  name: string;
+  layers: number;
+  hidden: number;
+  heads: number;
+  vocab: number;
+  /** MLP hidden size over model hidden size (4 for GPT). */
+  ffnMultiplier: number;
+}
+
+export type Scheme = "ulysses" | "megatron";
+
+export interface RunShape {
+  scheme: Scheme;
+  /** Devices in the job. */
+  devices: number;
+  /** SP degree (ulysses) or TP=SP degree (megatron); devices / degree is the data-parallel degree. */
+  degree: number;
+  seqLen: number;
+  /** Sequences per data-parallel replica per micro-step. */
+  microBatch: number;
+  /**
+   * Tokens per optimizer step across the job; micro-steps are accumulated
+   * until it is reached (at least one), so gradient reduction is paid once per
+   * step as in real training.
+   */
+  globalBatchTokens: number;
+  zeroStage: 0 | 1 | 2 | 3;
+  activationCheckpointing: boolean;
+  /** Causal attention whose kernel skips masked blocks (half the attention work). */
+  causal: boolean;
+}
+
+export interface Projection {
+  run: RunShape;
+  /** Micro-steps accumulated per optimizer step. */
+  accumulation: number;
+  stepSeconds: number;
+  /** Per micro-step. */
+  computeSeconds: number;
+  /** Sequence/tensor-parallel communication per micro-step. */
+  parallelCommSeconds: number;
+  /** Gradient / ZeRO communication per step. */
+  dataParallelCommSeconds: number;
+  /** Bytes each device sends per micro-step in the SP/TP collectives. */
+  parallelBytesPerDevice: number;
+  memoryBytes: { weightsGradsOptimizer: number; activations: number; total: number };
+  outOfMemory: boolean;
+  /** Model FLOPs per step (all devices), causal attention counted at half. */
+  modelFlops: number;
+  tflopsPerDevice: number;
+  tokensPerSecond: number;
+}
+
+/** Parameters: 12·L·h² for the blocks (with ffnMultiplier 4) plus V·h for the tied embedding. */
+export function parameterCount(m: GptShape): number {
+  const perLayer = 4 * m.hidden * m.hidden + 2 * m.ffnMultiplier * m.hidden * m.hidden;
+  return m.layers * perLayer + m.vocab * m.hidden;
+}
+
+/** Forward FLOPs of one sequence: matrix part and attention part (full, not causal-halved). */
+export function forwardFlops(m: GptShape, seqLen: number): { matmul: number; attention: number } {
+  const n = seqLen;
+  const h = m.hidden;
+  const perLayerMatmul = 2 * n * (4 * h * h + 2 * m.ffnMultiplier * h * h);
+  const perLayerAttention = 4 * n * n * h;
+  return { matmul: m.layers * perLayerMatmul + 2 * n * h * m.vocab, attention: m.layers * perLayerAttention };
+}
+
+export function validateRun(m: GptShape, r: RunShape): void {
+  const where = `${r.scheme} on ${r.devices} devices, degree ${r.degree}`;
+  if (!Number.isInteger(r.devices) || r.devices < 1) throw new ProjectionError(`${where}: devices must be a positive integer`);
+  if (!Number.isInteger(r.degree) || r.degree < 1 || r.devices % r.degree !== 0) {
+    throw new ProjectionError(`${where}: degree must divide devices (devices ${r.devices} % degree ${r.degree} = ${r.devices % r.degree})`);
+  }
+  if (r.degree > m.heads) throw new ProjectionError(`${where}: degree ${r.degree} exceeds the ${m.heads} heads of ${m.name}`);
+  if (r.seqLen % r.degree !== 0) throw new ProjectionError(`${where}: sequence ${r.seqLen} is not divisible by degree ${r.degree}`);
+}
+
+/** Projects one training step. */
+export function project(m: GptShape, r: RunShape, hw: HardwareProfile): Projection {
+  validateRun(m, r);
+  const p = r.degree;
+  const dp = r.devices / p;
+  const b = r.microBatch;
+  const n = r.seqLen;
+  const h = m.hidden;
+  const e = hw.bytesPerElement;
+  const psi = parameterCount(m);
+
+  // Compute: training = forward + backward (2x forward); checkpointing adds one forward.
+  const fwd = forwardFlops(m, n);
+  const passes = r.activationCheckpointing ? 4 : 3;
+  const attentionFactor = r.causal ? 0.5 : 1;
+  // Heads may not divide evenly: the busiest device has ceil(H/P) heads.
+  const headShare = Math.ceil(m.heads / p) / m.heads;
+  const matmulPerDevice = (b * passes * fwd.matmul) / p;
+  const attentionPerDevice = b * passes * fwd.attention * attentionFactor * headShare;
+  const peak = hw.peakTflops * 1e12;
+  const elementwise = passes * m.layers * b * (n / p) * h * hw.elementwiseNsPerTokenHidden * 1e-9;
+  const overhead = m.layers * hw.perLayerOverheadUs * 1e-6 * passes;
+  const computeSeconds =
+    matmulPerDevice / (peak * hw.matmulEfficiency) + attentionPerDevice / (peak * hw.attentionEfficiency) + elementwise + overhead;
+
+  // Sequence/tensor-parallel communication per layer.
+  const calls: { kind: CollectiveKind; localBytes: number; count: number }[] = [];
+  const shardBytes = b * (n / p) * h * e;
+  if (r.scheme === "ulysses") {
+    // q, k, v and out forward; their gradients backward; the recompute repeats the forward four.
+    calls.push({ kind: "allToAll", localBytes: shardBytes, count: r.activationCheckpointing ? 12 : 8 });
+  } else {
+    // Megatron SP: all-gather before attention and MLP, reduce-scatter after each; mirrored in backward.
+    const extra = r.activationCheckpointing ? 2 : 0;
+    calls.push({ kind: "allGather", localBytes: shardBytes, count: 4 + extra });
+    calls.push({ kind: "reduceScatter", localBytes: shardBytes, count: 4 + extra });
+  }
+  let parallelCommSeconds = 0;
+  let parallelBytesPerDevice = 0;
+  for (const c of calls) {
+    const cost = collectiveCost(c.kind, p, c.localBytes, hw);
+    parallelCommSeconds += m.layers * c.count * cost.seconds;
+    parallelBytesPerDevice += m.layers * c.count * cost.bytesSent;
+  }
+
+  // Gradient synchronisation. Ulysses replicas of the weights span all devices
+  // (SP x DP); Megatron shards weights over TP and replicates over DP.
+  const replicaGroup = r.scheme === "ulysses" ? r.devices : dp;
+  const paramsPerDevice = r.scheme === "ulysses" ? psi : psi / p;
+  const gradBytes = paramsPerDevice * e;
+  const grads = collectiveCost("allReduce", replicaGroup, gradBytes, hw).seconds;
+  const zero3Gathers = r.zeroStage === 3 ? 2 * collectiveCost("allGather", replicaGroup, gradBytes / replicaGroup, hw).seconds : 0;
+  const dataParallelCommSeconds = grads + zero3Gathers;
+
+  // Memory per device (mixed-precision Adam: 2 + 2 + 12 bytes per parameter; ZeRO
+  // partitions over the replica group).
+  const share = (stage: number) => (r.zeroStage >= stage ? 1 / replicaGroup : 1);
+  const weightsGradsOptimizer = paramsPerDevice * (2 * share(3) + 2 * share(2) + 12 * share(1));
+  const scale = e / 2;
+  const localTokens = b * (n / p);
+  const layerInputs = m.layers * localTokens * h * e;
+  const workingSet = 34 * localTokens * h * scale; // one layer's activations (Korthikanti et al., no score matrix)
+  const fullSequence = r.scheme === "ulysses" ? 4 * b * n * (h / p) * e : 4 * b * n * h * e;
+  const logits = r.scheme === "ulysses" ? 2 * localTokens * m.vocab * 4 : 2 * b * n * (m.vocab / p) * 4;
+  const activations = (r.activationCheckpointing ? layerInputs + workingSet : m.layers * workingSet) + fullSequence + logits;
+  const total = weightsGradsOptimizer + activations;
+
+  // Gradient reduction and ZeRO-3 gathers overlap with compute (bucketed
+  // reduce-scatter during backward, prefetched gathers): only the excess shows.
+  // SP/TP collectives sit on the critical path between dependent ops.
+  const accumulation = Math.max(1, Math.ceil(r.globalBatchTokens / (dp * b * n)));
+  const micro = accumulation * (computeSeconds + parallelCommSeconds);
+  const stepSeconds = micro + Math.max(0, dataParallelCommSeconds - accumulation * computeSeconds);
+  const modelFlops = accumulation * dp * b * 3 * (fwd.matmul + fwd.attention * attentionFactor);
+  return {
+    run: r,
+    accumulation,
+    stepSeconds,
+    computeSeconds,
+    parallelCommSeconds,
+    dataParallelCommSeconds,
+    parallelBytesPerDevice,
+    memoryBytes: { weightsGradsOptimizer, activations, total },
+    outOfMemory: total > hw.memoryGiB * 2 ** 30,
+    modelFlops,
+    tflopsPerDevice: modelFlops / stepSeconds / r.devices / 1e12,
+    tokensPerSecond: (accumulation * dp * b * n) / stepSeconds,
+  };
+}
+
+/** The best feasible degree for a scheme (highest throughput without running out of memory), or the least-bad one. */
+export function bestProjection(m: GptShape, base: Omit<RunShape, "degree">, hw: HardwareProfile, maxDegree = Infinity): Projection | undefined {
+  const candidates: Projection[] = [];
+  for (let d = 1; d <= Math.min(base.devices, m.heads, maxDegree); d *= 2) {
+    if (base.devices % d !== 0 || base.seqLen % d !== 0) continue;
+    candidates.push(project(m, { ...base, degree: d }, hw));
+  }
+  const fits = candidates.filter((c) => !c.outOfMemory);
+  const pool = fits.length > 0 ? fits : candidates;
+  return pool.sort((a, c) => c.tflopsPerDevice - a.tflopsPerDevice)[0];
+}

@@ -1,0 +1,94 @@
+/**
+ * Hardware profiles: the numbers the projection needs about a machine, read
+ * from JSON and validated. A profile describes one kind of device and the
+ * links between devices; it says nothing about models (see `cost-model.ts`).
+ */
+
+export class ProjectionError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "ProjectionError";
+  }
+}
+
+export interface LinkProfile {
+  /** Achievable bandwidth per device in one direction, GB/s (1e9 bytes/s). */
+  bandwidthGBs: number;
+  /** Per-message latency, microseconds (the alpha of the alpha-beta model). */
+  latencyUs: number;
+}
+
+export interface HardwareProfile {
+  name: string;
+  /** Where the numbers come from (datasheet, measurement, command). */
+  source: string;
+  /** Devices that share the fast intra-node link. */
+  devicesPerNode: number;
+  /** Peak dense matrix rate per device, TFLOP/s, in the training precision. */
+  peakTflops: number;
+  /** Fraction of peak that large GEMMs achieve (0..1]. */
+  matmulEfficiency: number;
+  /** Fraction of peak that the attention kernel achieves on useful FLOPs (0..1]. */
+  attentionEfficiency: number;
+  /** Device memory, GiB. */
+  memoryGiB: number;
+  /** Bytes per activation / weight element in compute (2 for bf16, 4 for fp32). */
+  bytesPerElement: number;
+  intraNode: LinkProfile;
+  interNode: LinkProfile;
+  /**
+   * Time per layer per token per hidden unit for the memory-bound ops (norms,
+   * activations, residuals, RoPE, re-layouts), nanoseconds; 0 to ignore.
+   */
+  elementwiseNsPerTokenHidden: number;
+  /** Fixed time per layer per step (kernel launches, session runs), microseconds. */
+  perLayerOverheadUs: number;
+}
+
+function positive(name: string, value: unknown, where: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+    throw new ProjectionError(`${where}: '${name}' must be a positive number, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+function nonNegative(name: string, value: unknown, where: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    throw new ProjectionError(`${where}: '${name}' must be a non-negative number, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+function link(value: unknown, name: string, where: string): LinkProfile {
+  if (typeof value !== "object" || value === null) throw new ProjectionError(`${where}: '${name}' must be an object with bandwidthGBs and latencyUs`);
+  const v = value as Record<string, unknown>;
+  return { bandwidthGBs: positive(`${name}.bandwidthGBs`, v.bandwidthGBs, where), latencyUs: nonNegative(`${name}.latencyUs`, v.latencyUs, where) };
+}
+
+/** Validates a parsed JSON profile; `where` names its origin in errors. */
+export function parseProfile(json: unknown, where = "profile"): HardwareProfile {
+  if (typeof json !== "object" || json === null) throw new ProjectionError(`${where}: expected a JSON object`);
+  const p = json as Record<string, unknown>;
+  if (typeof p.name !== "string" || p.name === "") throw new ProjectionError(`${where}: 'name' must be a non-empty string`);
+  const efficiency = (name: string) => {
+    const v = positive(name, p[name], where);
+    if (v > 1) throw new ProjectionError(`${where}: '${name}' is a fraction of peak and must be <= 1, got ${v}`);
+    return v;
+  };
+  const devicesPerNode = positive("devicesPerNode", p.devicesPerNode, where);
+  if (!Number.isInteger(devicesPerNode)) throw new ProjectionError(`${where}: 'devicesPerNode' must be an integer, got ${devicesPerNode}`);
+  return {
+    name: p.name,
+    source: typeof p.source === "string" ? p.source : "",
+    devicesPerNode,
+    peakTflops: positive("peakTflops", p.peakTflops, where),
+    matmulEfficiency: efficiency("matmulEfficiency"),
+    attentionEfficiency: efficiency("attentionEfficiency"),
+    memoryGiB: positive("memoryGiB", p.memoryGiB, where),
+    bytesPerElement: positive("bytesPerElement", p.bytesPerElement, where),
+    intraNode: link(p.intraNode, "intraNode", where),
+    interNode: link(p.interNode, "interNode", where),
+    elementwiseNsPerTokenHidden: nonNegative("elementwiseNsPerTokenHidden", p.elementwiseNsPerTokenHidden ?? 0, where),
+    perLayerOverheadUs: nonNegative("perLayerOverheadUs", p.perLayerOverheadUs ?? 0, where),
+  };
+}
