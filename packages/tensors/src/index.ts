@@ -5,3 +5,17 @@ export { formatShape, numel, stridesOf, normalizeAxis, type Shape } from "./shap
 export { Tensor, type AllocateOptions } from "./tensor.js";
 export { permute, permuteInto, permutedShape, narrow, split, chunk, evenSplitSizes, concat, concatInto } from "./layout.js";
 export { toOrt, fromOrt } from "./ort.js";
+export {
+  CONVERTIBLE_DTYPES,
+  bfloat16BitsToFloat32,
+  float16BitsToFloat32,
+  float32BitsToBfloat16Bits,
+  float32BitsToFloat16Bits,
+  float32ToBfloat16Bits,
+  float32ToFloat16Bits,
+  toDType,
+  toDTypeInto,
+  type ConvertibleDType,
+} from "./convert.js";
+export { Rng, philox4x32, type RngState } from "./random.js";
+export { randomNormal, randomUniform, type RandomTensorOptions } from "./random-tensor.js";
