@@ -1,0 +1,148 @@
+/**
+ * Command-line parsing: `--flag value`, `--flag=value`, boolean switches
+ * (`--zero1`, `--no-export`), `--config file.json` (the same keys, camelCase
+ * or kebab-case; flags given on the command line win) and `--help`. It turns
+ * text into a TrainConfig; `config.ts` validates the values.
+ */
+import fs from "node:fs";
+import { DEFAULTS, camel, kebab, type TrainConfig } from "./config.js";
+import { TrainerError } from "./errors.js";
+
+const HELP: Record<keyof TrainConfig, string> = {
+  sp: "sequence-parallel degree: ranks sharing one sequence",
+  dp: "data-parallel degree: SP groups training on different batches",
+  backend: "collectives backend: threads | mpi | path to a backend module",
+  task: "recall (built-in synthetic key-value recall) | text (needs --data)",
+  data: "text file for byte-level language modelling (implies --task text)",
+  seq: "global sequence length in tokens",
+  layers: "transformer blocks",
+  hidden: "model width",
+  heads: "attention heads",
+  kvHeads: "key/value heads (grouped-query attention when fewer than --heads)",
+  mlp: "gelu | swiglu",
+  mlpRatio: "MLP width as a multiple of --hidden",
+  tiedHead: "tie the LM head to the token embedding",
+  attention: "ulysses (all-to-all over heads) | allgather (all-gather K and V)",
+  batch: "sequences per step per data-parallel group",
+  steps: "training steps (total, including resumed ones)",
+  lr: "peak learning rate",
+  minLr: "learning rate at the end of the cosine decay",
+  warmup: "linear warmup steps",
+  weightDecay: "AdamW decoupled weight decay (matrices only)",
+  gradClip: "clip the global gradient norm to this (0: off)",
+  seed: "seed for weights and data",
+  vocab: "recall task vocabulary size",
+  pairs: "recall task key-value pairs per sequence",
+  queries: "recall task queries per sequence",
+  out: "run directory (default runs/<timestamp>, linked as runs/latest)",
+  resume: "checkpoint file or run directory to continue from",
+  checkpointEvery: "steps between checkpoints (0: only at the end)",
+  activationCheckpointing: "recompute block activations in backward to save memory",
+  zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
+  logEvery: "steps between log lines when not on a terminal",
+  export: "export model.onnx at the end (--no-export to skip)",
+  threads: "ONNX Runtime threads per rank (default max(1, floor(cores / ranks)))",
+};
+
+export function helpText(): string {
+  const lines = [
+    "Usage: pnpm train [flags]            (from the repository root)",
+    "",
+    "Trains a small GPT with Ulysses sequence parallelism. Flags may also come",
+    "from --config file.json with the same keys (camelCase or kebab-case).",
+    "",
+  ];
+  for (const key of Object.keys(HELP) as (keyof TrainConfig)[]) {
+    const value = DEFAULTS[key];
+    const flag = typeof value === "boolean" ? `--${kebab(key)}` : `--${kebab(key)} <${typeof value === "number" || key === "threads" ? "n" : "value"}>`;
+    const shown = value === null ? "" : ` (default ${String(value)})`;
+    lines.push(`  ${flag.padEnd(34)} ${HELP[key]}${shown}`);
+  }
+  lines.push("  --config <file.json>               read settings from a JSON file", "  --help                             show this text", "");
+  lines.push("Outputs in the run directory: metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.");
+  return lines.join("\n");
+}
+
+export type ParseResult = { help: true } | { help: false; config: TrainConfig };
+
+/** Converts one raw value to the type of `key`'s default. */
+function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
+  const template = DEFAULTS[key];
+  const numeric = typeof template === "number" || key === "threads";
+  if (numeric) {
+    const value = typeof raw === "number" ? raw : typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;
+    if (!Number.isFinite(value)) throw new TrainerError(`${source}: --${kebab(key)} needs a number, got '${String(raw)}'`);
+    return value;
+  }
+  if (typeof template === "boolean") {
+    if (typeof raw === "boolean") return raw;
+    if (raw === "true" || raw === "1") return true;
+    if (raw === "false" || raw === "0") return false;
+    throw new TrainerError(`${source}: --${kebab(key)} is true or false, got '${String(raw)}'`);
+  }
+  if (raw === null) return null;
+  if (typeof raw !== "string") throw new TrainerError(`${source}: --${kebab(key)} needs a string, got ${JSON.stringify(raw)}`);
+  return raw;
+}
+
+function keyOf(name: string, source: string): keyof TrainConfig {
+  const key = camel(name) as keyof TrainConfig;
+  if (!(key in DEFAULTS)) throw new TrainerError(`${source}: unknown setting '${name}' (see --help)`);
+  return key;
+}
+
+function readConfigFile(file: string): Partial<TrainConfig> {
+  let json: unknown;
+  try {
+    json = JSON.parse(fs.readFileSync(file, "utf8"));
+  } catch (cause) {
+    throw new TrainerError(`config file '${file}' cannot be read as JSON: ${(cause as Error).message}`, { cause });
+  }
+  if (json === null || typeof json !== "object" || Array.isArray(json)) throw new TrainerError(`config file '${file}' must hold a JSON object`);
+  const out: Record<string, unknown> = {};
+  for (const [name, raw] of Object.entries(json)) {
+    const key = keyOf(name, `config file '${file}'`);
+    out[key] = coerce(key, raw, `config file '${file}'`);
+  }
+  return out as Partial<TrainConfig>;
+}
+
+/** Parses argv (without the node and script names). */
+export function parseArgs(argv: readonly string[]): ParseResult {
+  const fromFlags: Record<string, unknown> = {};
+  let configFile: string | null = null;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--help" || arg === "-h") return { help: true };
+    if (arg === "--") continue;
+    if (!arg.startsWith("--")) throw new TrainerError(`unexpected argument '${arg}' (flags start with --; see --help)`);
+    const eq = arg.indexOf("=");
+    let name = eq >= 0 ? arg.slice(2, eq) : arg.slice(2);
+    let value: string | undefined = eq >= 0 ? arg.slice(eq + 1) : undefined;
+    if (name === "config") {
+      configFile = value ?? argv[++i] ?? null;
+      if (configFile === null) throw new TrainerError("--config needs a file name");
+      continue;
+    }
+    let negated = false;
+    if (name.startsWith("no-") && !(camel(name) in DEFAULTS)) {
+      name = name.slice(3);
+      negated = true;
+    }
+    const key = keyOf(name, "command line");
+    if (typeof DEFAULTS[key] === "boolean") {
+      fromFlags[key] = negated ? false : value === undefined ? true : coerce(key, value, "command line");
+      continue;
+    }
+    if (negated) throw new TrainerError(`--no-${name} is only for on/off switches`);
+    if (value === undefined) {
+      value = argv[++i];
+      if (value === undefined) throw new TrainerError(`--${name} needs a value`);
+    }
+    fromFlags[key] = coerce(key, value, "command line");
+  }
+  const fromFile = configFile === null ? {} : readConfigFile(configFile);
+  const config = { ...DEFAULTS, ...fromFile, ...fromFlags } as TrainConfig;
+  if (config.data !== null && !("task" in fromFile) && !("task" in fromFlags)) config.task = "text";
+  return { help: false, config };
+}

@@ -1,0 +1,86 @@
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { helpText, parseArgs } from "./args.js";
+import { DEFAULTS, validateConfig, type TrainConfig } from "./config.js";
+import { lossPlotSvg, niceTicks } from "./loss-plot.js";
+import { formatTable } from "./summary.js";
+
+function parse(argv: string[]): TrainConfig {
+  const result = parseArgs(argv);
+  if (result.help) throw new Error("unexpected --help");
+  return result.config;
+}
+
+describe("argument parsing", () => {
+  it("reads flags in both spellings, switches and negations", () => {
+    const c = parse(["--sp", "4", "--kv-heads=2", "--activation-checkpointing", "--no-export", "--lr", "1e-3", "--attention", "allgather"]);
+    expect(c.sp).toBe(4);
+    expect(c.kvHeads).toBe(2);
+    expect(c.activationCheckpointing).toBe(true);
+    expect(c.export).toBe(false);
+    expect(c.lr).toBe(1e-3);
+    expect(c.attention).toBe("allgather");
+    expect(c.layers).toBe(DEFAULTS.layers);
+  });
+
+  it("takes a config file with the same keys; command-line flags win; --data implies the text task", () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cfg-"));
+    const file = path.join(dir, "run.json");
+    fs.writeFileSync(file, JSON.stringify({ sp: 4, "kv-heads": 1, steps: 7, data: "/tmp/x.txt" }));
+    const c = parse(["--config", file, "--steps", "9"]);
+    expect([c.sp, c.kvHeads, c.steps, c.data, c.task]).toEqual([4, 1, 9, "/tmp/x.txt", "text"]);
+    fs.writeFileSync(file, JSON.stringify({ spp: 4 }));
+    expect(() => parse(["--config", file])).toThrow(/run.json.*unknown setting 'spp'/);
+  });
+
+  it("rejects unknown flags, missing values and non-numbers with the offending text", () => {
+    expect(() => parse(["--bogus", "1"])).toThrow(/unknown setting 'bogus'/);
+    expect(() => parse(["--sp"])).toThrow(/--sp needs a value/);
+    expect(() => parse(["--sp", "two"])).toThrow(/--sp needs a number, got 'two'/);
+    expect(parseArgs(["--sp", "2", "--help"])).toEqual({ help: true });
+    expect(helpText()).toMatch(/--kv-heads <n>/);
+  });
+});
+
+describe("validation before any rank starts", () => {
+  const problems = (overrides: Partial<TrainConfig>, env: NodeJS.ProcessEnv = {}) => {
+    try {
+      validateConfig({ ...DEFAULTS, ...overrides }, env);
+      return "";
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+
+  it("accepts the defaults", () => expect(problems({})).toBe(""));
+  it("names heads vs sp, seq, backend and rank-count problems", () => {
+    expect(problems({ sp: 8, heads: 4, hidden: 64 })).toMatch(/--heads 4 is smaller than --sp 8/);
+    expect(problems({ seq: 16 })).toMatch(/--seq 16 is too short for the recall task with 4 pairs and 4 queries \(needs at least 20\)/);
+    expect(problems({ sp: 4, seq: 3, task: "text", data: "x" })).toMatch(/--seq 3 is too short for --sp 4/);
+    expect(problems({ backend: "nccl" })).toMatch(/unknown backend 'nccl'/);
+    expect(problems({ backend: "mpi", sp: 2, dp: 2 }, { OMPI_COMM_WORLD_SIZE: "2" })).toMatch(/--sp 2 x --dp 2 = 4 ranks, but mpirun started 2/);
+    expect(problems({ heads: 4, kvHeads: 3 })).toMatch(/--heads 4 is not divisible by --kv-heads 3/);
+    expect(problems({ hidden: 60, heads: 4 })).toMatch(/head dimension hidden\/heads = 60\/4 = 15 must be even/);
+    expect(problems({ steps: 0, batch: 1.5 })).toMatch(/--batch must be a positive integer, got 1.5[\s\S]*--steps must be a positive integer, got 0/);
+    expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
+  });
+});
+
+describe("plot and table", () => {
+  it("produces round ticks", () => {
+    expect(niceTicks(0, 4.2)).toEqual([0, 1, 2, 3, 4]);
+    expect(niceTicks(1, 300)).toEqual([100, 200, 300]);
+    expect(niceTicks(0.5, 1.3)).toEqual([0.6, 0.8, 1, 1.2]);
+  });
+  it("draws a polyline through every step", () => {
+    const m = [0, 1, 2].map((step) => ({ step, loss: 3 - step, lr: 0, gradNorm: 0, tokensPerSec: 0, stepMs: 0, computeMs: 0, commMs: 0, commBytesPerRank: 0, peakRssBytes: 0, mfu: 0, accuracy: step / 4 }));
+    const svg = lossPlotSvg(m, "a < b");
+    expect(svg).toMatch(/^<svg/);
+    expect(svg).toContain("a &lt; b");
+    const points = svg.match(/<polyline points="([^"]+)"/)![1]!.split(" ");
+    expect(points.length).toBe(3);
+    expect(formatTable([["a", "1"], ["bb", "22"]])).toBe("+----+----+\n| a  | 1  |\n| bb | 22 |\n+----+----+");
+  });
+});

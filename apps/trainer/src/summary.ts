@@ -1,0 +1,67 @@
+/**
+ * The final summary table printed (and saved as summary.txt) at the end of a
+ * run: loss at the start and end, accuracy, throughput, compute/communication
+ * split, memory and MFU, averaged over the steps of this run after warm-up.
+ */
+import type { StepMetrics } from "./metrics.js";
+
+function mean(values: readonly number[]): number {
+  return values.length === 0 ? NaN : values.reduce((a, b) => a + b, 0) / values.length;
+}
+
+function bytes(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let v = n;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return `${v.toFixed(u === 0 ? 0 : 1)} ${units[u]}`;
+}
+
+export interface SummaryContext {
+  setup: string;
+  wallSeconds: number;
+  outDir: string;
+}
+
+/** Rows of (name, value); steps after the first 10% (at least the first one) are averaged for timings. */
+export function summaryRows(metrics: readonly StepMetrics[], context: SummaryContext): [string, string][] {
+  if (metrics.length === 0) return [["steps", "0"]];
+  const first = metrics[0]!;
+  const last = metrics[metrics.length - 1]!;
+  const timed = metrics.slice(Math.max(1, Math.floor(metrics.length / 10)));
+  const sample = timed.length > 0 ? timed : metrics;
+  const tail = metrics.slice(-Math.max(1, Math.min(20, Math.floor(metrics.length / 5))));
+  const rows: [string, string][] = [
+    ["setup", context.setup],
+    ["steps", `${first.step + 1}..${last.step + 1}`],
+    ["loss first -> last", `${first.loss.toFixed(4)} -> ${last.loss.toFixed(4)}`],
+    [`loss mean of last ${tail.length}`, mean(tail.map((m) => m.loss)).toFixed(4)],
+  ];
+  if (last.accuracy !== undefined) {
+    rows.push([`accuracy mean of last ${tail.length}`, `${(100 * mean(tail.map((m) => m.accuracy ?? 0))).toFixed(1)}%`]);
+  }
+  const stepMs = mean(sample.map((m) => m.stepMs));
+  const computeMs = mean(sample.map((m) => m.computeMs));
+  const commMs = mean(sample.map((m) => m.commMs));
+  rows.push(
+    ["tokens/s", mean(sample.map((m) => m.tokensPerSec)).toFixed(0)],
+    ["step time", `${stepMs.toFixed(1)} ms`],
+    ["compute / comm per step", `${computeMs.toFixed(1)} ms / ${commMs.toFixed(1)} ms (${((100 * commMs) / Math.max(stepMs, 1e-9)).toFixed(1)}% comm)`],
+    ["comm bytes per rank per step", bytes(mean(sample.map((m) => m.commBytesPerRank)))],
+    ["peak RSS", bytes(Math.max(...metrics.map((m) => m.peakRssBytes)))],
+    ["MFU (vs ORT MatMul rate)", `${(100 * mean(sample.map((m) => m.mfu))).toFixed(1)}%`],
+    ["wall time", `${context.wallSeconds.toFixed(1)} s`],
+    ["run directory", context.outDir],
+  );
+  return rows;
+}
+
+export function formatTable(rows: readonly [string, string][]): string {
+  const w0 = Math.max(...rows.map(([k]) => k.length));
+  const w1 = Math.max(...rows.map(([, v]) => v.length));
+  const rule = `+${"-".repeat(w0 + 2)}+${"-".repeat(w1 + 2)}+`;
+  return [rule, ...rows.map(([k, v]) => `| ${k.padEnd(w0)} | ${v.padEnd(w1)} |`), rule].join("\n");
+}
