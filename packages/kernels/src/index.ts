@@ -14,3 +14,4 @@ export { geluScalar, geluDerivative, geluForward64, geluBackward64, swigluForwar
 export { ropeAngle, ropeRotate64 } from "./reference/rope.js";
 export { embeddingForward64, embeddingBackward64, crossEntropyForward64, crossEntropyBackward64, DEFAULT_IGNORE_INDEX } from "./reference/embedding-loss.js";
 export { seededRandom, randomTensor, randomTensor64, maxRelativeError, numericalGradient, dot } from "./reference/testing.js";
+export { OrtAttention, type OrtAttentionOptions } from "./attention/ort-attention.js";
