@@ -8,3 +8,8 @@ export { globalGradNorm, clipGradNorm } from "./grad-clip.js";
 export { IGNORE_INDEX, shiftWindows, shardBatch, type Batch, type BatchShard } from "./data/batch.js";
 export { recallBatch, recallVocabulary, recallMinSeq, validateRecallTask, type RecallTaskOptions, type RecallVocabulary } from "./data/recall-task.js";
 export { ByteTextData, BYTE_VOCAB } from "./data/text-data.js";
+export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, type GptConfig, type ParamSpec } from "./gpt-config.js";
+export { ParameterStore, type ParamSlot } from "./parameters.js";
+export { Gpt, type GptOptions, type GptContext } from "./gpt.js";
+export { lossAndGradients, countCorrect, type LossResult } from "./loss.js";
+export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
