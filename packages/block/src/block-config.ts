@@ -1,0 +1,96 @@
+/**
+ * TransformerBlock configuration: defaults, derived sizes and validation.
+ * Checked once, before any weight is allocated or any message is sent.
+ */
+import { BlockError } from "./errors.js";
+
+export type MlpKind = "gelu" | "swiglu";
+export type NormKind = "layernorm" | "rmsnorm";
+export type AttentionKind = "ulysses" | "allgather";
+
+export interface BlockConfig {
+  hidden: number;
+  heads: number;
+  /** Key/value heads (grouped-query attention); default `heads`. */
+  kvHeads?: number;
+  /** default "gelu" */
+  mlp?: MlpKind;
+  /** MLP width = hidden * mlpRatio (must be an integer); default 4. */
+  mlpRatio?: number;
+  /** default "layernorm" */
+  norm?: NormKind;
+  /** default 1e-5 */
+  eps?: number;
+  /** default 10000 */
+  ropeBase?: number;
+  /** Sequence-parallel attention wrapper; default "ulysses". */
+  attention?: AttentionKind;
+  /** default true */
+  causal?: boolean;
+  /** Biases on every linear layer; default false. */
+  bias?: boolean;
+}
+
+export interface ResolvedBlockConfig {
+  readonly hidden: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly mlp: MlpKind;
+  readonly mlpRatio: number;
+  readonly mlpHidden: number;
+  readonly norm: NormKind;
+  readonly eps: number;
+  readonly ropeBase: number;
+  readonly attention: AttentionKind;
+  readonly causal: boolean;
+  readonly bias: boolean;
+}
+
+function positiveInteger(name: string, value: number): void {
+  if (!Number.isInteger(value) || value < 1) throw new BlockError(`block config: ${name} must be a positive integer, got ${value}`);
+}
+
+/** Fills in defaults and checks the configuration (throws BlockError naming the values). */
+export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
+  const { hidden, heads } = config;
+  const kvHeads = config.kvHeads ?? heads;
+  positiveInteger("hidden", hidden);
+  positiveInteger("heads", heads);
+  positiveInteger("kvHeads", kvHeads);
+  if (hidden % heads !== 0) throw new BlockError(`block config: hidden (${hidden}) must be divisible by heads (${heads})`);
+  if (heads % kvHeads !== 0) throw new BlockError(`block config: heads (${heads}) must be a multiple of kvHeads (${kvHeads})`);
+  const headDim = hidden / heads;
+  if (headDim % 2 !== 0) throw new BlockError(`block config: headDim = hidden/heads = ${hidden}/${heads} = ${headDim} must be even for RoPE`);
+  const mlpRatio = config.mlpRatio ?? 4;
+  const mlpHidden = hidden * mlpRatio;
+  if (!Number.isInteger(mlpHidden) || mlpHidden < 1) {
+    throw new BlockError(`block config: hidden * mlpRatio = ${hidden} * ${mlpRatio} = ${mlpHidden} must be a positive integer`);
+  }
+  const mlp = config.mlp ?? "gelu";
+  if (mlp !== "gelu" && mlp !== "swiglu") throw new BlockError(`block config: mlp must be 'gelu' or 'swiglu', got '${String(mlp)}'`);
+  const norm = config.norm ?? "layernorm";
+  if (norm !== "layernorm" && norm !== "rmsnorm") throw new BlockError(`block config: norm must be 'layernorm' or 'rmsnorm', got '${String(norm)}'`);
+  const attention = config.attention ?? "ulysses";
+  if (attention !== "ulysses" && attention !== "allgather") {
+    throw new BlockError(`block config: attention must be 'ulysses' or 'allgather', got '${String(attention)}'`);
+  }
+  const eps = config.eps ?? 1e-5;
+  const ropeBase = config.ropeBase ?? 10000;
+  if (!(eps > 0) || !(ropeBase > 0)) throw new BlockError(`block config: eps (${eps}) and ropeBase (${ropeBase}) must be positive`);
+  return {
+    hidden,
+    heads,
+    kvHeads,
+    headDim,
+    mlp,
+    mlpRatio,
+    mlpHidden,
+    norm,
+    eps,
+    ropeBase,
+    attention,
+    causal: config.causal ?? true,
+    bias: config.bias ?? false,
+  };
+}
