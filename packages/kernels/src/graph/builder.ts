@@ -10,18 +10,22 @@
  *   g.output(g.op("MatMul", [x, w]), "y");
  *   const bytes = g.encode();
  */
-import { onnx } from "onnx-proto";
+// onnx-proto is CommonJS without named-export hints: Node ESM (tsx, built
+// dist) only sees its default export, so take `onnx` from it.
+import onnxProto, { type onnx } from "onnx-proto";
 import { KernelError } from "../errors.js";
+
+const proto = onnxProto.onnx;
 
 export type ElementType = "float32" | "float64" | "int32" | "int64" | "bool" | "float16";
 
 const ELEMENT: Record<ElementType, number> = {
-  float32: onnx.TensorProto.DataType.FLOAT,
-  float64: onnx.TensorProto.DataType.DOUBLE,
-  int32: onnx.TensorProto.DataType.INT32,
-  int64: onnx.TensorProto.DataType.INT64,
-  bool: onnx.TensorProto.DataType.BOOL,
-  float16: onnx.TensorProto.DataType.FLOAT16,
+  float32: proto.TensorProto.DataType.FLOAT,
+  float64: proto.TensorProto.DataType.DOUBLE,
+  int32: proto.TensorProto.DataType.INT32,
+  int64: proto.TensorProto.DataType.INT64,
+  bool: proto.TensorProto.DataType.BOOL,
+  float16: proto.TensorProto.DataType.FLOAT16,
 };
 
 /** A dimension: a fixed size or a symbolic name. */
@@ -69,7 +73,7 @@ function valueInfo(name: string, type: ElementType, dims: readonly Dim[]): onnx.
 }
 
 function encodeAttribute(name: string, a: Attribute): onnx.IAttributeProto {
-  const T = onnx.AttributeProto.AttributeType;
+  const T = proto.AttributeProto.AttributeType;
   switch (a.kind) {
     case "int":
       return { name, type: T.INT, i: a.value };
@@ -181,7 +185,7 @@ export class GraphBuilder {
 
   /** Encodes the graph as ONNX ModelProto bytes. */
   encode(): Uint8Array {
-    const model = onnx.ModelProto.create({
+    const model = proto.ModelProto.create({
       irVersion: 8,
       producerName: "ulysses-ts",
       opsetImport: [...this.domains].map(([domain, version]) => ({ domain, version })),
@@ -193,11 +197,11 @@ export class GraphBuilder {
         initializer: this.initializers,
       },
     });
-    return onnx.ModelProto.encode(model).finish();
+    return proto.ModelProto.encode(model).finish();
   }
 }
 
 /** Decodes ModelProto bytes (for tests and tooling). */
 export function decodeModel(bytes: Uint8Array): onnx.ModelProto {
-  return onnx.ModelProto.decode(bytes);
+  return proto.ModelProto.decode(bytes);
 }
