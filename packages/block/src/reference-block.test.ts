@@ -1,0 +1,104 @@
+/**
+ * Cross-checks the block against an independent float64 composition of the
+ * reference kernels' math (no wrapper, no communication, no block code):
+ * forward outputs directly, and every gradient against central finite
+ * differences of that composition.
+ */
+import {
+  dot,
+  geluForward64,
+  layerNormForward64,
+  linearForward64,
+  maxRelativeError,
+  randomTensor,
+  ReferenceAttention,
+  referenceForward64,
+  ReferenceOps,
+  rmsNormForward64,
+  ropeRotate64,
+  seededRandom,
+  swigluForward64,
+  toFloat64,
+  type F64,
+} from "@ulysses/kernels";
+import { evenSplitSizes, Tensor } from "@ulysses/tensors";
+import { describe, expect, it } from "vitest";
+import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
+import { blockWeightSpecs, initBlockWeights } from "./block-weights.js";
+import { joinShards, runRanks, shardOf } from "./test-support.js";
+import { TransformerBlock } from "./transformer-block.js";
+
+/** The block's math in float64 on the full sequence: x [b, N, hidden] -> y [b, N, hidden]. */
+function block64(c: ResolvedBlockConfig, w: Record<string, F64>, x: F64): F64 {
+  const [b, n] = x.shape as [number, number, number];
+  const rows = b * n;
+  const lin = (t: F64, name: string) => linearForward64(t, w[`${name}.w`]!, c.bias ? w[`${name}.b`] : undefined);
+  const norm = (t: F64, name: string) =>
+    c.norm === "rmsnorm" ? rmsNormForward64(t, w[`${name}.gamma`]!, c.eps).y : layerNormForward64(t, w[`${name}.gamma`]!, w[`${name}.beta`]!, c.eps).y;
+  const add = (a: F64, d: F64) => new Tensor("float64", a.shape, a.data.map((v, i) => v + d.data[i]!));
+  const x2d = x.reshape([rows, c.hidden]);
+  const h1 = norm(x2d, "norm1");
+  const q = ropeRotate64(lin(h1, "attn.q").reshape([b, n, c.heads, c.headDim]), 0, c.ropeBase, 1);
+  const k = ropeRotate64(lin(h1, "attn.k").reshape([b, n, c.kvHeads, c.headDim]), 0, c.ropeBase, 1);
+  const v = lin(h1, "attn.v");
+  const dims = {
+    batch: b, seqQ: n, seqK: n, heads: c.heads, kvHeads: c.kvHeads, headDim: c.headDim,
+    group: c.heads / c.kvHeads, scale: 1 / Math.sqrt(c.headDim), causal: c.causal, offset: 0,
+  };
+  const o = new Tensor("float64", [rows, c.heads * c.headDim], referenceForward64(q.data, k.data, v.data, dims).out);
+  const x2 = add(x2d, lin(o, "attn.o"));
+  const h2 = norm(x2, "norm2");
+  const act = c.mlp === "swiglu" ? swigluForward64(lin(h2, "mlp.gate"), lin(h2, "mlp.up")) : geluForward64(lin(h2, "mlp.up"));
+  return add(x2, lin(act, "mlp.down")).reshape([b, n, c.hidden]);
+}
+
+const configs: BlockConfig[] = [
+  { hidden: 8, heads: 2, bias: true, mlpRatio: 2 },
+  { hidden: 16, heads: 4, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2, causal: true },
+];
+
+describe("TransformerBlock against a float64 composition of the reference math", () => {
+  for (const config of configs) {
+    it(`${JSON.stringify(config)}: forward and finite-difference gradients at P = 1 and 2`, async () => {
+      const c = resolveBlockConfig(config);
+      const [batch, seq] = [1, 6];
+      const random = seededRandom(42);
+      const x = randomTensor([batch, seq, c.hidden], random);
+      const dy = randomTensor([batch, seq, c.hidden], random);
+      const weights = initBlockWeights(c, 3, { perturb: 0.2, std: 0.4 });
+      const w64 = Object.fromEntries(Object.entries(weights).map(([k, t]) => [k, toFloat64(t)]));
+      const x64 = toFloat64(x);
+      const loss = () => dot(block64(c, w64, x64), dy);
+      const fd = (t: F64, i: number, step = 1e-5) => {
+        const saved = t.data[i]!;
+        t.data[i] = saved + step;
+        const plus = loss();
+        t.data[i] = saved - step;
+        const minus = loss();
+        t.data[i] = saved;
+        return (plus - minus) / (2 * step);
+      };
+      const expectedY = block64(c, w64, x64);
+
+      for (const p of [1, 2]) {
+        const sizes = evenSplitSizes(seq, p);
+        const perRank = await runRanks(p, async (group, rank) => {
+          const block = new TransformerBlock(config, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), group, weights });
+          const { y, context } = await block.forward(shardOf(x, sizes, rank));
+          return { y, ...(await block.backward(context, shardOf(dy, sizes, rank))) };
+        });
+        expect(maxRelativeError(joinShards(perRank.map((r) => r.y)), expectedY)).toBeLessThanOrEqual(1e-5);
+        const dx = joinShards(perRank.map((r) => r.dx));
+        const checks: [string, Tensor<"float32">, F64][] = [["x", dx, x64]];
+        for (const spec of blockWeightSpecs(c)) checks.push([spec.name, perRank[0]!.grads[spec.name]!, w64[spec.name]!]);
+        for (const [name, analytic, param] of checks) {
+          const scale = Math.max(...Array.from(analytic.data, Math.abs));
+          expect(scale, `${name} has a gradient`).toBeGreaterThan(1e-4);
+          for (const i of [0, Math.floor(param.size / 2), param.size - 1]) {
+            expect(Math.abs(fd(param, i) - analytic.data[i]!), `d loss / d ${name}[${i}] at P=${p}`).toBeLessThanOrEqual(1e-4 * scale + 1e-7);
+          }
+        }
+      }
+    });
+  }
+});
