@@ -12,7 +12,7 @@
  * Nothing here knows about backends; ONNX Runtime's own Cast is only used by
  * the tests, as an independent reference.
  */
-import type { DType } from "./dtype.js";
+import { storageOverlaps, type DType } from "./dtype.js";
 import { TensorError } from "./errors.js";
 import { formatShape } from "./shape.js";
 import { Tensor } from "./tensor.js";
@@ -146,8 +146,11 @@ export function bfloat16BitsToFloat32(bits: number): number {
   return f32[0]!;
 }
 
-function isConvertible(dtype: DType): dtype is ConvertibleDType {
-  return (CONVERTIBLE_DTYPES as readonly string[]).includes(dtype);
+function checkConvertible(from: DType, to: DType): void {
+  const known = CONVERTIBLE_DTYPES as readonly string[];
+  if (!known.includes(from) || !known.includes(to)) {
+    throw new TensorError(`toDType: cannot convert ${from} -> ${to}; supported: ${CONVERTIBLE_DTYPES.join(", ")}`);
+  }
 }
 
 const INT32_MIN = -2147483648;
@@ -190,18 +193,12 @@ function bitsOf(data: Float32Array): Uint32Array {
  * hot paths). Same-dtype conversion is a copy.
  */
 export function toDTypeInto(src: Tensor, out: Tensor): Tensor {
-  if (!isConvertible(src.dtype) || !isConvertible(out.dtype)) {
-    throw new TensorError(`toDType: cannot convert ${src.dtype} -> ${out.dtype}; supported: ${CONVERTIBLE_DTYPES.join(", ")}`);
-  }
+  checkConvertible(src.dtype, out.dtype);
   if (src.rank !== out.rank || src.shape.some((d, i) => d !== out.shape[i])) {
     throw new TensorError(`toDTypeInto: output shape ${formatShape(out.shape)} differs from input shape ${formatShape(src.shape)}`);
   }
-  const overlap =
-    out.data.buffer === src.data.buffer &&
-    out.data.byteOffset < src.data.byteOffset + src.byteLength &&
-    src.data.byteOffset < out.data.byteOffset + out.byteLength;
-  if (overlap && src.dtype !== out.dtype) {
-    throw new TensorError(`toDTypeInto: output ${out} must not share memory with input ${src}`);
+  if (storageOverlaps(out.data, src.data) && src.dtype !== out.dtype) {
+    throw new TensorError(`toDTypeInto: output ${out} shares memory with input ${src}`);
   }
   const n = src.size;
   const from = src.dtype;
@@ -263,8 +260,6 @@ export function toDTypeInto(src: Tensor, out: Tensor): Tensor {
 
 /** A new tensor holding `t` converted to `dtype` (a copy even when the dtype is the same). */
 export function toDType<D extends ConvertibleDType>(t: Tensor, dtype: D): Tensor<D> {
-  if (!isConvertible(dtype) || !isConvertible(t.dtype)) {
-    throw new TensorError(`toDType: cannot convert ${t.dtype} -> ${dtype}; supported: ${CONVERTIBLE_DTYPES.join(", ")}`);
-  }
+  checkConvertible(t.dtype, dtype);
   return toDTypeInto(t, new Tensor(dtype, t.shape)) as Tensor<D>;
 }

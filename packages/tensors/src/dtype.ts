@@ -83,6 +83,17 @@ export function dtypeOfStorage(data: Storage, hint?: "float16" | "bfloat16"): DT
   throw new TensorError(`unsupported storage ${Object.prototype.toString.call(data)}`);
 }
 
+/** True when `a` and `b` share at least one byte of memory. */
+export function storageOverlaps(a: Storage, b: Storage): boolean {
+  return (
+    a.buffer === b.buffer &&
+    a.byteLength > 0 &&
+    b.byteLength > 0 &&
+    a.byteOffset < b.byteOffset + b.byteLength &&
+    b.byteOffset < a.byteOffset + a.byteLength
+  );
+}
+
 export function storageMatches(dtype: DType, data: Storage): boolean {
   switch (dtype) {
     case "float32":

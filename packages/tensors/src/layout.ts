@@ -4,7 +4,7 @@
  * results; `*Into` variants write into a caller-provided tensor so hot paths
  * allocate nothing. Round trips are exact (pure data movement).
  */
-import type { DType, StorageByDType } from "./dtype.js";
+import { storageOverlaps, type DType, type StorageByDType } from "./dtype.js";
 import { TensorError } from "./errors.js";
 import { formatShape, normalizeAxis, numel, stridesOf } from "./shape.js";
 import { Tensor } from "./tensor.js";
@@ -33,7 +33,7 @@ export function permuteInto<D extends DType>(src: Tensor<D>, axes: readonly numb
   if (out.dtype !== src.dtype || outShape.some((d, i) => d !== out.shape[i]) || out.rank !== outShape.length) {
     throw new TensorError(`permuteInto: output ${out} does not match ${src.dtype} ${formatShape(outShape)}`);
   }
-  if (out.data === (src.data as unknown)) throw new TensorError("permuteInto: output must not alias the input");
+  if (storageOverlaps(out.data, src.data)) throw new TensorError(`permuteInto: output ${out} shares memory with input ${src}`);
   const rank = src.rank;
   const srcStrides = stridesOf(src.shape);
   // Stride in the source of each output axis.
@@ -142,7 +142,7 @@ export function chunk<D extends DType>(src: Tensor<D>, count: number, axis = 0):
 
 /** Writes `parts` joined along `axis` into `out`. */
 export function concatInto<D extends DType>(parts: readonly Tensor<D>[], axis: number, out: Tensor<D>): Tensor<D> {
-  if (parts.length === 0) throw new TensorError("concat needs at least one tensor");
+  if (parts.length === 0) throw new TensorError(`concatInto along axis ${axis}: got 0 tensors, need at least one`);
   const first = parts[0]!;
   const ax = normalizeAxis(axis, first.rank);
   let dim = 0;
@@ -158,6 +158,8 @@ export function concatInto<D extends DType>(parts: readonly Tensor<D>[], axis: n
   if (out.dtype !== first.dtype || out.rank !== shape.length || out.shape.some((d, i) => d !== shape[i])) {
     throw new TensorError(`concatInto: output ${out} does not match ${first.dtype} ${formatShape(shape)}`);
   }
+  const aliased = parts.findIndex((p) => storageOverlaps(p.data, out.data));
+  if (aliased !== -1) throw new TensorError(`concatInto: output ${out} shares memory with part ${aliased} (${parts[aliased]})`);
   const outer = numel(shape.slice(0, ax));
   const inner = numel(shape.slice(ax + 1));
   const o = out.data as unknown as Writable;
@@ -173,7 +175,7 @@ export function concatInto<D extends DType>(parts: readonly Tensor<D>[], axis: n
 
 /** Joins `parts` along `axis` into a new tensor. */
 export function concat<D extends DType>(parts: readonly Tensor<D>[], axis = 0): Tensor<D> {
-  if (parts.length === 0) throw new TensorError("concat needs at least one tensor");
+  if (parts.length === 0) throw new TensorError(`concat along axis ${axis}: got 0 tensors, need at least one`);
   const first = parts[0]!;
   const ax = normalizeAxis(axis, first.rank);
   const shape = [...first.shape];

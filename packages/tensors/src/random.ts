@@ -223,7 +223,10 @@ export class Rng {
       state.position <= 4 &&
       (state.position === 4 || state.counter[0] !== 0 || state.counter[1] !== 0) &&
       (state.spareNormal === null || Number.isFinite(state.spareNormal));
-    if (!valid) throw new TensorError(`setState: not a philox4x32-10 RNG state: ${JSON.stringify(state)}`);
+    if (!valid) {
+      const shown = JSON.stringify(state, (_key, v: unknown) => (typeof v === "bigint" ? `${v}n` : v));
+      throw new TensorError(`setState: not a philox4x32-10 RNG state: ${shown}`);
+    }
     this.key.set(state.key);
     this.counter.set(state.counter, 0);
     this.counter.set(state.stream, 2);

@@ -7,7 +7,7 @@
  * Layout operations (permute, split, concat) live in `layout.ts`; the methods
  * here delegate to them.
  */
-import { allocateStorage, bytesPerElement, isDType, storageMatches, type DType, type StorageByDType } from "./dtype.js";
+import { DTYPES, allocateStorage, bytesPerElement, isDType, storageMatches, type DType, type StorageByDType } from "./dtype.js";
 import { TensorError } from "./errors.js";
 import { formatShape, numel, resolveReshape, stridesOf, validateShape, type Shape } from "./shape.js";
 
@@ -26,7 +26,7 @@ export class Tensor<D extends DType = DType> {
    * when `data` is omitted.
    */
   constructor(dtype: D, shape: Shape, data?: StorageByDType[D]) {
-    if (!isDType(dtype)) throw new TensorError(`unknown dtype '${String(dtype)}'`);
+    if (!isDType(dtype)) throw new TensorError(`unknown dtype '${String(dtype)}'; known: ${DTYPES.join(", ")}`);
     validateShape(shape);
     const size = numel(shape);
     if (data === undefined) {
@@ -61,6 +61,11 @@ export class Tensor<D extends DType = DType> {
     }
     if (dtype === "float16" || dtype === "bfloat16") {
       throw new TensorError(`Tensor.from cannot take numbers for ${dtype}; build a float32 tensor and convert it with toDType`);
+    }
+    const wantsBigint = dtype === "int64";
+    const kind = values.length > 0 ? typeof values[0] : undefined;
+    if (kind !== undefined && (kind === "bigint") !== wantsBigint) {
+      throw new TensorError(`Tensor.from(${dtype}): got ${kind} values (first: ${String(values[0])}); ${dtype} takes ${wantsBigint ? "bigint" : "number"} values`);
     }
     (t.data as { set(v: ArrayLike<number> | ArrayLike<bigint>): void }).set(values);
     return t;
