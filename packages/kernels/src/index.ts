@@ -15,3 +15,6 @@ export { ropeAngle, ropeRotate64 } from "./reference/rope.js";
 export { embeddingForward64, embeddingBackward64, crossEntropyForward64, crossEntropyBackward64, DEFAULT_IGNORE_INDEX } from "./reference/embedding-loss.js";
 export { seededRandom, randomTensor, randomTensor64, maxRelativeError, numericalGradient, dot } from "./reference/testing.js";
 export { OrtAttention, type OrtAttentionOptions } from "./attention/ort-attention.js";
+export { OrtOps, createOrtOps } from "./ops/ort-ops.js";
+export { Tape, type TapeValue, type TapeNode } from "./graph/gradients-tape.js";
+export { gradients, registerGradient, getGradient, registeredGradients, unbroadcast, type GradientRule } from "./graph/gradients.js";

@@ -1,0 +1,241 @@
+/**
+ * OrtOps: the block's ops run as ONNX graphs by onnxruntime-node (graphs in
+ * `ort-graphs.ts`, sessions cached per op and shape by the SessionCache).
+ * Inputs are passed without copies; leading axes are folded into rows with
+ * free reshapes. Two steps stay in TypeScript because they are O(rows) or a
+ * plain scatter: picking the label logits / subtracting at the labels in
+ * cross-entropy, and embedding backward's scatter-add (a loop over
+ * rows * hidden that writes the fresh [vocab, hidden] gradient once, cheaper
+ * than feeding ONNX Runtime a zero tensor to ScatterND into).
+ */
+import { Tensor } from "@ulysses/tensors";
+import { KernelError } from "../errors.js";
+import { DEFAULT_IGNORE_INDEX } from "../reference/embedding-loss.js";
+import { DEFAULT_ROPE_BASE } from "../reference/ops.js";
+import { ropeAngle } from "../reference/rope.js";
+import type { SessionCache } from "../runtime/session-cache.js";
+import * as graphs from "./ort-graphs.js";
+import type { BlockOps, CrossEntropyResult, LayerNormSaved } from "./types.js";
+import { checkIds, checkLabels, expectSameShape, expectShape, expectSize, linearShapes, ropeShape, rowsAndLast } from "./validate.js";
+
+type F32 = Tensor<"float32">;
+
+function float32(op: string, name: string, t: Tensor): void {
+  if (t.dtype !== "float32") throw new KernelError(`${op}: ${name} must be float32, got ${t}`);
+}
+
+export class OrtOps implements BlockOps {
+  private readonly ropeTables = new Map<string, { cos: F32; sin: F32 }>();
+
+  constructor(readonly cache: SessionCache) {}
+
+  private async run(key: string, build: () => Uint8Array, feeds: Record<string, Tensor>): Promise<Record<string, F32>> {
+    return (await this.cache.run(key, build, feeds)) as Record<string, F32>;
+  }
+
+  async linearForward(x: F32, w: F32, b?: F32): Promise<F32> {
+    const { rows, inF, outF } = linearShapes("linearForward", x, w, b);
+    float32("linearForward", "x", x);
+    // x [..., in] -> [rows, in]
+    const feeds: Record<string, Tensor> = { x: x.reshape([rows, inF]), w };
+    if (b) feeds.b = b;
+    const { y } = await this.run(`linear.fwd ${rows}x${inF}x${outF} bias=${!!b}`, () => graphs.linearForwardGraph(rows, inF, outF, !!b), feeds);
+    // y [rows, out] -> [..., out]
+    return y!.reshape([...x.shape.slice(0, -1), outF]);
+  }
+
+  async linearBackward(x: F32, w: F32, dy: F32, withBias: boolean): Promise<{ dx: F32; dw: F32; db?: F32 }> {
+    const { rows, inF, outF } = linearShapes("linearBackward", x, w);
+    expectSize("linearBackward", "dy (rows * out)", dy, rows * outF);
+    // x [..., in] -> [rows, in]; dy [..., out] -> [rows, out]
+    const out = await this.run(`linear.bwd ${rows}x${inF}x${outF} bias=${withBias}`, () => graphs.linearBackwardGraph(rows, inF, outF, withBias), {
+      x: x.reshape([rows, inF]),
+      w,
+      dy: dy.reshape([rows, outF]),
+    });
+    const result: { dx: F32; dw: F32; db?: F32 } = { dx: out.dx!.reshape(x.shape), dw: out.dw! };
+    if (withBias) result.db = out.db!;
+    return result;
+  }
+
+  async layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved> {
+    const { rows, last: h } = rowsAndLast("layerNormForward", "x", x);
+    expectShape("layerNormForward", "gamma", gamma, [h]);
+    expectShape("layerNormForward", "beta", beta, [h]);
+    // x [..., h] -> [rows, h]
+    const out = await this.run(`layerNorm.fwd ${rows}x${h} eps=${eps}`, () => graphs.layerNormForwardGraph(rows, h, eps), { x: x.reshape([rows, h]), gamma, beta });
+    // mean, rstd [rows, 1] -> [rows]
+    return { y: out.y!.reshape(x.shape), mean: out.mean!.reshape([rows]), rstd: out.rstd!.reshape([rows]) };
+  }
+
+  async layerNormBackward(x: F32, gamma: F32, saved: LayerNormSaved, dy: F32): Promise<{ dx: F32; dGamma: F32; dBeta: F32 }> {
+    const { rows, last: h } = rowsAndLast("layerNormBackward", "x", x);
+    expectSameShape("layerNormBackward", ["x", "dy"], x, dy);
+    expectShape("layerNormBackward", "gamma", gamma, [h]);
+    expectSize("layerNormBackward", "mean", saved.mean, rows);
+    expectSize("layerNormBackward", "rstd", saved.rstd, rows);
+    // x, dy [..., h] -> [rows, h]; mean, rstd [rows] -> [rows, 1]
+    const out = await this.run(`layerNorm.bwd ${rows}x${h}`, () => graphs.layerNormBackwardGraph(rows, h), {
+      x: x.reshape([rows, h]),
+      gamma,
+      mean: saved.mean.reshape([rows, 1]),
+      rstd: saved.rstd.reshape([rows, 1]),
+      dy: dy.reshape([rows, h]),
+    });
+    return { dx: out.dx!.reshape(x.shape), dGamma: out.dGamma!, dBeta: out.dBeta! };
+  }
+
+  async rmsNormForward(x: F32, gamma: F32, eps: number): Promise<{ y: F32; rstd: F32 }> {
+    const { rows, last: h } = rowsAndLast("rmsNormForward", "x", x);
+    expectShape("rmsNormForward", "gamma", gamma, [h]);
+    // x [..., h] -> [rows, h]
+    const out = await this.run(`rmsNorm.fwd ${rows}x${h} eps=${eps}`, () => graphs.rmsNormForwardGraph(rows, h, eps), { x: x.reshape([rows, h]), gamma });
+    // rstd [rows, 1] -> [rows]
+    return { y: out.y!.reshape(x.shape), rstd: out.rstd!.reshape([rows]) };
+  }
+
+  async rmsNormBackward(x: F32, gamma: F32, rstd: F32, dy: F32): Promise<{ dx: F32; dGamma: F32 }> {
+    const { rows, last: h } = rowsAndLast("rmsNormBackward", "x", x);
+    expectSameShape("rmsNormBackward", ["x", "dy"], x, dy);
+    expectShape("rmsNormBackward", "gamma", gamma, [h]);
+    expectSize("rmsNormBackward", "rstd", rstd, rows);
+    // x, dy [..., h] -> [rows, h]; rstd [rows] -> [rows, 1]
+    const out = await this.run(`rmsNorm.bwd ${rows}x${h}`, () => graphs.rmsNormBackwardGraph(rows, h), {
+      x: x.reshape([rows, h]),
+      gamma,
+      rstd: rstd.reshape([rows, 1]),
+      dy: dy.reshape([rows, h]),
+    });
+    return { dx: out.dx!.reshape(x.shape), dGamma: out.dGamma! };
+  }
+
+  async geluForward(x: F32): Promise<F32> {
+    // any shape -> [size]
+    const { y } = await this.run(`gelu.fwd ${x.size}`, () => graphs.geluForwardGraph(x.size), { x: x.reshape([x.size]) });
+    return y!.reshape(x.shape);
+  }
+
+  async geluBackward(x: F32, dy: F32): Promise<F32> {
+    expectSameShape("geluBackward", ["x", "dy"], x, dy);
+    // any shape -> [size]
+    const { dx } = await this.run(`gelu.bwd ${x.size}`, () => graphs.geluBackwardGraph(x.size), { x: x.reshape([x.size]), dy: dy.reshape([x.size]) });
+    return dx!.reshape(x.shape);
+  }
+
+  async swigluForward(gate: F32, up: F32): Promise<F32> {
+    expectSameShape("swigluForward", ["gate", "up"], gate, up);
+    const n = gate.size;
+    // any shape -> [size]
+    const { y } = await this.run(`swiglu.fwd ${n}`, () => graphs.swigluForwardGraph(n), { gate: gate.reshape([n]), up: up.reshape([n]) });
+    return y!.reshape(gate.shape);
+  }
+
+  async swigluBackward(gate: F32, up: F32, dy: F32): Promise<{ dGate: F32; dUp: F32 }> {
+    expectSameShape("swigluBackward", ["gate", "up"], gate, up);
+    expectSameShape("swigluBackward", ["gate", "dy"], gate, dy);
+    const n = gate.size;
+    // any shape -> [size]
+    const out = await this.run(`swiglu.bwd ${n}`, () => graphs.swigluBackwardGraph(n), { gate: gate.reshape([n]), up: up.reshape([n]), dy: dy.reshape([n]) });
+    return { dGate: out.dGate!.reshape(gate.shape), dUp: out.dUp!.reshape(gate.shape) };
+  }
+
+  /** cos and sin [seq, 1, headDim] for positions offset .. offset + seq - 1 (each pair's angle repeated in both halves). */
+  private ropeTable(seq: number, headDim: number, offset: number, base: number): { cos: F32; sin: F32 } {
+    const key = `${seq} ${headDim} ${offset} ${base}`;
+    let table = this.ropeTables.get(key);
+    if (!table) {
+      const cos = new Tensor("float32", [seq, 1, headDim]);
+      const sin = new Tensor("float32", [seq, 1, headDim]);
+      const half = headDim / 2;
+      for (let t = 0; t < seq; t++) {
+        for (let i = 0; i < half; i++) {
+          const angle = ropeAngle(offset + t, i, headDim, base);
+          cos.data[t * headDim + i] = cos.data[t * headDim + i + half] = Math.cos(angle);
+          sin.data[t * headDim + i] = sin.data[t * headDim + i + half] = Math.sin(angle);
+        }
+      }
+      table = { cos, sin };
+      if (this.ropeTables.size >= 64) this.ropeTables.clear();
+      this.ropeTables.set(key, table);
+    }
+    return table;
+  }
+
+  private async rope(direction: "fwd" | "bwd", x: F32, positionOffset: number, base: number): Promise<F32> {
+    const op = direction === "fwd" ? "ropeForward" : "ropeBackward";
+    const dims = ropeShape(op, x, positionOffset, base);
+    const { cos, sin } = this.ropeTable(dims[1], dims[3], positionOffset, base);
+    const key = `rope.${direction} ${dims.join("x")}`;
+    if (direction === "fwd") return (await this.run(key, () => graphs.ropeForwardGraph(dims), { x, cos, sin })).y!;
+    return (await this.run(key, () => graphs.ropeBackwardGraph(dims), { dy: x, cos, sin })).dx!;
+  }
+
+  ropeForward(x: F32, positionOffset: number, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return this.rope("fwd", x, positionOffset, base);
+  }
+
+  ropeBackward(dy: F32, positionOffset: number, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return this.rope("bwd", dy, positionOffset, base);
+  }
+
+  async embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32> {
+    if (table.rank !== 2) throw new KernelError(`embeddingForward: table must be [vocab, hidden], got ${table}`);
+    const [vocab, h] = table.shape as [number, number];
+    checkIds("embeddingForward", ids, vocab);
+    const n = ids.size;
+    // ids [...] -> [n]
+    const { out } = await this.run(`embedding.fwd ${n}x${vocab}x${h}`, () => graphs.embeddingForwardGraph(n, vocab, h), { table, ids: ids.reshape([n]) });
+    // out [n, h] -> [..., h]
+    return out!.reshape([...ids.shape, h]);
+  }
+
+  async embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number): Promise<F32> {
+    checkIds("embeddingBackward", ids, vocab);
+    const h = dy.shape[dy.rank - 1]!;
+    expectSize("embeddingBackward", "dy (ids.size * hidden)", dy, ids.size * h);
+    const grad = new Tensor("float32", [vocab, h]);
+    const g = grad.data, d = dy.data;
+    for (let r = 0; r < ids.size; r++) {
+      const to = ids.data[r]! * h, from = r * h;
+      for (let i = 0; i < h; i++) g[to + i] += d[from + i]!;
+    }
+    return grad;
+  }
+
+  private logitsShape(op: string, logits: F32): [number, number] {
+    if (logits.rank !== 2) throw new KernelError(`${op}: logits must be [rows, vocab], got ${logits}`);
+    float32(op, "logits", logits);
+    return logits.shape as [number, number];
+  }
+
+  async crossEntropyForward(logits: F32, labels: Tensor<"int32">, ignoreIndex = DEFAULT_IGNORE_INDEX): Promise<CrossEntropyResult> {
+    const [rows, vocab] = this.logitsShape("crossEntropyForward", logits);
+    const count = checkLabels("crossEntropyForward", labels, rows, vocab, ignoreIndex);
+    const { lse } = await this.run(`crossEntropy.fwd ${rows}x${vocab}`, () => graphs.logSumExpGraph(rows, vocab), { logits });
+    let lossSum = 0;
+    for (let r = 0; r < rows; r++) {
+      const label = labels.data[r]!;
+      if (label !== ignoreIndex) lossSum += lse!.data[r]! - logits.data[r * vocab + label]!;
+    }
+    return { lossSum, count };
+  }
+
+  async crossEntropyBackward(logits: F32, labels: Tensor<"int32">, gradScale: number, ignoreIndex = DEFAULT_IGNORE_INDEX): Promise<F32> {
+    const [rows, vocab] = this.logitsShape("crossEntropyBackward", logits);
+    checkLabels("crossEntropyBackward", labels, rows, vocab, ignoreIndex);
+    const rowScale = new Tensor("float32", [rows, 1]);
+    for (let r = 0; r < rows; r++) rowScale.data[r] = labels.data[r] === ignoreIndex ? 0 : gradScale;
+    const { grad } = await this.run(`crossEntropy.bwd ${rows}x${vocab}`, () => graphs.scaledSoftmaxGraph(rows, vocab), { logits, rowScale });
+    // d/dlogits of -log softmax[label]: softmax - onehot(label), per counted row
+    for (let r = 0; r < rows; r++) {
+      const label = labels.data[r]!;
+      if (label !== ignoreIndex) grad!.data[r * vocab + label] -= gradScale;
+    }
+    return grad!;
+  }
+}
+
+/** A BlockOps backed by ONNX Runtime sessions from `cache`. */
+export function createOrtOps(cache: SessionCache): BlockOps {
+  return new OrtOps(cache);
+}
