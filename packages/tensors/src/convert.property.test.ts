@@ -61,94 +61,65 @@ const isNaNBits = (format: Format, h: number) => {
   return (h & exponentMask) === exponentMask && h % 2 ** format.mantissaBits !== 0;
 };
 
-describe("fp16 against the reference", () => {
+interface Codec {
+  name: string;
+  format: Format;
+  encode: (x: number) => number;
+  decode: (bits: number) => number;
+}
+
+const CODECS: Codec[] = [
+  { name: "fp16", format: HALF, encode: float32ToFloat16Bits, decode: float16BitsToFloat32 },
+  { name: "bf16", format: BF16, encode: float32ToBfloat16Bits, decode: bfloat16BitsToFloat32 },
+];
+
+const asFloat32 = (bits: number) => new Float32Array(new Uint32Array([bits]).buffer)[0]!;
+const bitsOfFloat32 = (x: number) => new Uint32Array(new Float32Array([x]).buffer)[0]!;
+
+describe.each(CODECS)("$name against the reference", ({ format, encode, decode }) => {
+  const infPattern = format.values.length - 1;
+
   it("every one of the 65536 patterns decodes to its reference value and encodes back to itself", () => {
     for (let h = 0; h < 65536; h++) {
-      const value = float16BitsToFloat32(h);
-      if (isNaNBits(HALF, h)) {
+      const value = decode(h);
+      if (isNaNBits(format, h)) {
         expect(value).toBeNaN();
         continue;
       }
-      const magnitude = HALF.values[h & 0x7fff]!;
-      const expected = h & 0x8000 ? -(magnitude === 65536 ? Infinity : magnitude) : magnitude === 65536 ? Infinity : magnitude;
-      if (value !== expected || float32ToFloat16Bits(value) !== h) expect([h, value, float32ToFloat16Bits(value)]).toEqual([h, expected, h]);
+      const magnitude = (h & 0x7fff) === infPattern ? Infinity : format.values[h & 0x7fff]!;
+      const expected = h & 0x8000 ? -magnitude : magnitude;
+      if (value !== expected || encode(value) !== h) expect([h, value, encode(value)]).toEqual([h, expected, h]);
     }
   });
 
-  it("rounds random float32 values to the nearest fp16 (ties to even)", () => {
+  it("rounds random float32 and float64 values to the nearest pattern (ties to even)", () => {
+    const arb = fc.oneof(fc.float({ noNaN: true }), fc.double({ noNaN: true }), fc.double({ min: -1e5, max: 1e5, noNaN: true }));
     fc.assert(
-      fc.property(fc.float({ noNaN: true }), (x) => {
-        expect(float32ToFloat16Bits(x)).toBe(referenceBits(HALF, x));
+      fc.property(arb, (x) => {
+        expect(encode(x)).toBe(referenceBits(format, x));
+      }),
+      { numRuns: 4000 },
+    );
+  });
+
+  it("rounds values at and next to every kind of tie exactly (midpoints and their float32 neighbours)", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: infPattern - 1 }), fc.integer({ min: -2, max: 2 }), fc.boolean(), (p, nudge, negative) => {
+        const mid = (format.values[p]! + format.values[p + 1]!) / 2; // exact in float32
+        const x = asFloat32(bitsOfFloat32(mid) + nudge) * (negative ? -1 : 1);
+        expect(encode(x)).toBe(referenceBits(format, x));
       }),
       { numRuns: 3000 },
     );
   });
 
-  it("rounds values near fp16 ties exactly (midpoints and their float32 neighbours)", () => {
-    fc.assert(
-      fc.property(fc.integer({ min: 0, max: 0x7bff }), fc.integer({ min: -2, max: 2 }), fc.boolean(), (p, nudge, negative) => {
-        const mid = (HALF.values[p]! + HALF.values[p + 1]!) / 2; // exact in float32
-        const bits = new Uint32Array(new Float32Array([mid]).buffer)[0]! + nudge;
-        const x = new Float32Array(new Uint32Array([bits]).buffer)[0]! * (negative ? -1 : 1);
-        expect(float32ToFloat16Bits(x)).toBe(referenceBits(HALF, x));
-      }),
-      { numRuns: 3000 },
-    );
-  });
-
-  it("rounds random float64 values once, to the nearest fp16", () => {
-    fc.assert(
-      fc.property(fc.double({ noNaN: true, min: -70000, max: 70000 }), (x) => {
-        expect(float32ToFloat16Bits(x)).toBe(referenceBits(HALF, x));
-      }),
-      { numRuns: 3000 },
-    );
-  });
-
-  it("float32 -> fp16 -> float32 -> fp16 is a fixed point; NaN stays NaN", () => {
+  it("float32 -> 16 bits -> float32 -> 16 bits is a fixed point; NaN stays NaN", () => {
     fc.assert(
       fc.property(fc.float(), (x) => {
-        const h = float32ToFloat16Bits(x);
-        const again = float32ToFloat16Bits(float16BitsToFloat32(h));
-        if (Number.isNaN(x)) expect(isNaNBits(HALF, h) && isNaNBits(HALF, again)).toBe(true);
+        const h = encode(x);
+        const again = encode(decode(h));
+        if (Number.isNaN(x)) expect(isNaNBits(format, h) && isNaNBits(format, again)).toBe(true);
         else expect(again).toBe(h);
-      }),
-      { numRuns: 2000 },
-    );
-  });
-});
-
-describe("bf16 against the reference", () => {
-  it("every one of the 65536 patterns decodes to its reference value and encodes back to itself", () => {
-    for (let h = 0; h < 65536; h++) {
-      const value = bfloat16BitsToFloat32(h);
-      if (isNaNBits(BF16, h)) {
-        expect(value).toBeNaN();
-        continue;
-      }
-      const magnitude = BF16.values[h & 0x7fff]!;
-      const finite = magnitude === 2 ** 128 ? Infinity : magnitude;
-      const expected = h & 0x8000 ? -finite : finite;
-      if (value !== expected || float32ToBfloat16Bits(value) !== h) expect([h, value, float32ToBfloat16Bits(value)]).toEqual([h, expected, h]);
-    }
-  });
-
-  it("rounds random float32 and float64 values to the nearest bf16 (ties to even)", () => {
-    fc.assert(
-      fc.property(fc.oneof(fc.float({ noNaN: true }), fc.double({ noNaN: true })), (x) => {
-        expect(float32ToBfloat16Bits(x)).toBe(referenceBits(BF16, x));
-      }),
-      { numRuns: 3000 },
-    );
-  });
-
-  it("float32 -> bf16 -> float32 -> bf16 is a fixed point; NaN stays NaN", () => {
-    fc.assert(
-      fc.property(fc.float(), (x) => {
-        const b = float32ToBfloat16Bits(x);
-        const again = float32ToBfloat16Bits(bfloat16BitsToFloat32(b));
-        if (Number.isNaN(x)) expect(isNaNBits(BF16, b) && isNaNBits(BF16, again)).toBe(true);
-        else expect(again).toBe(b);
       }),
       { numRuns: 2000 },
     );
