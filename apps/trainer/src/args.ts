@@ -63,7 +63,7 @@ export function helpText(): string {
   return lines.join("\n");
 }
 
-export type ParseResult = { help: true } | { help: false; config: TrainConfig };
+export type ParseResult = { help: true } | { help: false; config: TrainConfig; /** Keys set on the command line or in the config file. */ explicit: Set<keyof TrainConfig> };
 
 /** Converts one raw value to the type of `key`'s default. */
 function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
@@ -144,5 +144,6 @@ export function parseArgs(argv: readonly string[]): ParseResult {
   const fromFile = configFile === null ? {} : readConfigFile(configFile);
   const config = { ...DEFAULTS, ...fromFile, ...fromFlags } as TrainConfig;
   if (config.data !== null && !("task" in fromFile) && !("task" in fromFlags)) config.task = "text";
-  return { help: false, config };
+  const explicit = new Set([...Object.keys(fromFile), ...Object.keys(fromFlags)] as (keyof TrainConfig)[]);
+  return { help: false, config, explicit };
 }

@@ -1,1 +1,92 @@
-export {};
+/**
+ * `pnpm train`: parses flags (and --config), validates them before any rank
+ * starts, prepares the run directory, picks the launcher for the backend and
+ * hands over to the driver (`run.ts`). Exit codes: 0 done, 1 error (a rank's
+ * failure names the rank and its cause), 2 bad flags, 130 stopped by Ctrl-C.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { loadCheckpoint } from "@ulysses/model";
+import { helpText, parseArgs } from "./args.js";
+import { validateConfig, type TrainConfig } from "./config.js";
+import { TrainerError } from "./errors.js";
+import { startPool } from "./launchers.js";
+import { resolveResumeFile, runTraining } from "./run.js";
+
+process.env.ORT_DISABLE_TELEMETRY = "1";
+
+function timestamp(): string {
+  return new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z").replace("T", "-");
+}
+
+/** The run directory: --out, the resumed run's directory, or runs/<timestamp> (linked as runs/latest). */
+function prepareOutDir(config: TrainConfig, resumeFile: string | null): string {
+  const out = config.out ?? (resumeFile !== null ? path.dirname(resumeFile) : path.join("runs", timestamp()));
+  fs.mkdirSync(out, { recursive: true });
+  if (config.out === null && resumeFile === null) {
+    const latest = path.join("runs", "latest");
+    fs.rmSync(latest, { force: true });
+    try {
+      fs.symlinkSync(path.basename(out), latest);
+    } catch {
+      // symlinks may be unavailable (some file systems); the run directory is printed anyway
+    }
+  }
+  return path.resolve(out);
+}
+
+function describeError(error: unknown): string {
+  const lines: string[] = [];
+  let e: unknown = error;
+  while (e instanceof Error && lines.length < 4) {
+    lines.push(lines.length === 0 ? e.message : `caused by: ${e.message}`);
+    e = e.cause;
+    if (e instanceof Error && lines.some((l) => l.includes(e instanceof Error ? e.message : ""))) break;
+  }
+  return lines.join("\n  ");
+}
+
+export async function main(argv: readonly string[]): Promise<number> {
+  // pnpm runs scripts in the package directory; paths are meant relative to where the user typed the command
+  if (process.env.INIT_CWD) process.chdir(process.env.INIT_CWD);
+  let config: TrainConfig;
+  let resumeFile: string | null = null;
+  try {
+    const parsed = parseArgs(argv);
+    if (parsed.help) {
+      process.stdout.write(`${helpText()}\n`);
+      return 0;
+    }
+    config = parsed.config;
+    if (config.resume !== null) {
+      resumeFile = resolveResumeFile(config.resume);
+      // the checkpoint's settings, overridden by what this command line says explicitly
+      const saved = loadCheckpoint(resumeFile).settings as Partial<TrainConfig> | undefined;
+      const explicit = Object.fromEntries([...parsed.explicit].map((k) => [k, config[k]]));
+      config = { ...config, ...(saved ?? {}), ...explicit, resume: config.resume };
+    }
+    validateConfig(config);
+  } catch (error) {
+    process.stderr.write(`error: ${describeError(error)}\n`);
+    return 2;
+  }
+  try {
+    const outDir = prepareOutDir(config, resumeFile);
+    fs.writeFileSync(path.join(outDir, "config.json"), `${JSON.stringify(config, null, 2)}\n`);
+    const result = await runTraining({ config, outDir, resumeFile, startPool: () => startPool(config, resumeFile) });
+    return result.interrupted ? 130 : 0;
+  } catch (error) {
+    process.stderr.write(`\nerror: ${describeError(error)}\n`);
+    return 1;
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("cli.ts")) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (error: unknown) => {
+      process.stderr.write(`error: ${error instanceof TrainerError ? error.message : String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}

@@ -13,3 +13,5 @@ export { ParameterStore, type ParamSlot } from "./parameters.js";
 export { Gpt, type GptOptions, type GptContext } from "./gpt.js";
 export { lossAndGradients, countCorrect, type LossResult } from "./loss.js";
 export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
+export { saveCheckpoint, loadCheckpoint, restoreCheckpoint, loadWeightsInto, CHECKPOINT_FORMAT, type CheckpointExtras, type LoadedCheckpoint } from "./checkpoint.js";
+export { buildOnnxModel, exportOnnx } from "./export-onnx.js";

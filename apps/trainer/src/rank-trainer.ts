@@ -1,0 +1,178 @@
+/**
+ * The training loop's per-rank half, SPMD: every rank of the world runs the
+ * same code with its own ProcessGroup, whatever started it (the in-thread
+ * local backend, worker threads, or mpirun). It builds the SP and DP groups,
+ * the model and the optimizer, draws the global batch from a data RNG that is
+ * identical on every rank (each takes its DP rows and its SP shard), and runs
+ * one step per `step()` call. Output files are written by world rank 0 only;
+ * logging, progress and signals belong to the driver (`run.ts`).
+ */
+import type { ProcessGroup } from "@ulysses/collectives";
+import {
+  ByteTextData,
+  Gpt,
+  Trainer,
+  learningRateAt,
+  loadCheckpoint,
+  recallBatch,
+  restoreCheckpoint,
+  saveCheckpoint,
+  shardBatch,
+  type Batch,
+  type GptConfig,
+} from "@ulysses/model";
+import { Rng, narrow, type RngState } from "@ulysses/tensors";
+import { vocabOf, type TrainConfig } from "./config.js";
+import { TrainerError } from "./errors.js";
+import { createRankKernels, type RankKernels } from "./kernels.js";
+
+export interface RankSetup {
+  world: ProcessGroup;
+  config: TrainConfig;
+  /** Ranks sharing this process's cores (for the ORT thread count). */
+  ranksInProcess: number;
+  /** Checkpoint to resume from, or null. */
+  resumeFile: string | null;
+}
+
+/** What one rank reports after a step (the driver reads rank 0's). */
+export interface RankStepReport {
+  step: number;
+  loss: number;
+  accuracy: number;
+  gradNorm: number;
+  lr: number;
+  stepMs: number;
+  commMs: number;
+  commBytes: number;
+  tokens: number;
+  peakRssBytes: number;
+}
+
+export function gptConfigOf(config: TrainConfig): GptConfig {
+  return {
+    vocab: vocabOf(config),
+    hidden: config.hidden,
+    heads: config.heads,
+    kvHeads: config.kvHeads,
+    layers: config.layers,
+    mlp: config.mlp,
+    mlpRatio: config.mlpRatio,
+    maxSeq: config.seq,
+    tiedHead: config.tiedHead,
+    attention: config.attention,
+  };
+}
+
+/** Splits the world into DP groups of SP consecutive ranks; returns this rank's SP group. */
+async function spGroupOf(world: ProcessGroup, sp: number, dp: number): Promise<ProcessGroup> {
+  if (dp === 1) return world;
+  let mine: ProcessGroup | null = null;
+  for (let d = 0; d < dp; d++) {
+    const group = await world.newGroup(Array.from({ length: sp }, (_, i) => d * sp + i));
+    if (group !== null) mine = group;
+  }
+  if (mine === null) throw new TrainerError(`world rank ${world.rank} is in no SP group (sp ${sp}, dp ${dp})`);
+  return mine;
+}
+
+export class RankTrainer {
+  private constructor(
+    readonly config: TrainConfig,
+    readonly world: ProcessGroup,
+    readonly sp: ProcessGroup,
+    readonly trainer: Trainer,
+    private readonly kernels: RankKernels,
+    private readonly dataRng: Rng,
+    private readonly text: ByteTextData | null,
+  ) {}
+
+  static async create(setup: RankSetup): Promise<RankTrainer> {
+    const { world, config } = setup;
+    if (world.size !== config.sp * config.dp) {
+      throw new TrainerError(`the world has ${world.size} ranks but --sp ${config.sp} x --dp ${config.dp} = ${config.sp * config.dp}`);
+    }
+    const sp = await spGroupOf(world, config.sp, config.dp);
+    const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
+    const kernels = createRankKernels(threads);
+    const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile);
+    const gptConfig = checkpoint?.config ?? gptConfigOf(config);
+    const model = new Gpt(gptConfig, {
+      ops: kernels.ops,
+      localAttention: kernels.attention,
+      group: sp,
+      seed: config.seed,
+      activationCheckpointing: config.activationCheckpointing,
+    });
+    const trainer = new Trainer(model, { world, ops: kernels.ops, gradClip: config.gradClip, adamw: { weightDecay: config.weightDecay }, zero1: config.zero1 });
+    const dataRng = new Rng(config.seed, 1_000_003);
+    if (checkpoint !== null) {
+      restoreCheckpoint(trainer, checkpoint);
+      dataRng.setState(checkpoint.rng as RngState);
+    }
+    const text = config.task === "text" ? new ByteTextData(config.data!, config.seq) : null;
+    return new RankTrainer(config, world, sp, trainer, kernels, dataRng, text);
+  }
+
+  get step(): number {
+    return this.trainer.step;
+  }
+
+  get description(): string {
+    return this.kernels.description;
+  }
+
+  /** The global batch (batch x dp sequences), identical on every rank. */
+  private globalBatch(): Batch {
+    const { config } = this;
+    const rows = config.batch * config.dp;
+    const random = () => this.dataRng.uniform();
+    if (this.text !== null) return this.text.batch(rows, config.seq, random);
+    return recallBatch({ vocab: config.vocab, seq: config.seq, pairs: config.pairs, queries: config.queries }, rows, random);
+  }
+
+  async runStep(): Promise<RankStepReport> {
+    const { config, world, sp } = this;
+    const step = this.trainer.step;
+    const lr = learningRateAt(step, { peak: config.lr, warmupSteps: config.warmup, totalSteps: config.steps, minLr: config.minLr });
+    const global = this.globalBatch();
+    const dpRank = Math.floor(world.rank / config.sp);
+    // [batch * dp, seq] -> [batch, seq] (this DP group's rows)
+    const rows = { tokens: narrow(global.tokens, 0, dpRank * config.batch, config.batch), labels: narrow(global.labels, 0, dpRank * config.batch, config.batch) };
+    const shard = shardBatch(rows, sp.rank, sp.size);
+    const groups = sp === world ? [world] : [world, sp];
+    const before = groups.map((g) => g.stats().total);
+    const started = performance.now();
+    const result = await this.trainer.trainStep(shard, lr);
+    const stepMs = performance.now() - started;
+    const after = groups.map((g) => g.stats().total);
+    const commMs = after.reduce((n, s, i) => n + s.timeMs - before[i]!.timeMs, 0);
+    const commBytes = after.reduce((n, s, i) => n + s.bytesSent - before[i]!.bytesSent, 0);
+    return {
+      step,
+      loss: result.loss,
+      accuracy: result.accuracy,
+      gradNorm: result.gradNorm,
+      lr,
+      stepMs,
+      commMs,
+      commBytes,
+      tokens: config.batch * config.dp * config.seq,
+      peakRssBytes: process.resourceUsage().maxRSS * 1024,
+    };
+  }
+
+  /** Collective; world rank 0 writes `file`. */
+  async save(file: string): Promise<void> {
+    await saveCheckpoint(file, this.trainer, { rng: this.dataRng.getState(), settings: this.config }, this.world.rank === 0);
+  }
+
+  /** The flat parameter vector (tests compare it across runs). */
+  weights(): Float32Array {
+    return this.trainer.model.params.values;
+  }
+
+  async close(): Promise<void> {
+    await this.kernels.release();
+  }
+}
