@@ -1,0 +1,180 @@
+/**
+ * `pnpm bench:block`: one TransformerBlock forward + backward per rank on the
+ * threads backend with ONNX Runtime kernels, Ulysses against the
+ * all-gather-KV baseline, for P ranks and sequence lengths N (strong
+ * scaling), plus weak-scaling rows (N/P fixed, P = 1, 2, 4). Prints two tables
+ * and writes bench-results/block.json. Never part of `test`.
+ *
+ * Flags: --ranks 2,4  --min-seq 2048  --max-seq 8192  --weak-per-rank 2048
+ *        --weak-ranks 1,2,4  --iters 2  --hidden 256  --heads 8  --batch 1  --no-weak
+ * The full sweep of the brief is `--max-seq 32768` (about 10+ minutes on 2 cores).
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus } from "node:os";
+import { fileURLToPath } from "node:url";
+import { launch } from "@ulysses/collectives";
+import type { AttentionKind, BlockConfig } from "@ulysses/block";
+import type { BlockRunArgs, BlockRunResult } from "./block-rank.js";
+
+process.env.ORT_DISABLE_TELEMETRY = "1";
+
+interface Flags {
+  ranks: number[];
+  minSeq: number;
+  maxSeq: number;
+  weakPerRank: number;
+  weakRanks: number[];
+  iters: number;
+  hidden: number;
+  heads: number;
+  batch: number;
+  weak: boolean;
+}
+
+function parseFlags(argv: string[]): Flags {
+  const flags: Flags = { ranks: [2, 4], minSeq: 2048, maxSeq: 8192, weakPerRank: 2048, weakRanks: [1, 2, 4], iters: 2, hidden: 256, heads: 8, batch: 1, weak: true };
+  const list = (v: string) => v.split(",").map(Number);
+  for (let i = 0; i < argv.length; i++) {
+    const [name, value] = [argv[i]!, argv[i + 1] ?? ""];
+    const take = () => (i++, value);
+    switch (name) {
+      case "--ranks": flags.ranks = list(take()); break;
+      case "--min-seq": flags.minSeq = Number(take()); break;
+      case "--max-seq": flags.maxSeq = Number(take()); break;
+      case "--weak-per-rank": flags.weakPerRank = Number(take()); break;
+      case "--weak-ranks": flags.weakRanks = list(take()); break;
+      case "--iters": flags.iters = Number(take()); break;
+      case "--hidden": flags.hidden = Number(take()); break;
+      case "--heads": flags.heads = Number(take()); break;
+      case "--batch": flags.batch = Number(take()); break;
+      case "--no-weak": flags.weak = false; break;
+      case "--": break;
+      default: throw new Error(`bench:block: unknown flag '${name}' (see the comment at the top of block-bench.ts)`);
+    }
+  }
+  return flags;
+}
+
+interface Row {
+  ranks: number;
+  seq: number;
+  kind: AttentionKind;
+  stepMs: number;
+  forwardMs: number;
+  tokensPerSecond: number;
+  attentionBytesPerRank: number;
+  expectedAttentionBytes: number;
+  gradBytesPerRank: number;
+  attentionCommMs: number;
+  gradCommMs: number;
+  computeMs: number;
+  savedBytesPerRank: number;
+}
+
+/** Bytes per rank of one forward + backward, from the README formulas (N divisible by P, MHA). */
+function expectedBytes(kind: AttentionKind, p: number, n: number, f: Flags): number {
+  const headDim = f.hidden / f.heads;
+  if (kind === "ulysses") return (2 * 4 * (p - 1) * (n / p) * f.heads * headDim * 4 * f.batch) / p;
+  return 2 * (p - 1) * (n / p) * 2 * f.batch * f.heads * headDim * 4;
+}
+
+async function measure(p: number, seqs: number[], f: Flags, results: Map<string, Row>): Promise<void> {
+  const todo = seqs.flatMap((seq) => (["ulysses", "allgather"] as const).map((kind) => ({ seq, kind }))).filter((t) => !results.has(`${p}/${t.seq}/${t.kind}`));
+  if (todo.length === 0) return;
+  const world = await launch<{ run(args: BlockRunArgs): Promise<BlockRunResult> }>({
+    worldSize: p,
+    entry: new URL("./block-rank.ts", import.meta.url),
+    ortThreadsPerRank: Math.max(1, Math.floor(availableParallelism() / p)),
+    timeoutMs: 600_000,
+  });
+  try {
+    for (const { seq, kind } of todo) {
+      const config: BlockConfig = { hidden: f.hidden, heads: f.heads, attention: kind, causal: true };
+      const ranks = await world.all("run", { config, batch: f.batch, seq, iters: f.iters, checkpoint: false });
+      const max = (pick: (r: BlockRunResult) => number) => Math.max(...ranks.map(pick));
+      const mean = (pick: (r: BlockRunResult) => number) => ranks.reduce((a, r) => a + pick(r), 0) / ranks.length;
+      const stepMs = max((r) => r.stepMs);
+      const commMs = mean((r) => r.attentionCommMs + r.gradCommMs);
+      const row: Row = {
+        ranks: p,
+        seq,
+        kind,
+        stepMs,
+        forwardMs: max((r) => r.forwardMs),
+        tokensPerSecond: (f.batch * seq) / (stepMs / 1000),
+        attentionBytesPerRank: max((r) => r.attentionBytes),
+        expectedAttentionBytes: expectedBytes(kind, p, seq, f),
+        gradBytesPerRank: max((r) => r.gradBytes),
+        attentionCommMs: mean((r) => r.attentionCommMs),
+        gradCommMs: mean((r) => r.gradCommMs),
+        computeMs: mean((r) => r.stepMs) - commMs,
+        savedBytesPerRank: max((r) => r.savedBytes),
+      };
+      results.set(`${p}/${seq}/${kind}`, row);
+      console.error(`  P=${p} N=${seq} ${kind}: ${stepMs.toFixed(0)} ms`);
+    }
+  } finally {
+    await world.shutdown();
+  }
+}
+
+const mb = (bytes: number) => (bytes / 2 ** 20).toFixed(2);
+const ms = (t: number) => t.toFixed(0);
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padStart(widths[i]!)).join(" | ")} |`;
+  return [line(header), `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`, ...rows.map(line)].join("\n");
+}
+
+async function main(): Promise<void> {
+  const f = parseFlags(process.argv.slice(2));
+  const seqs: number[] = [];
+  for (let n = f.minSeq; n <= f.maxSeq; n *= 2) seqs.push(n);
+  const results = new Map<string, Row>();
+  const started = performance.now();
+  for (const p of f.ranks) await measure(p, seqs, f, results);
+  if (f.weak) for (const p of f.weakRanks) await measure(p, [f.weakPerRank * p], f, results);
+
+  const get = (p: number, n: number, kind: AttentionKind) => results.get(`${p}/${n}/${kind}`)!;
+  const strong = f.ranks.flatMap((p) => seqs.map((n) => ({ p, n, u: get(p, n, "ulysses"), a: get(p, n, "allgather") })));
+  const commSplit = (r: Row) => `${ms(r.attentionCommMs + r.gradCommMs)}/${ms(r.computeMs)}`;
+  console.log(`\nTransformerBlock forward+backward, hidden ${f.hidden}, ${f.heads} heads, batch ${f.batch}, causal, threads backend + ONNX Runtime (${cpus().length} cores)`);
+  console.log("step = slowest rank; comm/compute = mean ms inside collectives (incl. waiting for peers) / the rest; attn MB = attention exchanges per rank (fwd+bwd), grad MB = weight-gradient all-reduce\n");
+  console.log(
+    table(
+      ["P", "N", "Ulysses ms", "AG-KV ms", "AG/U time", "U tok/s", "AG tok/s", "U attn MB", "AG attn MB", "AG/U bytes", "U comm/compute", "AG comm/compute", "grad MB"],
+      strong.map(({ p, n, u, a }) => [
+        String(p), String(n), ms(u.stepMs), ms(a.stepMs), (a.stepMs / u.stepMs).toFixed(2), u.tokensPerSecond.toFixed(0), a.tokensPerSecond.toFixed(0),
+        mb(u.attentionBytesPerRank), mb(a.attentionBytesPerRank), (a.attentionBytesPerRank / u.attentionBytesPerRank).toFixed(2), commSplit(u), commSplit(a), mb(u.gradBytesPerRank),
+      ]),
+    ),
+  );
+  const weak = f.weak ? f.weakRanks.map((p) => ({ p, n: f.weakPerRank * p, u: get(p, f.weakPerRank * p, "ulysses"), a: get(p, f.weakPerRank * p, "allgather") })) : [];
+  if (weak.length > 0) {
+    console.log(`\nWeak scaling: N/P = ${f.weakPerRank} tokens per rank`);
+    console.log(
+      table(
+        ["P", "N", "U attn MB/rank", "AG attn MB/rank", "U ms", "AG ms", "bytes = formula"],
+        weak.map(({ p, n, u, a }) => [
+          String(p), String(n), mb(u.attentionBytesPerRank), mb(a.attentionBytesPerRank), ms(u.stepMs), ms(a.stepMs),
+          String(u.attentionBytesPerRank === u.expectedAttentionBytes && a.attentionBytesPerRank === a.expectedAttentionBytes),
+        ]),
+      ),
+    );
+  }
+  const mismatched = [...results.values()].filter((r) => r.attentionBytesPerRank !== r.expectedAttentionBytes);
+  for (const r of mismatched) console.log(`BYTES DIFFER from the formula: P=${r.ranks} N=${r.seq} ${r.kind}: ${r.attentionBytesPerRank} != ${r.expectedAttentionBytes}`);
+
+  const outDir = fileURLToPath(new URL("../../../bench-results/", import.meta.url));
+  mkdirSync(outDir, { recursive: true });
+  const file = `${outDir}block.json`;
+  writeFileSync(
+    file,
+    `${JSON.stringify({ bench: "block", date: new Date().toISOString(), cores: cpus().length, cpu: cpus()[0]?.model, flags: f, totalSeconds: (performance.now() - started) / 1000, strong, weak, rows: [...results.values()] }, null, 2)}\n`,
+  );
+  console.log(`\nwrote ${file} (${((performance.now() - started) / 1000).toFixed(0)} s)`);
+  if (mismatched.length > 0) process.exitCode = 1;
+}
+
+await main();

@@ -1,0 +1,92 @@
+/**
+ * One rank of `pnpm bench:block` (a threads-backend worker started by
+ * launch): builds a TransformerBlock with ONNX Runtime kernels on its world
+ * group and times forward + backward on its shard of a random sequence.
+ * Timing, bytes and communication time are measured here; the table is made
+ * by block-bench.ts.
+ */
+import type { ProcessGroup } from "@ulysses/collectives";
+import { createOrtOps, OrtAttention, SessionCache } from "@ulysses/kernels";
+import { TransformerBlock, type BlockConfig } from "@ulysses/block";
+import { evenSplitSizes, Rng, Tensor } from "@ulysses/tensors";
+
+export interface BlockRunArgs {
+  config: BlockConfig;
+  batch: number;
+  seq: number;
+  iters: number;
+  checkpoint: boolean;
+}
+
+export interface BlockRunResult {
+  /** Median forward + backward wall time over the timed iterations (ms). */
+  stepMs: number;
+  forwardMs: number;
+  /** Bytes this rank sent in one step, by purpose. */
+  attentionBytes: number;
+  gradBytes: number;
+  /** Time inside collectives in one step (ms; includes waiting for slower peers). */
+  attentionCommMs: number;
+  gradCommMs: number;
+  savedBytes: number;
+}
+
+interface RankContext {
+  rank: number;
+  worldSize: number;
+  group: ProcessGroup;
+  ortThreads: number;
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
+}
+
+export default function setup(ctx: RankContext) {
+  const cache = new SessionCache({ intraOpThreads: ctx.ortThreads });
+  const ops = createOrtOps(cache);
+  const attention = new OrtAttention({ cache });
+  const { group } = ctx;
+  return {
+    async run(args: BlockRunArgs): Promise<BlockRunResult> {
+      const block = new TransformerBlock(args.config, { ops, localAttention: attention, group, seed: 1, checkpoint: args.checkpoint });
+      const local = evenSplitSizes(args.seq, group.size)[group.rank]!;
+      const rng = new Rng(7, group.rank);
+      const x = new Tensor("float32", [args.batch, local, args.config.hidden]);
+      const dy = new Tensor("float32", [args.batch, local, args.config.hidden]);
+      rng.fillNormal(x.data);
+      rng.fillNormal(dy.data, 0, 0.01);
+      const step = async () => {
+        const t0 = performance.now();
+        const { context } = await block.forward(x, { seqLength: args.seq });
+        const t1 = performance.now();
+        const savedBytes = context.savedBytes;
+        await block.backward(context, dy);
+        return { forwardMs: t1 - t0, stepMs: performance.now() - t0, savedBytes };
+      };
+      await step(); // warm-up: sessions are created here
+      const runs: (BlockRunResult & { stepMs: number })[] = [];
+      for (let i = 0; i < args.iters; i++) {
+        await group.barrier();
+        group.resetStats();
+        const timing = await step();
+        const s = group.stats().byOp;
+        const attentionOps = [s.allToAll, s.allGather, s.reduceScatter];
+        runs.push({
+          ...timing,
+          attentionBytes: attentionOps.reduce((n, o) => n + o.bytesSent, 0),
+          gradBytes: s.allReduce.bytesSent,
+          attentionCommMs: attentionOps.reduce((n, o) => n + o.timeMs, 0),
+          gradCommMs: s.allReduce.timeMs,
+        });
+      }
+      const byStep = [...runs].sort((a, b) => a.stepMs - b.stepMs);
+      const mid = byStep[Math.floor(byStep.length / 2)]!;
+      return { ...mid, forwardMs: median(runs.map((r) => r.forwardMs)) };
+    },
+    async dispose() {
+      await cache.release();
+    },
+  };
+}
