@@ -11,7 +11,7 @@ import { TrainerError } from "./errors.js";
 const HELP: Record<keyof TrainConfig, string> = {
   sp: "sequence-parallel degree: ranks sharing one sequence",
   dp: "data-parallel degree: SP groups training on different batches",
-  backend: "collectives backend: threads | mpi | path to a backend module",
+  backend: "collectives backend: threads | local (all ranks in one thread) | mpi (run under mpirun) | path to a backend module",
   task: "recall (built-in synthetic key-value recall) | text (needs --data)",
   data: "text file for byte-level language modelling (implies --task text)",
   seq: "global sequence length in tokens",

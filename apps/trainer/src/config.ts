@@ -88,7 +88,7 @@ export const DEFAULTS: TrainConfig = {
   threads: null,
 };
 
-export const BACKENDS = ["threads", "mpi"] as const;
+export const BACKENDS = ["threads", "local", "mpi"] as const;
 
 /** The vocabulary the task implies. */
 export function vocabOf(config: TrainConfig): number {

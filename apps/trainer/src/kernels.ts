@@ -2,7 +2,7 @@
  * The kernels one rank trains with: BlockOps and a local attention kernel
  * sharing one ONNX Runtime session cache with `threads` intra-op threads.
  */
-import { OrtAttention, ReferenceOps, SessionCache, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+import { OrtAttention, SessionCache, createOrtOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
 
 export interface RankKernels {
   ops: BlockOps;
@@ -15,9 +15,9 @@ export interface RankKernels {
 export function createRankKernels(threads: number): RankKernels {
   const cache = new SessionCache({ intraOpThreads: threads });
   return {
-    ops: new ReferenceOps(),
+    ops: createOrtOps(cache),
     attention: new OrtAttention({ cache }),
-    description: `ReferenceOps + OrtAttention (${threads} ORT thread${threads === 1 ? "" : "s"} per rank)`,
+    description: `OrtOps + OrtAttention (${threads} ORT thread${threads === 1 ? "" : "s"} per rank)`,
     release: () => cache.release(),
   };
 }

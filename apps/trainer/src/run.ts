@@ -56,6 +56,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
   const log = options.log ?? ((line: string) => process.stdout.write(`${line}\n`));
   const signals = options.signals ?? process;
   const startedAt = performance.now();
+  fs.mkdirSync(outDir, { recursive: true });
   const pool = await options.startPool();
   const leader = pool.isLeader;
   const gpt: GptConfig = gptConfigOf(config);
@@ -81,7 +82,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       if (firstStep > 0) log(`resumed from ${options.resumeFile} at step ${firstStep}`);
     }
     const progress = leader ? new Progress(config.steps, firstStep, config.logEvery) : null;
-    const metrics = readMetrics(path.join(outDir, "metrics.jsonl"));
+    const metrics = leader ? readMetrics(path.join(outDir, "metrics.jsonl")) : [];
     let taken = 0;
     for (let step = firstStep; step < config.steps; step++) {
       const r = await pool.runStep();
