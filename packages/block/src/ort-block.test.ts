@@ -1,8 +1,8 @@
 /**
- * The block with ONNX Runtime attention (OrtAttention) on 2 and 4
+ * The block with ONNX Runtime kernels (OrtAttention, createOrtOps) on 2 and 4
  * local ranks against the reference kernels on one rank.
  */
-import { maxRelativeError, OrtAttention, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, SessionCache } from "@ulysses/kernels";
+import { createOrtOps, maxRelativeError, OrtAttention, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, SessionCache } from "@ulysses/kernels";
 import type { BlockOps, LocalAttention } from "@ulysses/kernels";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
@@ -26,20 +26,20 @@ async function run(config: BlockConfig, p: number, x: Tensor<"float32">, dy: Ten
   return { y: joinShards(perRank.map((r) => r.y)), dx: joinShards(perRank.map((r) => r.dx)), grads: perRank[0]!.grads };
 }
 
-describe("TransformerBlock with ONNX Runtime attention", () => {
+describe("TransformerBlock with ONNX Runtime kernels", () => {
   const cases: [string, BlockConfig, number][] = [
     ["ulysses, GQA kv=2, SwiGLU, RMSNorm", { hidden: 64, heads: 8, kvHeads: 2, mlp: "swiglu", norm: "rmsnorm", mlpRatio: 2 }, 4],
     ["ulysses, uneven heads 6 on 4, N=50", { hidden: 48, heads: 6, mlpRatio: 2 }, 4],
     ["allgather, MHA", { hidden: 32, heads: 4, attention: "allgather", mlpRatio: 2 }, 2],
   ];
   for (const [name, config, p] of cases) {
-    it(`${name}: P=${p} with OrtAttention equals P=1 with the reference kernels`, async () => {
+    it(`${name}: P=${p} with ORT kernels equals P=1 with the reference kernels`, async () => {
       const seq = name.includes("N=50") ? 50 : 64;
       const random = seededRandom(seq + p);
       const x = randomTensor([1, seq, config.hidden], random);
       const dy = randomTensor([1, seq, config.hidden], random);
       const expected = await run(config, 1, x, dy, new ReferenceOps(), new ReferenceAttention());
-      const got = await run(config, p, x, dy, new ReferenceOps(), new OrtAttention({ cache, blockRows: 16 }));
+      const got = await run(config, p, x, dy, createOrtOps(cache), new OrtAttention({ cache, blockRows: 16 }));
       expect(maxRelativeError(got.y, expected.y)).toBeLessThanOrEqual(1e-5);
       expect(maxRelativeError(got.dx, expected.dx)).toBeLessThanOrEqual(1e-5);
       for (const spec of blockWeightSpecs(resolveBlockConfig(config))) {
