@@ -1,0 +1,13 @@
+/**
+ * @ulysses/collectives-mpi: the OpenMPI backend of the ProcessGroup. Ranks are
+ * processes started by mpirun; a small N-API addon of our own runs MPI on the
+ * tensors' TypedArray memory off the JS thread. Without MPI installed the
+ * package still imports; asking for the backend then explains how to get it.
+ */
+export { MpiError } from "./errors.js";
+export { mpiBackend, type MpiInitOptions } from "./backend.js";
+export { MpiGroup } from "./mpi-group.js";
+export { REDUCTION_MODES, type ReductionMode } from "./reductions.js";
+export { addonBuilt, mpirunAvailable, loadAddon, ADDON_PATH, INSTALL_HINT, type NativeMpi } from "./addon.js";
+export { finalizeMpi, abortJob } from "./lifecycle.js";
+export { mpirunCommand, type MpirunOptions } from "./launch.js";

@@ -1,0 +1,79 @@
+/**
+ * MPI's lifetime in this process: initialise once (MPI_THREAD_MULTIPLE, which
+ * the lanes need: several native threads call MPI at once), finalize on a
+ * clean exit, abort the whole job on any other exit. A rank that leaves
+ * without MPI_Finalize makes mpirun kill the job anyway; aborting first puts
+ * a line naming the rank on stderr and ends the job at once instead of
+ * leaving peers blocked in a collective. Groups and data live elsewhere.
+ */
+import { hostname } from "node:os";
+import { loadAddon, type NativeMpi } from "./addon.js";
+import { MpiError } from "./errors.js";
+
+export interface MpiProcess {
+  native: NativeMpi;
+  rank: number;
+  size: number;
+  processor: string;
+  library: string;
+}
+
+let current: MpiProcess | null = null;
+let finalized = false;
+
+/** Text of the line a failing rank prints before the job is aborted. */
+export function abortMessage(rank: number, code: number, reason: string): string {
+  return `[ulysses mpi] rank ${rank} (pid ${process.pid} on ${hostname()}) ${reason} (exit code ${code}): aborting the MPI job`;
+}
+
+/**
+ * Node emits 'exit' before it prints an uncaught error, and the abort in
+ * onExit kills the process before that print: print it here first.
+ */
+function onUncaught(error: unknown, origin: string): void {
+  const text = error instanceof Error ? (error.stack ?? error.message) : String(error);
+  process.stderr.write(`[ulysses mpi] rank ${current?.rank ?? "?"} (pid ${process.pid} on ${hostname()}): ${origin}: ${text}\n`);
+}
+
+function onExit(code: number): void {
+  if (!current || finalized) return;
+  const { native, rank } = current;
+  const pending = native.state().pendingJobs;
+  if (code === 0 && pending === 0) {
+    finalized = true;
+    native.finalize();
+    return;
+  }
+  const reason = code !== 0 ? "is exiting with an error" : `is exiting with ${pending} MPI operations still running`;
+  native.abort(code === 0 ? 1 : code, abortMessage(rank, code, reason));
+}
+
+/** Initialises MPI once per process and installs the exit hook. */
+export function startMpi(): MpiProcess {
+  if (current) return current;
+  if (finalized) throw new MpiError("MPI was finalized in this process; it cannot be initialised again (start a new process with mpirun)");
+  const native = loadAddon();
+  const info = native.init();
+  if (!info.threadMultiple) {
+    native.abort(1, `[ulysses mpi] rank ${info.rank}: the MPI library provides ${info.threadLevel}, but the mpi backend needs MPI_THREAD_MULTIPLE (${info.library})`);
+  }
+  current = { native, rank: info.rank, size: info.size, processor: info.processor, library: info.library };
+  process.on("exit", onExit);
+  process.on("uncaughtExceptionMonitor", onUncaught);
+  return current;
+}
+
+/** Finalizes MPI now (collective: every rank must call it); later exits do nothing. */
+export function finalizeMpi(): void {
+  if (!current || finalized) return;
+  finalized = true;
+  process.off("exit", onExit);
+  process.off("uncaughtExceptionMonitor", onUncaught);
+  current.native.finalize();
+}
+
+/** Aborts the whole job with a message naming this rank (never returns normally). */
+export function abortJob(code: number, reason: string): void {
+  if (!current || finalized) return;
+  current.native.abort(code, abortMessage(current.rank, code, reason));
+}
