@@ -4,7 +4,7 @@
  * results; `*Into` variants write into a caller-provided tensor so hot paths
  * allocate nothing. Round trips are exact (pure data movement).
  */
-import { storageOverlaps, type DType, type StorageByDType } from "./dtype.js";
+import { storageOverlaps, type DType, type Storage, type StorageByDType } from "./dtype.js";
 import { TensorError } from "./errors.js";
 import { formatShape, normalizeAxis, numel, stridesOf } from "./shape.js";
 import { Tensor } from "./tensor.js";
@@ -34,48 +34,79 @@ export function permuteInto<D extends DType>(src: Tensor<D>, axes: readonly numb
     throw new TensorError(`permuteInto: output ${out} does not match ${src.dtype} ${formatShape(outShape)}`);
   }
   if (storageOverlaps(out.data, src.data)) throw new TensorError(`permuteInto: output ${out} shares memory with input ${src}`);
-  const rank = src.rank;
-  const srcStrides = stridesOf(src.shape);
-  // Stride in the source of each output axis.
-  const stepOf = perm.map((a) => srcStrides[a]!);
-  const size = src.size;
-  if (size === 0) return out;
-  // Merge the innermost run: when the last output axis is the last source axis,
-  // whole rows move with one subarray copy.
-  const innerContiguous = rank > 0 && perm[rank - 1] === rank - 1;
-  const inner = rank === 0 ? 1 : outShape[rank - 1]!;
-  const outerDims = innerContiguous ? outShape.slice(0, rank - 1) : outShape;
-  const outerSteps = innerContiguous ? stepOf.slice(0, rank - 1) : stepOf;
-  const outerRank = outerDims.length;
+  if (src.size === 0) return out;
+  const merged = coalesceAxes(src.shape, perm);
+  copyPermuted(src.data, out.data, merged.shape, merged.axes);
+  return out;
+}
+
+/**
+ * The same data movement on fewer axes: drops size-1 axes and merges runs of
+ * source axes that stay adjacent and in order in the output. For example
+ * [b=1, N, H, D] permuted [2, 0, 1, 3] becomes [N, H, D] permuted [1, 0, 2],
+ * and [P, n, h, D] permuted [1, 0, 2, 3] becomes [P, n, h*D] permuted [1, 0, 2].
+ */
+export function coalesceAxes(shape: readonly number[], axes: readonly number[]): { shape: number[]; axes: number[] } {
+  const compact = new Map<number, number>();
+  shape.forEach((d, a) => {
+    if (d !== 1) compact.set(a, compact.size);
+  });
+  const dims = shape.filter((d) => d !== 1);
+  const order = axes.filter((a) => shape[a] !== 1).map((a) => compact.get(a)!);
+  const groups: { first: number; size: number }[] = [];
+  order.forEach((a, i) => {
+    if (i > 0 && a === order[i - 1]! + 1) groups[groups.length - 1]!.size *= dims[a]!;
+    else groups.push({ first: a, size: dims[a]! });
+  });
+  const firsts = groups.map((g) => g.first).sort((x, y) => x - y);
+  return {
+    shape: firsts.map((f) => groups.find((g) => g.first === f)!.size),
+    axes: groups.map((g) => firsts.indexOf(g.first)),
+  };
+}
+
+/** Rows shorter than this are copied element by element: a subarray per row costs more. */
+const MIN_SET_ROW = 16;
+
+type Indexable = { [i: number]: number | bigint; length: number };
+
+/** Copies `src` (contiguous, of `shape`) permuted by `axes` into `out`; axes are already coalesced. */
+function copyPermuted(src: Storage, out: Storage, shape: readonly number[], axes: readonly number[]): void {
+  const rank = shape.length;
+  if (rank <= 1) {
+    (out as unknown as Writable).set(src as ArrayLike<number>);
+    return;
+  }
+  const srcStrides = stridesOf(shape);
+  const outShape = axes.map((a) => shape[a]!);
+  const steps = axes.map((a) => srcStrides[a]!); // source stride of each output axis
+  // Each output row (last output axis) reads `rowLength` elements `rowStep` apart.
+  const rowLength = outShape[rank - 1]!;
+  const rowStep = steps[rank - 1]!;
+  const outerDims = outShape.slice(0, rank - 1);
+  const outerSteps = steps.slice(0, rank - 1);
+  const outerRank = rank - 1;
   const index = new Array<number>(outerRank).fill(0);
-  const s = src.data as unknown as Sliceable & ArrayLike<number>;
-  const o = out.data as unknown as Writable & { [i: number]: number | bigint };
-  const sv = src.data as unknown as { [i: number]: number | bigint };
+  const size = out.length;
+  const s = src as unknown as Indexable & Sliceable;
+  const o = out as unknown as Indexable & Writable;
+  const useSet = rowStep === 1 && rowLength >= MIN_SET_ROW;
   let srcOffset = 0;
-  if (innerContiguous) {
-    for (let dst = 0; dst < size; dst += inner) {
-      o.set(s.subarray(srcOffset, srcOffset + inner), dst);
-      for (let d = outerRank - 1; d >= 0; d--) {
-        index[d]!++;
-        srcOffset += outerSteps[d]!;
-        if (index[d]! < outerDims[d]!) break;
-        srcOffset -= outerSteps[d]! * outerDims[d]!;
-        index[d] = 0;
-      }
+  for (let dst = 0; dst < size; dst += rowLength) {
+    if (useSet) {
+      o.set(s.subarray(srcOffset, srcOffset + rowLength), dst);
+    } else {
+      for (let k = 0, from = srcOffset; k < rowLength; k++, from += rowStep) o[dst + k] = s[from]!;
     }
-  } else {
-    for (let dst = 0; dst < size; dst++) {
-      o[dst] = sv[srcOffset]!;
-      for (let d = outerRank - 1; d >= 0; d--) {
-        index[d]!++;
-        srcOffset += outerSteps[d]!;
-        if (index[d]! < outerDims[d]!) break;
-        srcOffset -= outerSteps[d]! * outerDims[d]!;
-        index[d] = 0;
-      }
+    // Odometer over the outer output axes.
+    for (let d = outerRank - 1; d >= 0; d--) {
+      index[d]!++;
+      srcOffset += outerSteps[d]!;
+      if (index[d]! < outerDims[d]!) break;
+      srcOffset -= outerSteps[d]! * outerDims[d]!;
+      index[d] = 0;
     }
   }
-  return out;
 }
 
 /** A new contiguous tensor: `src` with its axes reordered (out.shape[i] = src.shape[axes[i]]). */
