@@ -1,0 +1,31 @@
+/** Test fixture: a rank that runs collectives on request and can fail on request. */
+import { Tensor } from "@ulysses/tensors";
+import type { RankContext } from "../threads/protocol.js";
+
+export default function setup({ rank, worldSize, group, ortThreads }: RankContext) {
+  return {
+    info: () => ({ rank, worldSize, size: group.size, backend: group.backend, ortThreads }),
+    async allToAll(rows: number, cols: number) {
+      const input = Tensor.from("float32", [rows, cols], Array.from({ length: rows * cols }, (_, i) => rank * 1000 + i));
+      const out = await group.allToAll(input);
+      return Array.from(out.data as Float32Array);
+    },
+    async allReduce(values: number[]) {
+      const t = Float64Array.from(values);
+      await group.allReduce(t);
+      return Array.from(t);
+    },
+    async fail(message: string) {
+      throw new Error(message);
+    },
+    async exit(code: number) {
+      process.exit(code);
+    },
+    async barrier() {
+      await group.barrier();
+    },
+    print(text: string) {
+      console.log(text);
+    },
+  };
+}

@@ -1,0 +1,191 @@
+/**
+ * `launch`: starts a world of `worldSize` ranks as worker threads of this
+ * process, each running `entry`'s setup with its world group, and drives them
+ * from the main thread (comlink control plane; data moves through shared
+ * memory). It also watches the ranks: a worker that errors or exits marks the
+ * world failed in shared memory, so every peer's collectives reject at once
+ * naming it, and calls from here reject instead of hanging. Shutdown asks the
+ * ranks to stop and waits for them to exit by themselves; `terminate` is the
+ * last resort after `shutdownTimeoutMs` (terminating a worker inside an ONNX
+ * Runtime run aborts the whole process).
+ */
+import { availableParallelism } from "node:os";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { MessageChannel, Worker, type MessagePort } from "node:worker_threads";
+import { CollectiveError } from "../errors.js";
+import type { CommStats } from "../types.js";
+import { Comlink, nodeEndpoint, type Remote } from "./comlink.js";
+import { DEFAULT_TIMEOUT_MS } from "./context.js";
+import type { Coordinator, WorkerControl, WorkerStartData } from "./protocol.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, WorldControl, createGroupResources, type GroupResources } from "./shared-layout.js";
+
+export interface LaunchOptions<Args = unknown> {
+  worldSize: number;
+  /** Backend each rank initialises (a registered name or module path; default "threads"). */
+  backend?: string;
+  /** Module path or URL whose default export is `setup(ctx) => Api`. */
+  entry: string | URL;
+  args?: Args;
+  /** Collective timeout in each rank (default 10 000 ms). */
+  timeoutMs?: number;
+  /** ONNX Runtime threads per rank (default max(1, floor(cores / worldSize))). */
+  ortThreadsPerRank?: number;
+  /** How long shutdown waits for ranks to exit by themselves before terminating them (default 30 000 ms). */
+  shutdownTimeoutMs?: number;
+  /** Largest message one rank may stage (default 1 GiB). */
+  maxMessageBytes?: number;
+  /** Extra options for the backend factory. */
+  backendOptions?: Record<string, unknown>;
+}
+
+type Method<Api, K extends keyof Api> = Api[K] extends (...args: infer A) => infer R ? { args: A; result: Awaited<R> } : never;
+
+export interface LaunchedWorld<Api extends object> {
+  readonly worldSize: number;
+  /** Calls `method` on every rank; results in rank order. Rejects naming the failed rank when any rank fails. */
+  all<K extends keyof Api>(method: K, ...args: Method<Api, K>["args"]): Promise<Method<Api, K>["result"][]>;
+  /** Rank r's Api (calls reject if the rank's worker dies). */
+  rank(r: number): Remote<Api>;
+  /** Each rank's world-group stats, in rank order. */
+  stats(): Promise<CommStats[]>;
+  /** The first failure recorded in shared memory, if any. */
+  failure(): { rank: number; reason: string } | null;
+  /** Workers not yet exited. */
+  liveWorkers(): number;
+  /** Stops every rank (see module comment); resolves with the exit codes. */
+  shutdown(): Promise<number[]>;
+}
+
+const workerFile = new URL(import.meta.url.endsWith(".ts") ? "./worker-main.ts" : "./worker-main.js", import.meta.url);
+// Node 20 applies no `--import tsx` hooks inside a worker: the bootstrap
+// registers tsx's loader itself, then imports the (TypeScript) worker main.
+const workerBootstrap = `import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(workerFile.href)}); });`;
+
+function workerExecArgv(): string[] {
+  const wanted = ["--conditions=@ulysses/source", "--import", "tsx"];
+  return [...wanted, ...process.execArgv.filter((a) => !wanted.includes(a))];
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | "timeout"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<"timeout">((done) => (timer = setTimeout(() => done("timeout"), ms)));
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+const describe = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+
+/** Starts the ranks and runs every rank's setup; see LaunchedWorld. */
+export async function launch<Api extends object, Args = unknown>(options: LaunchOptions<Args>): Promise<LaunchedWorld<Api>> {
+  const { worldSize, backend = "threads", timeoutMs = DEFAULT_TIMEOUT_MS, shutdownTimeoutMs = 30_000 } = options;
+  if (!Number.isInteger(worldSize) || worldSize < 1) throw new CollectiveError(`launch: worldSize ${worldSize} must be a positive integer`);
+  const ortThreads = options.ortThreadsPerRank ?? Math.max(1, Math.floor(availableParallelism() / worldSize));
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const entry = options.entry instanceof URL ? options.entry.href : options.entry.startsWith("file:") ? options.entry : pathToFileURL(resolve(options.entry)).href;
+  const world = WorldControl.create(worldSize);
+  const ranks = Array.from({ length: worldSize }, (_, r) => r);
+  const worldResources = { worldSize, control: world.sab, group: createGroupResources("world", ranks, maxMessageBytes), maxMessageBytes };
+
+  const groups = new Map<string, GroupResources>();
+  const coordinator: Coordinator = {
+    joinGroup(key, worldRanks) {
+      if (!groups.has(key)) groups.set(key, createGroupResources(key, worldRanks, maxMessageBytes));
+      return groups.get(key)!;
+    },
+  };
+
+  let stopping = false;
+  const exitCodes: (number | null)[] = ranks.map(() => null);
+  const ports: MessagePort[] = [];
+  const exited: Promise<number>[] = [];
+  const gone: Promise<never>[] = [];
+  const workers = ranks.map((rank) => {
+    const channel = new MessageChannel();
+    ports.push(channel.port1);
+    Comlink.expose(coordinator, nodeEndpoint(channel.port1));
+    const data: WorkerStartData & { coordinator: MessagePort } = {
+      rank, worldSize, entry, args: options.args, backend, timeoutMs, ortThreads, world: worldResources, backendOptions: options.backendOptions ?? {}, coordinator: channel.port2,
+    };
+    const worker = new Worker(workerBootstrap, {
+      eval: true,
+      workerData: data,
+      transferList: [channel.port2],
+      execArgv: workerExecArgv(),
+      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
+    });
+    let markGone: (e: Error) => void = () => undefined;
+    gone.push(new Promise<never>((_, reject) => (markGone = reject)));
+    gone[rank]!.catch(() => undefined);
+    exited.push(
+      new Promise<number>((done) => {
+        worker.on("error", (e) => {
+          const reason = `rank ${rank} failed: ${describe(e)}`;
+          world.abort(rank, reason);
+          markGone(new CollectiveError(reason, { cause: e }));
+        });
+        worker.on("exit", (code) => {
+          exitCodes[rank] = code;
+          if (!stopping) world.abort(rank, `rank ${rank} exited with code ${code}`);
+          markGone(new CollectiveError(`rank ${rank} exited with code ${code}`));
+          done(code);
+        });
+      }),
+    );
+    return worker;
+  });
+  const controls = workers.map((w) => Comlink.wrap<WorkerControl>(nodeEndpoint(w)));
+  const race = <T>(r: number, p: Promise<T>) => Promise.race([p, gone[r]!]);
+
+  const shutdown = async (): Promise<number[]> => {
+    stopping = true;
+    await Promise.all(
+      ranks.map(async (r) => {
+        if (exitCodes[r] === null) {
+          await withTimeout(race(r, controls[r]!.stop()).catch(() => undefined), shutdownTimeoutMs);
+          if ((await withTimeout(exited[r]!, shutdownTimeoutMs)) === "timeout") await workers[r]!.terminate();
+        }
+      }),
+    );
+    await Promise.all(exited);
+    for (const port of ports) port.close();
+    return exitCodes.map((c) => c ?? 0);
+  };
+
+  let apis: Remote<Api>[];
+  try {
+    const apiPorts = await Promise.all(ranks.map((r) => race(r, controls[r]!.start() as Promise<MessagePort>)));
+    apis = apiPorts.map((port, r) => {
+      const remote = Comlink.wrap<Api>(nodeEndpoint(port)) as unknown as Record<string | symbol, (...a: unknown[]) => Promise<unknown>>;
+      ports.push(port);
+      return new Proxy({} as Remote<Api>, {
+        get: (_, name) => (name === "then" ? undefined : (...args: unknown[]) => race(r, remote[name]!(...args))),
+      });
+    });
+  } catch (e) {
+    const failure = world.failure();
+    await shutdown();
+    throw new CollectiveError(`launch of ${entry} with ${worldSize} ranks failed: ${failure?.reason ?? describe(e)}`, { cause: e });
+  }
+
+  return {
+    worldSize,
+    async all(method, ...args) {
+      const settled = await Promise.allSettled(ranks.map((r) => (apis[r] as unknown as Record<PropertyKey, (...a: unknown[]) => Promise<unknown>>)[method as PropertyKey]!(...args)));
+      const rejected = settled.flatMap((s, r) => (s.status === "rejected" ? [{ r, reason: s.reason as unknown }] : []));
+      if (rejected.length === 0) return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as never;
+      const failure = world.failure();
+      const root = rejected.find((x) => x.r === failure?.rank) ?? rejected[0]!;
+      throw new CollectiveError(`${String(method)} failed: ${failure?.reason ?? `rank ${root.r}: ${describe(root.reason)}`}`, { cause: root.reason });
+    },
+    rank(r) {
+      if (!Number.isInteger(r) || r < 0 || r >= worldSize) throw new CollectiveError(`rank ${r} is not in [0, ${worldSize})`);
+      return apis[r]!;
+    },
+    async stats() {
+      return (await Promise.all(ranks.map((r) => race(r, controls[r]!.statsOf() as Promise<CommStats>)))) as CommStats[];
+    },
+    failure: () => world.failure(),
+    liveWorkers: () => exitCodes.filter((c) => c === null).length,
+    shutdown,
+  };
+}

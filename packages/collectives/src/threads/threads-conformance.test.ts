@@ -1,0 +1,14 @@
+import { fileURLToPath } from "node:url";
+import { describeConformance } from "../testing/index.js";
+import { launch } from "./launch.js";
+
+const entry = fileURLToPath(new URL("../testing-fixtures/conformance-entry.ts", import.meta.url));
+
+describeConformance(
+  "threads backend conformance",
+  async (worldSize) => {
+    const world = await launch<{ run(names: string[]): Promise<never> }>({ worldSize, entry, timeoutMs: 20_000 });
+    return { run: (names) => world.all("run", [...names]), close: () => world.shutdown() };
+  },
+  { sizes: [1, 2, 4] },
+);
