@@ -184,19 +184,16 @@ registerGradient("Gelu", (t, node, [dy]) => {
   const x = node.inputs[0]!;
   const a = node.attributes.approximate;
   const approximate = a?.kind === "string" ? a.value : "none";
-  const x2 = mul(t, x, x);
   if (approximate === "tanh") {
-    // u = c (x + k x^3), t = tanh(u): d gelu = 0.5 (1 + t) (1 + x (1 - t) u'), u' = c (1 + 3 k x^2)
-    const th = t.op("Tanh", [mul(t, x, add(t, scaled(t, x2, GELU_C * GELU_K), t.scalar(GELU_C, x)))]);
-    const du = add(t, scaled(t, x2, 3 * GELU_C * GELU_K), t.scalar(GELU_C, x));
-    const inner = add(t, t.scalar(1, x), mul(t, mul(t, x, sub(t, t.scalar(1, x), th)), du));
-    return [mul(t, mul(t, dy!, add(t, scaled(t, th, 0.5), t.scalar(0.5, x))), inner)];
+    const x2 = mul(t, x, x);
+    // 0.5 (1 + tanh(u)) = sigmoid(2u), u = c (x + k x^3): gelu = x s with s = sigmoid(v), v = 2u,
+    // d gelu = s (1 + x (1 - s) v'), v' = 2c (1 + 3 k x^2)
+    const s = t.op("Sigmoid", [mul(t, x, add(t, scaled(t, x2, 2 * GELU_C * GELU_K), t.scalar(2 * GELU_C, x)))]);
+    const dv = add(t, scaled(t, x2, 6 * GELU_C * GELU_K), t.scalar(2 * GELU_C, x));
+    const inner = add(t, t.scalar(1, x), mul(t, mul(t, x, sub(t, t.scalar(1, x), s)), dv));
+    return [mul(t, dy!, mul(t, s, inner))];
   }
-  if (approximate !== "none") throw new KernelError(`gradient of Gelu: unknown approximate '${approximate}'`);
-  // d gelu = Phi(x) + x phi(x)
-  const phi = scaled(t, t.op("Exp", [scaled(t, x2, -0.5)]), 1 / Math.sqrt(2 * Math.PI));
-  const cdf = add(t, scaled(t, t.op("Erf", [scaled(t, x, Math.SQRT1_2)]), 0.5), t.scalar(0.5, x));
-  return [mul(t, dy!, add(t, cdf, mul(t, x, phi)))];
+  throw new KernelError(`gradient of Gelu: only approximate = 'tanh' has a rule, got '${approximate}'`);
 });
 
 // Split's gradient concatenates the parts' gradients (zeros where none flows).
