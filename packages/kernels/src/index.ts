@@ -18,3 +18,4 @@ export { OrtAttention, type OrtAttentionOptions } from "./attention/ort-attentio
 export { OrtOps, createOrtOps } from "./ops/ort-ops.js";
 export { Tape, type TapeValue, type TapeNode } from "./graph/gradients-tape.js";
 export { gradients, registerGradient, getGradient, registeredGradients, unbroadcast, type GradientRule } from "./graph/gradients.js";
+export { createAttention, ATTENTION_IMPLEMENTATIONS, type AttentionImplementation, type CreateAttentionOptions } from "./attention/select.js";

@@ -49,16 +49,23 @@ function triangle(g: GraphBuilder, shape: BlockShape): Value {
   return g.constant(values, [group * bq, bq], "float32", "causal_triangle");
 }
 
-/** Scores S [rows, keys] for the variant; declares the key inputs it needs. */
-function scores(g: GraphBuilder, q: Value, shape: BlockShape, full?: Value): Value {
+/**
+ * Scores S [rows, keys] for the variant, plus `shift` [rows, 1] when given
+ * (added through Gemm's C input, which saves a pass over S); declares the key
+ * inputs it needs.
+ */
+function scores(g: GraphBuilder, q: Value, shape: BlockShape, options: { whole?: Value; shift?: Value } = {}): Value {
   const d = shape.headDim;
   const transB = { transB: attr.int(1) };
-  if (shape.variant === "full") return g.op("Gemm", [q, full ?? g.input("k", "float32", ["keys", d])], transB, { name: "s" });
+  const { whole, shift } = options;
+  const withShift = (c: Value | null): (Value | null)[] => (c === null ? (shift ? [shift] : []) : [shift ? g.op("Add", [c, shift]) : c]);
+  if (shape.variant === "full") return g.op("Gemm", [q, whole ?? g.input("k", "float32", ["keys", d]), ...withShift(null)], transB, { name: "s" });
   const kd = g.input("kd", "float32", [shape.blockQueries, d]);
-  const diagonal = g.op("Gemm", [q, kd, triangle(g, shape)], transB, { name: "s_diagonal" });
+  // tri (+ shift) [rows, blockQueries]: small, so the Add costs nothing.
+  const diagonal = g.op("Gemm", [q, kd, ...withShift(triangle(g, shape))], transB, { name: "s_diagonal" });
   if (shape.variant === "diagonalOnly") return diagonal;
   const kp = g.input("kp", "float32", ["prefix", d]);
-  const prefix = g.op("Gemm", [q, kp], transB, { name: "s_prefix" });
+  const prefix = g.op("Gemm", [q, kp, ...withShift(null)], transB, { name: "s_prefix" });
   // [rows, prefix] ++ [rows, blockQueries] -> [rows, keys]
   return g.op("Concat", [prefix, diagonal], { axis: attr.int(1) }, { name: "s" });
 }
@@ -91,18 +98,20 @@ export function buildBackwardGraph(shape: BlockShape): Uint8Array {
   const g = new GraphBuilder(blockGraphKey("backward", shape));
   const q = g.input("q", "float32", ["rows", d]);
   const k = g.input("k", "float32", ["keys", d]);
-  const s = scores(g, q, shape, k);
+  const lse = g.input("lse", "float32", ["rows", 1]);
+  // S - lse [rows, keys]: the shift rides on Gemm's C input.
+  const shifted = scores(g, q, shape, { whole: k, shift: g.op("Neg", [lse]) });
   const v = g.input("v", "float32", ["keys", d]);
   const dOut = g.input("dout", "float32", ["rows", d]);
-  const lse = g.input("lse", "float32", ["rows", 1]);
   const rowDot = g.input("rowdot", "float32", ["rows", 1]);
   const dkIn = g.input("dk_in", "float32", ["keys", d]);
   const dvIn = g.input("dv_in", "float32", ["keys", d]);
   // P [rows, keys], recomputed from the forward's logSumExp.
-  const p = g.op("Exp", [g.op("Sub", [s, lse])], {}, { name: "p" });
+  const p = g.op("Exp", [shifted], {}, { name: "p" });
   g.output(g.op("Gemm", [p, dOut, dvIn], { transA: attr.int(1) }), "dv", "float32", ["keys", d]);
-  const dp = g.op("Gemm", [dOut, v], { transB: attr.int(1) }, { name: "dp" });
-  const ds = g.op("Mul", [p, g.op("Sub", [dp, rowDot])], {}, { name: "ds" });
+  // dP - rowDot = dout v^T - rowDot [rows, keys], again through C.
+  const dpCentered = g.op("Gemm", [dOut, v, g.op("Neg", [rowDot])], { transB: attr.int(1) }, { name: "dp_centered" });
+  const ds = g.op("Mul", [p, dpCentered], {}, { name: "ds" });
   g.output(g.op("Gemm", [ds, q, dkIn], { transA: attr.int(1) }), "dk", "float32", ["keys", d]);
   g.output(g.op("MatMul", [ds, k]), "dq_scaled", "float32", ["rows", d]);
   return g.encode();

@@ -74,8 +74,7 @@ export function gatherQueries(
           // [b, q, h, :] -> [block][b][h][i][:]
           const row = block.rowOffset + (b * heads + h) * block.rows + i;
           const to = row * d;
-          if (factor === 1) dst.set(src.subarray(from, from + d), to);
-          else for (let e = 0; e < d; e++) dst[to + e] = src[from + e]! * factor;
+          for (let e = 0; e < d; e++) dst[to + e] = src[from + e]! * factor;
           if (dot) {
             let s = 0;
             for (let e = 0; e < d; e++) s += src[from + e]! * dot.other[from + e]!;
@@ -98,8 +97,7 @@ export function scatterQueries(src: Float32Array, dims: AttentionDims, plan: Blo
           const to = ((b * seqQ + q) * heads + h) * d;
           // [block][b][h][i][:] -> [b, q, h, :]
           const from = (block.rowOffset + (b * heads + h) * block.rows + i) * d;
-          if (factor === 1) dst.set(src.subarray(from, from + d), to);
-          else for (let e = 0; e < d; e++) dst[to + e] = src[from + e]! * factor;
+          for (let e = 0; e < d; e++) dst[to + e] = src[from + e]! * factor;
         }
       }
     }
@@ -128,4 +126,23 @@ export function gatherRowValues(src: Float32Array, dims: AttentionDims, plan: Bl
       dst.set(src.subarray(from, from + block.rows), block.rowOffset + bh * block.rows);
     }
   }
+}
+
+/**
+ * Swaps the middle axes: src [outer, a, b, inner] -> dst [outer, b, a, inner]
+ * (k/v [batch, seqK, kvHeads, d] <-> [batch, kvHeads, seqK, d]). Plain loops:
+ * rows are short (headDim), where per-row subarray copies cost more than they move.
+ */
+export function swapMiddleAxes(src: Float32Array, outer: number, a: number, b: number, inner: number, dst: Float32Array): Float32Array {
+  for (let o = 0; o < outer; o++) {
+    const base = o * a * b * inner;
+    for (let i = 0; i < a; i++) {
+      for (let j = 0; j < b; j++) {
+        const from = base + (i * b + j) * inner;
+        const to = base + (j * a + i) * inner;
+        for (let e = 0; e < inner; e++) dst[to + e] = src[from + e]!;
+      }
+    }
+  }
+  return dst;
 }

@@ -5,21 +5,21 @@
  * the block's scores against the keys it attends ([group * rows, keys], never
  * seq x seq), the softmax, and the outputs; causal blocks stop at their
  * diagonal, so fully masked keys are skipped rather than masked. Backward
- * recomputes P from logSumExp block by block and accumulates dk/dv in two
- * ping-pong buffers through Gemm's C input (outputs are written into
- * pre-allocated memory, nothing is allocated per run).
+ * recomputes P from logSumExp block by block and accumulates dk/dv through
+ * Gemm's C input. (Outputs are fetched, not pre-allocated: onnxruntime-node
+ * 1.30 copies pre-allocated outputs again after the run, which measured
+ * slower than letting it allocate.)
  *
  * Peak extra memory: a few copies of q/k/v-sized tensors plus ONNX Runtime's
  * per-run intermediates, O(rows · seqK) floats. Which graphs run is decided
  * in `block-graphs.ts`, which queries and keys in `block-plan.ts`; threads
  * come from the SessionCache.
  */
-import { Tensor, permuteInto } from "@ulysses/tensors";
+import { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
 import { SessionCache } from "../runtime/session-cache.js";
 import { buildBackwardGraph, buildForwardGraph, blockGraphKey, type BlockShape, type BlockVariant } from "./block-graphs.js";
-import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, type BlockPlan, type QueryBlock } from "./block-plan.js";
-import { runInto } from "./run-into.js";
+import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, swapMiddleAxes, type BlockPlan, type QueryBlock } from "./block-plan.js";
 import { attentionDims, checkBackwardShapes, type AttentionDims } from "./shapes.js";
 import type { AttentionForwardResult, AttentionGradients, AttentionOptions, LocalAttention } from "./types.js";
 
@@ -48,9 +48,9 @@ function view(data: Float32Array, start: number, shape: number[]): Tensor<"float
 }
 
 /** [batch, seq, kvHeads, headDim] -> [batch, kvHeads, seq, headDim] */
-function headsFirst(t: Tensor<"float32">): Tensor<"float32"> {
+function headsFirst(t: Tensor<"float32">): Float32Array {
   const [b, s, h, d] = t.shape as [number, number, number, number];
-  return permuteInto(t, [0, 2, 1, 3], new Tensor("float32", [b, h, s, d]));
+  return swapMiddleAxes(t.data, b, s, h, d, new Float32Array(t.size));
 }
 
 export class OrtAttention implements LocalAttention {
@@ -108,8 +108,8 @@ export class OrtAttention implements LocalAttention {
     // q [b, seqQ, h, d] -> blocked [block][b][h][rows][d], times scale.
     const qBlocked = new Float32Array(plan.totalRows * d);
     gatherQueries(q.data, dims, plan, qBlocked, dims.scale);
-    const keys = headsFirst(k).data;
-    const values = headsFirst(v).data;
+    const keys = headsFirst(k);
+    const values = headsFirst(v);
     const oBlocked = new Float32Array(plan.totalRows * d);
     const lseBlocked = new Float32Array(plan.totalRows);
     for (const site of this.sites(dims, plan)) {
@@ -119,8 +119,9 @@ export class OrtAttention implements LocalAttention {
         v: view(values, site.kvBase, [site.block.keyEnd, d]),
         ...this.keyFeeds(keys, site, d, false),
       };
-      const outputs = { o: view(oBlocked, site.row * d, [site.rows, d]), lse: view(lseBlocked, site.row, [site.rows]) };
-      await runInto(this.cache, blockGraphKey("forward", shape), () => buildForwardGraph(shape), feeds, outputs);
+      const result = await this.cache.run(blockGraphKey("forward", shape), () => buildForwardGraph(shape), feeds);
+      oBlocked.set(result.o!.data as Float32Array, site.row * d);
+      lseBlocked.set(result.lse!.data as Float32Array, site.row);
     }
     const out = new Tensor("float32", q.shape);
     scatterQueries(oBlocked, dims, plan, out.data);
@@ -150,22 +151,14 @@ export class OrtAttention implements LocalAttention {
     gatherQueries(dOut.data, dims, plan, dOutBlocked, 1, { other: out.data, rowDots });
     const lseBlocked = new Float32Array(plan.totalRows);
     gatherRowValues(logSumExp.data, dims, plan, lseBlocked);
-    const keys = headsFirst(k).data;
-    const values = headsFirst(v).data;
+    const keys = headsFirst(k);
+    const values = headsFirst(v);
     const dqBlocked = new Float32Array(plan.totalRows * d);
-    // dk/dv accumulators [b, kvHeads, seqK, d], two each: run i reads buffer i%2 and writes the other.
-    // Blocks run in ascending order, so keys first reached by block i are still zero in both buffers.
-    const dkBuffers = [new Float32Array(k.size), new Float32Array(k.size)] as const;
-    const dvBuffers = [new Float32Array(k.size), new Float32Array(k.size)] as const;
-    let blockIndex = -1;
-    let current: QueryBlock | undefined;
+    // dk/dv accumulators [b, kvHeads, seqK, d]: each run adds its block's share to the
+    // prefix [0, keyEnd) of its kv head (Gemm's C input) and the sum is copied back.
+    const dkSum = new Float32Array(k.size);
+    const dvSum = new Float32Array(k.size);
     for (const site of this.sites(dims, plan)) {
-      if (site.block !== current) {
-        current = site.block;
-        blockIndex++;
-      }
-      const from = blockIndex % 2;
-      const to = 1 - from;
       const shape = this.shapeOf(dims, site);
       const keyEnd = site.block.keyEnd;
       const feeds = {
@@ -174,24 +167,21 @@ export class OrtAttention implements LocalAttention {
         dout: view(dOutBlocked, site.row * d, [site.rows, d]),
         lse: view(lseBlocked, site.row, [site.rows, 1]),
         rowdot: view(rowDots, site.row, [site.rows, 1]),
-        dk_in: view(dkBuffers[from], site.kvBase, [keyEnd, d]),
-        dv_in: view(dvBuffers[from], site.kvBase, [keyEnd, d]),
+        dk_in: view(dkSum, site.kvBase, [keyEnd, d]),
+        dv_in: view(dvSum, site.kvBase, [keyEnd, d]),
         ...this.keyFeeds(keys, site, d, true),
       };
-      const outputs = {
-        dq_scaled: view(dqBlocked, site.row * d, [site.rows, d]),
-        dk: view(dkBuffers[to], site.kvBase, [keyEnd, d]),
-        dv: view(dvBuffers[to], site.kvBase, [keyEnd, d]),
-      };
-      await runInto(this.cache, blockGraphKey("backward", shape), () => buildBackwardGraph(shape), feeds, outputs);
+      const result = await this.cache.run(blockGraphKey("backward", shape), () => buildBackwardGraph(shape), feeds);
+      dqBlocked.set(result.dq_scaled!.data as Float32Array, site.row * d);
+      dkSum.set(result.dk!.data as Float32Array, site.kvBase);
+      dvSum.set(result.dv!.data as Float32Array, site.kvBase);
     }
-    const last = (blockIndex + 1) % 2;
     const dq = new Tensor("float32", q.shape);
     scatterQueries(dqBlocked, dims, plan, dq.data, dims.scale);
-    const [b, seqK, kvHeads] = k.shape as [number, number, number, number];
     // [b, kvHeads, seqK, d] -> [b, seqK, kvHeads, d]
-    const dk = permuteInto(new Tensor("float32", [b, kvHeads, seqK, d], dkBuffers[last]), [0, 2, 1, 3], new Tensor("float32", k.shape));
-    const dv = permuteInto(new Tensor("float32", [b, kvHeads, seqK, d], dvBuffers[last]), [0, 2, 1, 3], new Tensor("float32", k.shape));
+    const { batch, kvHeads, seqK } = dims;
+    const dk = new Tensor("float32", k.shape, swapMiddleAxes(dkSum, batch, kvHeads, seqK, d, new Float32Array(k.size)));
+    const dv = new Tensor("float32", k.shape, swapMiddleAxes(dvSum, batch, kvHeads, seqK, d, new Float32Array(k.size)));
     return { dq, dk, dv };
   }
 

@@ -1,0 +1,68 @@
+/**
+ * Chooses a LocalAttention implementation by name:
+ * - "ort": OrtAttention (ONNX graphs on onnxruntime-node; the default),
+ * - "reference": ReferenceAttention (float64 TypeScript; slow, exact),
+ * - "custom": FusedAttention from @ulysses/fused-attention (a fused native
+ *   ONNX Runtime custom op), loaded on demand so this package does not depend
+ *   on it. Building and wiring that package is left to it and its users.
+ */
+import { KernelError } from "../errors.js";
+import { ReferenceAttention } from "../reference/attention.js";
+import { SessionCache } from "../runtime/session-cache.js";
+import { OrtAttention } from "./ort-attention.js";
+import type { LocalAttention } from "./types.js";
+
+export type AttentionImplementation = "ort" | "reference" | "custom";
+
+export const ATTENTION_IMPLEMENTATIONS: readonly AttentionImplementation[] = ["ort", "reference", "custom"];
+
+export interface CreateAttentionOptions {
+  implementation?: AttentionImplementation;
+  /** Sessions and threads for "ort"; "custom" takes its thread count from it. */
+  cache?: SessionCache;
+  /** Threads for "custom" when no cache is given (default: a SessionCache's default). */
+  threads?: number;
+  /** Query rows per session run for "ort" (see OrtAttentionOptions). */
+  blockRows?: number;
+}
+
+const FUSED_PACKAGE = "@ulysses/fused-attention";
+
+interface FusedModule {
+  FusedAttention: new (options: { threads?: number }) => LocalAttention;
+}
+
+async function loadFused(threads: number): Promise<LocalAttention> {
+  let module: Partial<FusedModule>;
+  try {
+    // A variable specifier: this package has no dependency on the fused one.
+    const specifier: string = FUSED_PACKAGE;
+    module = (await import(specifier)) as Partial<FusedModule>;
+  } catch (cause) {
+    throw new KernelError(
+      `attention implementation 'custom' needs ${FUSED_PACKAGE}, which could not be loaded (${(cause as Error).message ?? cause}). ` +
+        `Build it with \`npx pnpm@12.4.2 --filter ${FUSED_PACKAGE} build:native\` (C++ toolchain and the ONNX Runtime C API headers, see its README), ` +
+        `make it a dependency of the package that calls createAttention, and run \`npx pnpm@12.4.2 install\`; or choose implementation 'ort'.`,
+      { cause },
+    );
+  }
+  if (typeof module.FusedAttention !== "function") {
+    throw new KernelError(`${FUSED_PACKAGE} loaded but exports no FusedAttention class (exports: ${Object.keys(module).join(", ") || "none"})`);
+  }
+  return new module.FusedAttention({ threads });
+}
+
+/** A LocalAttention of the chosen implementation ("ort" when none is named). */
+export async function createAttention(options: CreateAttentionOptions = {}): Promise<LocalAttention> {
+  const implementation = options.implementation ?? "ort";
+  switch (implementation) {
+    case "ort":
+      return new OrtAttention({ cache: options.cache, blockRows: options.blockRows });
+    case "reference":
+      return new ReferenceAttention();
+    case "custom":
+      return loadFused(options.cache?.intraOpThreads ?? options.threads ?? new SessionCache().intraOpThreads);
+    default:
+      throw new KernelError(`unknown attention implementation '${String(implementation)}'; use one of ${ATTENTION_IMPLEMENTATIONS.join(", ")}`);
+  }
+}
