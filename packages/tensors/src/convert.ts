@@ -65,10 +65,9 @@ function pow2(n: number): number {
 }
 
 /**
- * Rounds a finite or infinite float64 `x` to a binary format with
- * `mantissaBits` stored mantissa bits and `exponentBits` exponent bits, ties
- * to even. Used for values that
- * are not exact float32 numbers (float64, int32 beyond 2^24).
+ * Rounds a non-NaN float64 `x` to a binary format with `mantissaBits` stored
+ * mantissa bits and `exponentBits` exponent bits, ties to even. Used for
+ * values that are not exact float32 numbers (float64, int32 beyond 2^24).
  */
 function roundNumberToBits(x: number, mantissaBits: number, exponentBits: number): number {
   const bias = (1 << (exponentBits - 1)) - 1;

@@ -224,7 +224,8 @@ export class Rng {
       (state.position === 4 || state.counter[0] !== 0 || state.counter[1] !== 0) &&
       (state.spareNormal === null || Number.isFinite(state.spareNormal));
     if (!valid) {
-      const shown = JSON.stringify(state, (_key, v: unknown) => (typeof v === "bigint" ? `${v}n` : v));
+      const show = (_key: string, v: unknown) => (typeof v === "bigint" ? `${v}n` : typeof v === "number" && !Number.isFinite(v) ? String(v) : v);
+      const shown = JSON.stringify(state, show);
       throw new TensorError(`setState: not a philox4x32-10 RNG state: ${shown}`);
     }
     this.key.set(state.key);
