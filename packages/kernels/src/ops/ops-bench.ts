@@ -81,6 +81,8 @@ async function median(fn: () => Promise<unknown>, n: number): Promise<number> {
 const cache = new SessionCache({ intraOpThreads: threads });
 const ort = new OrtOps(cache);
 const reference = new ReferenceOps();
+// Warm up every session twice first: the first runs in a fresh process are several times slower (heap growth).
+for (let round = 0; round < 2; round++) for (const c of CASES) { await c.forward(ort); await c.backward(ort); }
 const results = [];
 for (const c of CASES) {
   const fwd = await median(() => c.forward(ort), iters);
