@@ -15,3 +15,4 @@ export { lossAndGradients, countCorrect, type LossResult } from "./loss.js";
 export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
 export { saveCheckpoint, loadCheckpoint, restoreCheckpoint, loadWeightsInto, CHECKPOINT_FORMAT, type CheckpointExtras, type LoadedCheckpoint } from "./checkpoint.js";
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
+export { sampleToken, type SamplingOptions } from "./sampling.js";
