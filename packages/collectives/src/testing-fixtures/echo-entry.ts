@@ -2,7 +2,8 @@
 import { Tensor } from "@ulysses/tensors";
 import type { RankContext } from "../threads/protocol.js";
 
-export default function setup({ rank, worldSize, group, ortThreads }: RankContext) {
+export default function setup({ rank, worldSize, group, ortThreads, args }: RankContext<{ failSetup?: boolean } | undefined>) {
+  if (args?.failSetup && rank === worldSize - 1) throw new Error(`setup refused on rank ${rank}`);
   return {
     info: () => ({ rank, worldSize, size: group.size, backend: group.backend, ortThreads }),
     async allToAll(rows: number, cols: number) {

@@ -1,0 +1,78 @@
+import { fileURLToPath } from "node:url";
+import { afterEach, describe, expect, it } from "vitest";
+import { CollectiveError } from "../errors.js";
+import { launch, type LaunchedWorld } from "./launch.js";
+
+const entry = fileURLToPath(new URL("../testing-fixtures/echo-entry.ts", import.meta.url));
+
+interface EchoApi {
+  info(): { rank: number; worldSize: number; size: number; backend: string; ortThreads: number };
+  allToAll(rows: number, cols: number): Promise<number[]>;
+  allReduce(values: number[]): Promise<number[]>;
+  fail(message: string): Promise<never>;
+  exit(code: number): Promise<never>;
+  barrier(): Promise<void>;
+  print(text: string): void;
+}
+
+const worlds: LaunchedWorld<EchoApi>[] = [];
+async function start(worldSize: number, timeoutMs = 20_000): Promise<LaunchedWorld<EchoApi>> {
+  const world = await launch<EchoApi>({ worldSize, entry, timeoutMs });
+  worlds.push(world);
+  return world;
+}
+
+afterEach(async () => {
+  for (const world of worlds.splice(0)) {
+    await world.shutdown();
+    expect(world.liveWorkers()).toBe(0);
+  }
+});
+
+describe("threads backend failures", () => {
+  it("a rank that failed before a collective makes the peer's collective reject at once, naming it", async () => {
+    const world = await start(2);
+    expect(await world.all("info")).toEqual([
+      { rank: 0, worldSize: 2, size: 2, backend: "threads", ortThreads: expect.any(Number) },
+      { rank: 1, worldSize: 2, size: 2, backend: "threads", ortThreads: expect.any(Number) },
+    ]);
+    await expect(world.rank(1).fail("boom")).rejects.toThrow("boom");
+    // the abort message, not the timeout one: the rejection did not wait for the 20 s timeout
+    await expect(world.rank(0).allToAll(2, 1)).rejects.toThrow(/aborted because rank 1 failed in fail: Error: boom/);
+    expect(world.failure()).toEqual({ rank: 1, reason: "rank 1 failed in fail: Error: boom" });
+  });
+
+  it("P=4: a rank failing during a collective rejects every pending peer and launch's call names it", async () => {
+    const world = await start(4);
+    expect(await world.all("allReduce", [1, 2])).toEqual(Array(4).fill([4, 8]));
+    const pending = [0, 2, 3].map((r) => world.rank(r).barrier().then(() => "resolved", (e: Error) => e.message));
+    await expect(world.rank(1).fail("mid-collective")).rejects.toThrow("mid-collective");
+    for (const message of await Promise.all(pending)) expect(message).toMatch(/barrier \(call 2 .*aborted because rank 1 failed in fail: Error: mid-collective/);
+    const all = world.all("barrier").then(() => null, (e: unknown) => e);
+    const error = (await all) as CollectiveError;
+    expect(error).toBeInstanceOf(CollectiveError);
+    expect(error.message).toContain("rank 1 failed in fail");
+  });
+
+  it("a rank that exits mid-collective rejects the peer's pending and later calls; calls to it reject", async () => {
+    const world = await start(2);
+    await world.all("barrier");
+    const pending = world.rank(0).barrier().then(() => "resolved", (e: Error) => e.message);
+    await expect(world.rank(1).exit(3)).rejects.toThrow("rank 1 exited with code 3");
+    expect(await pending).toMatch(/aborted because rank 1 exited with code 3/);
+    await expect(world.rank(0).allToAll(2, 1)).rejects.toThrow(/rank 1 exited with code 3/);
+    await expect(world.rank(1).barrier()).rejects.toThrow(/rank 1 exited/);
+    expect(world.liveWorkers()).toBe(1);
+  });
+
+  it("a rank that never calls makes the others reject after the timeout, naming it", async () => {
+    const world = await start(2, 300);
+    await expect(world.rank(0).barrier()).rejects.toThrow(/barrier \(call 1 on group of world ranks \[0, 1\]\): world rank\(s\) 1 did not arrive within 300 ms/);
+    // the group is broken from then on, on every rank
+    await expect(world.rank(1).barrier()).rejects.toThrow(/aborted because .* did not arrive/);
+  });
+
+  it("launch rejects, and leaves no worker alive, when a rank's setup throws", async () => {
+    await expect(launch<EchoApi>({ worldSize: 2, entry, args: { failSetup: true } })).rejects.toThrow(/rank 1 failed to start: Error: setup refused on rank 1/);
+  });
+});
