@@ -1,0 +1,327 @@
+// The N-API binding (node-addon-api): just enough of the ONNX Runtime C API to
+// run our small graphs on caller memory.
+//
+//   init(libraryPath) -> { ortVersion, apiVersion, cpuIsa, cudaCompiled }
+//   new Runtime({ threads, cuda })   session options + our custom-op domain
+//   new Session(runtime, modelBytes) an ONNX Runtime session of one graph
+//   session.run(inputNames, inputs, inputDims, outputNames, outputs, outputDims)
+//                                    -> Promise<void>, off the JS thread
+//   runtime.release(), session.release()
+//
+// Inputs and outputs are Float32Arrays wrapped with
+// CreateTensorWithDataAsOrtValue (no copies); the outputs are pre-allocated
+// by the caller and ONNX Runtime writes into them. The arrays are kept alive
+// (referenced) until the run settles. Sessions keep their runtime (and so the
+// custom-op domain they were created with) alive; a run keeps its session.
+#include <napi.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/attention-cpu.h"
+#include "custom-ops.h"
+#include "ort-api.h"
+
+namespace ulysses {
+namespace {
+
+const napi_type_tag kRuntimeTag = {0x7c1d5e3a9b2f4c61ULL, 0x8e4a0d6b1f3c2a95ULL};
+
+const OrtApi* require_api(Napi::Env env) {
+  const OrtApi* api = ort_api();
+  if (!api) throw Napi::Error::New(env, "fused-attention addon: init(libraryPath) must succeed first");
+  return api;
+}
+
+// Session options with the custom-op domain; owns the op structs the domain
+// points at, so it must outlive every session created from it.
+struct RuntimeState {
+  const OrtApi* api = nullptr;
+  OrtEnv* env = nullptr;
+  OrtSessionOptions* options = nullptr;
+  OrtCustomOpDomain* domain = nullptr;
+  OrtMemoryInfo* cpu_memory = nullptr;
+  std::vector<std::unique_ptr<FlashOp>> ops;
+
+  ~RuntimeState() {
+    if (options) api->ReleaseSessionOptions(options);
+    if (domain) api->ReleaseCustomOpDomain(domain);
+    if (cpu_memory) api->ReleaseMemoryInfo(cpu_memory);
+    if (env) api->ReleaseEnv(env);
+  }
+};
+
+struct SessionState {
+  std::shared_ptr<RuntimeState> runtime;
+  OrtSession* session = nullptr;
+  ~SessionState() {
+    if (session) runtime->api->ReleaseSession(session);
+  }
+};
+
+std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, bool cuda) {
+  auto state = std::make_shared<RuntimeState>();
+  state->api = api;
+  // ONNX Runtime keeps one environment per process: this returns (and
+  // references) the one onnxruntime-node created.
+  check_status(api, api->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "ulysses-fused-attention", &state->env), "CreateEnv");
+  check_status(api, api->DisableTelemetryEvents(state->env), "DisableTelemetryEvents");
+  check_status(api, api->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &state->cpu_memory), "CreateCpuMemoryInfo");
+  check_status(api, api->CreateSessionOptions(&state->options), "CreateSessionOptions");
+  // One node per graph, threaded by the kernel itself: ONNX Runtime's own
+  // pools would only sit idle.
+  check_status(api, api->SetIntraOpNumThreads(state->options, 1), "SetIntraOpNumThreads");
+  check_status(api, api->SetInterOpNumThreads(state->options, 1), "SetInterOpNumThreads");
+  check_status(api, api->CreateCustomOpDomain(kCustomOpDomain, &state->domain), "CreateCustomOpDomain");
+  std::vector<bool> providers = {false};
+  if (cuda_compiled()) providers.push_back(true);
+  for (bool on_cuda : providers) {
+    for (OpKind kind : {OpKind::Forward, OpKind::Backward}) {
+      auto op = std::make_unique<FlashOp>();
+      init_flash_op(op.get(), kind, on_cuda, threads);
+      check_status(api, api->CustomOpDomain_Add(state->domain, &op->base), "CustomOpDomain_Add");
+      state->ops.push_back(std::move(op));
+    }
+  }
+  check_status(api, api->AddCustomOpDomain(state->options, state->domain), "AddCustomOpDomain");
+  if (cuda) {
+    OrtCUDAProviderOptions cuda_options{};
+    cuda_options.device_id = 0;
+    check_status(api, api->SessionOptionsAppendExecutionProvider_CUDA(state->options, &cuda_options),
+                 "the CUDA execution provider could not be added (onnxruntime-node's CUDA binaries are needed)");
+  }
+  return state;
+}
+
+class Runtime : public Napi::ObjectWrap<Runtime> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Runtime", {InstanceMethod<&Runtime::Release>("release")});
+  }
+
+  Runtime(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Runtime>(info) {
+    Napi::Env env = info.Env();
+    const OrtApi* api = require_api(env);
+    Napi::Object options = info.Length() > 0 && info[0].IsObject() ? info[0].As<Napi::Object>() : Napi::Object::New(env);
+    const int threads = options.Has("threads") ? options.Get("threads").ToNumber().Int32Value() : 1;
+    const bool cuda = options.Has("cuda") && options.Get("cuda").ToBoolean().Value();
+    if (threads < 1) throw Napi::RangeError::New(env, "Runtime: threads must be >= 1, got " + std::to_string(threads));
+    try {
+      state_ = create_runtime(api, threads, cuda);
+    } catch (const std::exception& e) {
+      throw Napi::Error::New(env, std::string("Runtime: ") + e.what());
+    }
+    info.This().As<Napi::Object>().TypeTag(&kRuntimeTag);
+  }
+
+  std::shared_ptr<RuntimeState> state(Napi::Env env) const {
+    if (!state_) throw Napi::Error::New(env, "the fused-attention Runtime was released");
+    return state_;
+  }
+
+ private:
+  Napi::Value Release(const Napi::CallbackInfo& info) {
+    state_.reset();
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<RuntimeState> state_;
+};
+
+struct Binding {
+  std::vector<std::string> names;
+  std::vector<Napi::ObjectReference> arrays;  // keep the memory alive
+  std::vector<OrtValue*> values;
+};
+
+// Wraps names[i] / arrays[i] (Float32Array) / dims[i] as OrtValues.
+Binding bind(Napi::Env env, const RuntimeState& rt, const Napi::Value& names_v, const Napi::Value& arrays_v,
+             const Napi::Value& dims_v, const char* what) {
+  if (!names_v.IsArray() || !arrays_v.IsArray() || !dims_v.IsArray()) {
+    throw Napi::TypeError::New(env, std::string("Session.run: ") + what + " names, arrays and dims must be arrays");
+  }
+  auto names = names_v.As<Napi::Array>();
+  auto arrays = arrays_v.As<Napi::Array>();
+  auto dims = dims_v.As<Napi::Array>();
+  if (names.Length() != arrays.Length() || names.Length() != dims.Length()) {
+    throw Napi::TypeError::New(env, std::string("Session.run: ") + what + " names, arrays and dims differ in length");
+  }
+  // Validate everything before creating any OrtValue.
+  struct Spec {
+    float* data;
+    size_t count;
+    std::vector<int64_t> shape;
+  };
+  Binding b;
+  std::vector<Spec> specs;
+  static float empty = 0.0f;
+  for (uint32_t i = 0; i < names.Length(); ++i) {
+    b.names.push_back(names.Get(i).ToString().Utf8Value());
+    Napi::Value a = arrays.Get(i);
+    if (!a.IsTypedArray() || a.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+      throw Napi::TypeError::New(env, "Session.run: " + std::string(what) + " '" + b.names.back() + "' must be a Float32Array");
+    }
+    if (!dims.Get(i).IsArray()) {
+      throw Napi::TypeError::New(env, "Session.run: dims of '" + b.names.back() + "' must be an array");
+    }
+    auto f32 = a.As<Napi::Float32Array>();
+    auto d = dims.Get(i).As<Napi::Array>();
+    Spec spec{nullptr, 1, {}};
+    for (uint32_t j = 0; j < d.Length(); ++j) {
+      const int64_t n = d.Get(j).ToNumber().Int64Value();
+      if (n < 0) throw Napi::RangeError::New(env, "Session.run: negative dimension for '" + b.names.back() + "'");
+      spec.shape.push_back(n);
+      spec.count *= static_cast<size_t>(n);
+    }
+    if (spec.count != f32.ElementLength()) {
+      throw Napi::RangeError::New(env, "Session.run: '" + b.names.back() + "' has " + std::to_string(f32.ElementLength()) +
+                                           " elements but its dims need " + std::to_string(spec.count));
+    }
+    spec.data = spec.count ? f32.Data() : &empty;
+    specs.push_back(std::move(spec));
+    b.arrays.push_back(Napi::Persistent(a.As<Napi::Object>()));
+  }
+  for (const Spec& spec : specs) {
+    OrtValue* value = nullptr;
+    OrtStatus* status = rt.api->CreateTensorWithDataAsOrtValue(rt.cpu_memory, spec.data, spec.count * sizeof(float),
+                                                               spec.shape.data(), spec.shape.size(),
+                                                               ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &value);
+    if (status) {
+      for (OrtValue* v : b.values) rt.api->ReleaseValue(v);
+      std::string message = rt.api->GetErrorMessage(status);
+      rt.api->ReleaseStatus(status);
+      throw Napi::Error::New(env, "Session.run: " + message);
+    }
+    b.values.push_back(value);
+  }
+  return b;
+}
+
+class RunWorker : public Napi::AsyncWorker {
+ public:
+  RunWorker(Napi::Env env, std::shared_ptr<SessionState> session, Binding inputs, Binding outputs)
+      : Napi::AsyncWorker(env, "ulysses-fused-attention-run"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        session_(std::move(session)),
+        inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)) {}
+
+  ~RunWorker() override {
+    const OrtApi* api = session_->runtime->api;
+    for (OrtValue* v : inputs_.values) api->ReleaseValue(v);
+    for (OrtValue* v : outputs_.values) api->ReleaseValue(v);
+  }
+
+  Napi::Promise Promise() const { return deferred_.Promise(); }
+
+  void Execute() override {
+    const OrtApi* api = session_->runtime->api;
+    std::vector<const char*> in_names, out_names;
+    for (auto& n : inputs_.names) in_names.push_back(n.c_str());
+    for (auto& n : outputs_.names) out_names.push_back(n.c_str());
+    std::vector<const OrtValue*> in_values(inputs_.values.begin(), inputs_.values.end());
+    OrtStatus* status = api->Run(session_->session, nullptr, in_names.data(), in_values.data(), in_values.size(),
+                                 out_names.data(), out_names.size(), outputs_.values.data());
+    if (status) {
+      SetError(api->GetErrorMessage(status));
+      api->ReleaseStatus(status);
+    }
+  }
+
+  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<SessionState> session_;
+  Binding inputs_;
+  Binding outputs_;
+};
+
+class Session : public Napi::ObjectWrap<Session> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Session", {InstanceMethod<&Session::Run>("run"), InstanceMethod<&Session::Release>("release")});
+  }
+
+  Session(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Session>(info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 2 || !info[0].IsObject() || !info[0].As<Napi::Object>().CheckTypeTag(&kRuntimeTag)) {
+      throw Napi::TypeError::New(env, "Session(runtime, model): runtime must be a Runtime");
+    }
+    if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+      throw Napi::TypeError::New(env, "Session(runtime, model): model must be a Uint8Array of ONNX model bytes");
+    }
+    auto runtime = Runtime::Unwrap(info[0].As<Napi::Object>())->state(env);
+    auto model = info[1].As<Napi::Uint8Array>();
+    auto state = std::make_shared<SessionState>();
+    state->runtime = runtime;
+    OrtStatus* status = runtime->api->CreateSessionFromArray(runtime->env, model.Data(), model.ByteLength(), runtime->options,
+                                                             &state->session);
+    if (status) {
+      std::string message = runtime->api->GetErrorMessage(status);
+      runtime->api->ReleaseStatus(status);
+      throw Napi::Error::New(env, "Session: ONNX Runtime could not create the session: " + message);
+    }
+    state_ = std::move(state);
+  }
+
+ private:
+  Napi::Value Run(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!state_) throw Napi::Error::New(env, "Session.run: the session was released");
+    if (info.Length() != 6) throw Napi::TypeError::New(env, "Session.run takes 6 arguments");
+    const RuntimeState& rt = *state_->runtime;
+    Binding inputs = bind(env, rt, info[0], info[1], info[2], "input");
+    Binding outputs;
+    try {
+      outputs = bind(env, rt, info[3], info[4], info[5], "output");
+    } catch (...) {
+      for (OrtValue* v : inputs.values) rt.api->ReleaseValue(v);
+      throw;
+    }
+    auto* worker = new RunWorker(env, state_, std::move(inputs), std::move(outputs));
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+  }
+
+  Napi::Value Release(const Napi::CallbackInfo& info) {
+    state_.reset();
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<SessionState> state_;
+};
+
+Napi::Value Init(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string path = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+  try {
+    const OrtRuntimeInfo& ort = load_ort(path);
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("ortVersion", ort.version);
+    out.Set("apiVersion", static_cast<double>(kOrtApiVersion));
+    out.Set("cpuIsa", cpu_isa());
+    out.Set("cudaCompiled", cuda_compiled());
+    return out;
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+Napi::Object Module(Napi::Env env, Napi::Object exports) {
+  exports.Set("init", Napi::Function::New(env, Init, "init"));
+  exports.Set("Runtime", Runtime::Define(env));
+  exports.Set("Session", Session::Define(env));
+  return exports;
+}
+
+}  // namespace
+}  // namespace ulysses
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return ulysses::Module(env, exports); }
+
+NODE_API_MODULE(ulysses_fused_attention, InitModule)

@@ -1,0 +1,62 @@
+// The CPU attention kernels' entry points: FlashAttention-style forward
+// (out and the row log-sum-exp) and backward (dq, dk, dv) on raw float32
+// memory in the layout of the LocalAttention contract:
+//   q, out, dout, dq  [batch, seq_q, heads, head_dim]
+//   k, v, dk, dv      [batch, seq_k, kv_heads, head_dim]
+//   lse               [batch, heads, seq_q]   (natural log; -inf for a query
+//                                              that attends no key)
+// Causal masking is bottom-right aligned: query i attends key j when
+// j <= i + seq_k - seq_q. These functions validate nothing (the custom op
+// does) and know nothing of ONNX Runtime.
+#pragma once
+
+#include <cstdint>
+
+namespace ulysses {
+
+struct AttentionProblem {
+  int64_t batch = 0;
+  int64_t seq_q = 0;
+  int64_t seq_k = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  bool causal = false;
+  float scale = 0.0f;
+};
+
+struct ForwardArgs {
+  AttentionProblem p;
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  float* lse;
+};
+
+struct BackwardArgs {
+  AttentionProblem p;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* out;
+  const float* dout;
+  const float* lse;
+  float* dq;
+  float* dk;
+  float* dv;
+};
+
+// The instruction set the kernels use on this machine: "avx512", "avx2" or
+// "portable" (ULYSSES_FUSED_ATTENTION_ISA=avx2|portable narrows the choice).
+const char* cpu_isa();
+
+// Both run on `threads` threads (the calling thread plus threads - 1 started
+// for the call). The forward's result does not depend on the thread count;
+// the backward's dq sums per-thread partials in a fixed order, so it is
+// reproducible for a given thread count. Throw std::bad_alloc on allocation
+// failure.
+void attention_forward_cpu(const ForwardArgs& args, int threads);
+void attention_backward_cpu(const BackwardArgs& args, int threads);
+
+}  // namespace ulysses

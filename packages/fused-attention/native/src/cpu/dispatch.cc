@@ -1,0 +1,141 @@
+// Runs the CPU kernels: picks the instruction set once (AVX-512, AVX2 or the
+// portable build) and splits the work items across threads.
+//
+// Threading: the caller's thread plus threads - 1 std::threads started per
+// call, each with its own scratch. The forward hands out its (batch, head,
+// query block) items through an atomic counter, heaviest (causal) first: each
+// item writes disjoint output, so the result does not depend on the split.
+// The backward's items are (batch, kv head, key block); each owns its rows of
+// dk and dv, while dq sums over key blocks, so every thread accumulates dq
+// into its own buffer and the buffers are added in thread order at the end.
+// Its items are dealt round-robin (a fixed split), which keeps dq
+// reproducible for a given thread count.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attention-cpu.h"
+#include "kernels-table.h"
+
+namespace ulysses {
+namespace {
+
+KernelTable choose_table() {
+  KernelTable t;
+  const char* env = std::getenv("ULYSSES_FUSED_ATTENTION_ISA");
+  const std::string want = env ? env : "";
+  if ((want.empty() || want == "avx512") && avx512_kernels(&t)) return t;
+  if ((want.empty() || want == "avx512" || want == "avx2") && avx2_kernels(&t)) return t;
+  portable_kernels(&t);
+  return t;
+}
+
+const KernelTable& table() {
+  static const KernelTable t = choose_table();
+  return t;
+}
+
+// Runs fn(slot) for slot in [0, threads) concurrently, slot 0 on this thread;
+// rethrows the first exception after every slot has finished.
+void run_slots(int threads, const std::function<void(int)>& fn) {
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto guarded = [&](int slot) {
+    try {
+      fn(slot);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(threads > 1 ? threads - 1 : 0);
+  for (int s = 1; s < threads; ++s) workers.emplace_back(guarded, s);
+  guarded(0);
+  for (auto& w : workers) w.join();
+  if (error) std::rethrow_exception(error);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+const char* cpu_isa() { return table().name; }
+
+void attention_forward_cpu(const ForwardArgs& args, int threads) {
+  const KernelTable& t = table();
+  const AttentionProblem& p = args.p;
+  const int64_t qblocks = ceil_div(p.seq_q, t.block_q);
+  const int64_t items = p.batch * p.heads * qblocks;
+  if (items == 0) return;
+  threads = static_cast<int>(std::clamp<int64_t>(threads, 1, items));
+  const size_t scratch_floats = t.forward_scratch_floats(p);
+  std::atomic<int64_t> next{0};
+  run_slots(threads, [&](int) {
+    std::vector<float> scratch(scratch_floats);
+    for (int64_t n = next.fetch_add(1); n < items; n = next.fetch_add(1)) {
+      // Item order: query blocks from last to first (the causal ones carry
+      // the most keys), then heads, then batch.
+      const int64_t qb = qblocks - 1 - n / (p.batch * p.heads);
+      const int64_t bh = n % (p.batch * p.heads);
+      t.forward_item(args, bh / p.heads, bh % p.heads, qb, scratch.data());
+    }
+  });
+}
+
+void attention_backward_cpu(const BackwardArgs& args, int threads) {
+  const KernelTable& t = table();
+  const AttentionProblem& p = args.p;
+  const int64_t kblocks = ceil_div(p.seq_k, t.block_k);
+  const int64_t items = p.batch * p.kv_heads * kblocks;
+  const int64_t d = p.head_dim, dp = ceil_div(d, t.width) * t.width;
+  const int64_t rows = p.batch * p.heads * p.seq_q;  // dq partial rows, [b][h][i]
+  if (items == 0) {
+    std::fill(args.dq, args.dq + rows * d, 0.0f);
+    return;
+  }
+  threads = static_cast<int>(std::clamp<int64_t>(threads, 1, items));
+  const size_t scratch_floats = t.backward_scratch_floats(p);
+  const int64_t qblocks = ceil_div(p.seq_q, t.block_q);
+  const int64_t pack_items = p.batch * p.heads * qblocks;
+  std::vector<float> packed(t.backward_packed_floats(p));
+  run_slots(threads, [&](int slot) {
+    for (int64_t n = slot; n < pack_items; n += threads) {
+      const int64_t bh = n / qblocks;
+      t.backward_pack(args, bh / p.heads, bh % p.heads, n % qblocks, packed.data());
+    }
+  });
+  std::vector<std::vector<float>> partial(threads);
+  run_slots(threads, [&](int slot) {
+    partial[slot].assign(static_cast<size_t>(rows * dp), 0.0f);
+    std::vector<float> scratch(scratch_floats);
+    // Key blocks first (causal: the early ones carry the most queries), dealt
+    // round-robin.
+    for (int64_t n = slot; n < items; n += threads) {
+      const int64_t kb = n / (p.batch * p.kv_heads);
+      const int64_t bk = n % (p.batch * p.kv_heads);
+      t.backward_item(args, packed.data(), bk / p.kv_heads, bk % p.kv_heads, kb, partial[slot].data(), scratch.data());
+    }
+  });
+  // dq[b, i, h, :] = scale * sum over slots of partial[slot][b][h][i][:d].
+  run_slots(threads, [&](int slot) {
+    for (int64_t r = slot; r < rows; r += threads) {
+      const int64_t i = r % p.seq_q, bh = r / p.seq_q, h = bh % p.heads, b = bh / p.heads;
+      float* out = args.dq + ((b * p.seq_q + i) * p.heads + h) * d;
+      for (int64_t e = 0; e < d; ++e) {
+        float s = 0.0f;
+        for (int k = 0; k < threads; ++k) s += partial[k][r * dp + e];
+        out[e] = s * p.scale;
+      }
+    }
+  });
+}
+
+}  // namespace ulysses

@@ -1,0 +1,291 @@
+// The tiled attention kernels, written once as templates over a SIMD traits
+// struct (simd.h) and instantiated per instruction set by kernels-*.cc.
+//
+// Layout trick: scores are held transposed, S^T [keys][queries], with the
+// queries on the vector lanes. Then the online softmax's per-query max, sum
+// and rescale are plain element-wise vector operations (no horizontal
+// reductions), K and V are read straight from the caller's memory as the
+// broadcast operand of the small matrix products, and only Q (and dO in the
+// backward) is repacked per block. All products go through one register-tiled
+// kernel, C[M][N] (+)= A[M][K] B[K][N], where A is read by broadcast with any
+// row and column stride and B has N contiguous floats per row.
+//
+// This file does the arithmetic of one work item; splitting the work across
+// threads and choosing the instruction set is dispatch.cc's job.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "attention-cpu.h"
+#include "kernels-table.h"
+#include "simd.h"
+
+namespace ulysses {
+// Internal linkage: each kernels-*.cc compiles these for its own target, and
+// the copies must not be merged by the linker.
+namespace {
+namespace impl {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace impl
+
+#include "gemm.h"
+
+namespace impl {
+
+// Rows j of st [nk][ld] (keys j0 + j) lose the queries i0 + i they may not
+// see under bottom-right causal masking: i < j0 + j - offset - i0.
+template <class I>
+void mask_causal(float* st, int64_t nk, int64_t ld, int64_t j0, int64_t i0, int64_t offset) {
+  for (int64_t j = 0; j < nk; ++j) {
+    const int64_t lim = std::min<int64_t>(j0 + j - offset - i0, ld);
+    for (int64_t c = 0; c < lim; c += I::W) I::mask_prefix_neg_inf(st + j * ld + c, static_cast<int>(lim - c));
+  }
+}
+
+// Packs rows [i0, i0 + nq) of x (row stride `stride`, head_dim d) transposed
+// into xt [d][ldt], times `mul`; columns nq .. ldt are zero.
+inline void pack_transposed(const float* x, ptrdiff_t stride, int64_t nq, int64_t d, float mul, float* xt,
+                            int64_t ldt) {
+  for (int64_t e = 0; e < d; ++e) {
+    float* row = xt + e * ldt;
+    for (int64_t i = 0; i < nq; ++i) row[i] = x[i * stride + e] * mul;
+    for (int64_t i = nq; i < ldt; ++i) row[i] = 0.0f;
+  }
+}
+
+// Packs nq rows of x (row stride `stride`) into xr [nq][dp], zero-padded.
+inline void pack_rows(const float* x, ptrdiff_t stride, int64_t nq, int64_t d, int64_t dp, float* xr) {
+  for (int64_t i = 0; i < nq; ++i) {
+    float* row = xr + i * dp;
+    for (int64_t e = 0; e < d; ++e) row[e] = x[i * stride + e];
+    for (int64_t e = d; e < dp; ++e) row[e] = 0.0f;
+  }
+}
+
+template <class I>
+size_t forward_scratch_floats(const AttentionProblem& p) {
+  return static_cast<size_t>(2 * p.head_dim * I::BLOCK_Q + I::BLOCK_K * I::BLOCK_Q + 3 * I::BLOCK_Q);
+}
+
+// Forward of query block qb of head h in batch b.
+template <class I>
+void forward_item(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb, float* scratch) {
+  using V = typename I::V;
+  constexpr int W = I::W;
+  const AttentionProblem& p = a.p;
+  const int64_t d = p.head_dim, group = p.heads / p.kv_heads, kvh = h / group;
+  const int64_t offset = p.seq_k - p.seq_q;
+  const int64_t i0 = qb * I::BLOCK_Q, nq = std::min<int64_t>(I::BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, W);
+  const ptrdiff_t qstride = p.heads * d, kvstride = p.kv_heads * d;
+  float* qt = scratch;             // [d][nqp]  q * scale * log2(e), transposed
+  float* ot = qt + d * I::BLOCK_Q;       // [d][nqp]  unnormalised output, transposed
+  float* st = ot + d * I::BLOCK_Q;       // [nk][nqp] scores, then probabilities
+  float* m = st + I::BLOCK_K * I::BLOCK_Q;     // running max (log2 units)
+  float* l = m + I::BLOCK_Q;             // running sum
+  float* alpha = l + I::BLOCK_Q;         // rescale factor of this key block
+  const float c = p.scale * kLog2e;
+
+  pack_transposed(a.q + ((b * p.seq_q + i0) * p.heads + h) * d, qstride, nq, d, c, qt, nqp);
+  std::fill(ot, ot + d * nqp, 0.0f);
+  std::fill(m, m + nqp, -INFINITY);
+  std::fill(l, l + nqp, 0.0f);
+
+  const int64_t kend = p.causal ? std::clamp<int64_t>(i0 + nq + offset, 0, p.seq_k) : p.seq_k;
+  const float* kbase = a.k + (b * p.seq_k * p.kv_heads + kvh) * d;
+  const float* vbase = a.v + (b * p.seq_k * p.kv_heads + kvh) * d;
+  for (int64_t j0 = 0; j0 < kend; j0 += I::BLOCK_K) {
+    const int64_t nk = std::min<int64_t>(I::BLOCK_K, kend - j0);
+    gemm<I>(nk, nqp, d, kbase + j0 * kvstride, kvstride, 1, qt, nqp, st, nqp, false);
+    if (p.causal && j0 + nk - 1 > i0 + offset) mask_causal<I>(st, nk, nqp, j0, i0, offset);
+    for (int64_t v0 = 0; v0 < nqp; v0 += W) {
+      V mx = I::load(m + v0);
+      for (int64_t j = 0; j < nk; ++j) mx = I::max(mx, I::load(st + j * nqp + v0));
+      V sum = I::zero();
+      for (int64_t j = 0; j < nk; ++j) {
+        V e = I::exp2(I::sub(I::load(st + j * nqp + v0), mx));
+        I::store(st + j * nqp + v0, e);
+        sum = I::add(sum, e);
+      }
+      V al = I::exp2(I::sub(I::load(m + v0), mx));
+      I::store(l + v0, I::fma(I::load(l + v0), al, sum));
+      I::store(m + v0, mx);
+      I::store(alpha + v0, al);
+    }
+    for (int64_t e = 0; e < d; ++e)
+      for (int64_t v0 = 0; v0 < nqp; v0 += W) I::store(ot + e * nqp + v0, I::mul(I::load(ot + e * nqp + v0), I::load(alpha + v0)));
+    gemm<I>(d, nqp, nk, vbase + j0 * kvstride, 1, kvstride, st, nqp, ot, nqp, true);
+  }
+
+  float* out = a.out + ((b * p.seq_q + i0) * p.heads + h) * d;
+  float* lse = a.lse + (b * p.heads + h) * p.seq_q + i0;
+  for (int64_t i = 0; i < nq; ++i) {
+    const bool any = l[i] > 0.0f;
+    const float inv = any ? 1.0f / l[i] : 0.0f;
+    for (int64_t e = 0; e < d; ++e) out[i * qstride + e] = ot[e * nqp + i] * inv;
+    lse[i] = any ? (m[i] + std::log2(l[i])) * kLn2 : -INFINITY;
+  }
+}
+
+// Where the backward's prologue leaves q and dO per query block: blk =
+// (b * heads + h) * qblocks + qb. Transposed copies for the score products,
+// row copies only when head_dim is not a multiple of the vector width (else
+// the products read the caller's rows directly).
+template <class I>
+struct BackwardLayout {
+  int64_t d, dp, qblocks;
+  bool rows_packed;
+  explicit BackwardLayout(const AttentionProblem& p)
+      : d(p.head_dim),
+        dp(round_up(p.head_dim, I::W)),
+        qblocks((p.seq_q + I::BLOCK_Q - 1) / I::BLOCK_Q),
+        rows_packed(p.head_dim % I::W != 0) {}
+  int64_t blocks(const AttentionProblem& p) const { return p.batch * p.heads * qblocks; }
+  int64_t transposed_floats() const { return d * I::BLOCK_Q; }
+  int64_t rows_floats() const { return rows_packed ? I::BLOCK_Q * dp : 0; }
+  int64_t block_floats() const { return 2 * transposed_floats() + 2 * rows_floats() + 2 * I::BLOCK_Q; }
+  float* qt(float* packed, int64_t blk) const { return packed + blk * block_floats(); }
+  float* dot(float* packed, int64_t blk) const { return qt(packed, blk) + transposed_floats(); }
+  float* qrows(float* packed, int64_t blk) const { return dot(packed, blk) + transposed_floats(); }
+  float* dorows(float* packed, int64_t blk) const { return qrows(packed, blk) + rows_floats(); }
+  float* lse2(float* packed, int64_t blk) const { return dorows(packed, blk) + rows_floats(); }
+  float* delta(float* packed, int64_t blk) const { return lse2(packed, blk) + I::BLOCK_Q; }
+};
+
+template <class I>
+size_t backward_packed_floats(const AttentionProblem& p) {
+  BackwardLayout<I> L(p);
+  return static_cast<size_t>(L.blocks(p) * L.block_floats());
+}
+
+// Prologue of the backward for query block qb of head h in batch b: packs q
+// (times scale * log2(e)) and dO transposed, the log-sum-exp in log2 units
+// (+inf where a query attends no key, or past seq_q, so its P is 0), and
+// D_i = dO_i . O_i.
+template <class I>
+void backward_pack(const BackwardArgs& a, int64_t b, int64_t h, int64_t qb, float* packed) {
+  const AttentionProblem& p = a.p;
+  BackwardLayout<I> L(p);
+  const int64_t blk = (b * p.heads + h) * L.qblocks + qb, d = p.head_dim;
+  const int64_t i0 = qb * I::BLOCK_Q, nq = std::min<int64_t>(I::BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, I::W);
+  const ptrdiff_t qstride = p.heads * d;
+  const int64_t row0 = ((b * p.seq_q + i0) * p.heads + h) * d;
+  pack_transposed(a.q + row0, qstride, nq, d, p.scale * kLog2e, L.qt(packed, blk), nqp);
+  pack_transposed(a.dout + row0, qstride, nq, d, 1.0f, L.dot(packed, blk), nqp);
+  if (L.rows_packed) {
+    pack_rows(a.q + row0, qstride, nq, d, L.dp, L.qrows(packed, blk));
+    pack_rows(a.dout + row0, qstride, nq, d, L.dp, L.dorows(packed, blk));
+  }
+  const float* lse = a.lse + (b * p.heads + h) * p.seq_q + i0;
+  float* lse2 = L.lse2(packed, blk);
+  float* delta = L.delta(packed, blk);
+  for (int64_t i = 0; i < nqp; ++i) {
+    const bool real = i < nq && std::isfinite(lse[i]);
+    lse2[i] = real ? lse[i] * kLog2e : INFINITY;
+    float s = 0.0f;
+    if (i < nq)
+      for (int64_t e = 0; e < d; ++e) s += a.dout[row0 + i * qstride + e] * a.out[row0 + i * qstride + e];
+    delta[i] = s;
+  }
+}
+
+template <class I>
+size_t backward_scratch_floats(const AttentionProblem& p) {
+  const int64_t dp = round_up(p.head_dim, I::W);
+  return static_cast<size_t>(3 * I::BLOCK_K * dp + 2 * I::BLOCK_K * I::BLOCK_Q);
+}
+
+// Backward of key block kb of kv head kvh in batch b, over every query head of
+// the kv head's group: writes dk and dv of those keys and adds the unscaled
+// dq contributions into dq_acc [batch][heads][seq_q][dp]. Reads q and dO as
+// backward_pack left them in `packed`.
+template <class I>
+void backward_item(const BackwardArgs& a, const float* packed_in, int64_t b, int64_t kvh, int64_t kb, float* dq_acc,
+                   float* scratch) {
+  using V = typename I::V;
+  constexpr int W = I::W;
+  const AttentionProblem& p = a.p;
+  BackwardLayout<I> L(p);
+  float* packed = const_cast<float*>(packed_in);
+  const int64_t d = p.head_dim, dp = L.dp, group = p.heads / p.kv_heads;
+  const int64_t offset = p.seq_k - p.seq_q;
+  const int64_t j0 = kb * I::BLOCK_K, nk = std::min<int64_t>(I::BLOCK_K, p.seq_k - j0);
+  const ptrdiff_t qstride = p.heads * d, kvstride = p.kv_heads * d;
+  float* krows = scratch;                 // [nk][dp]
+  float* dk = krows + I::BLOCK_K * dp;    // [nk][dp] sum over queries of dS^T q
+  float* dv = dk + I::BLOCK_K * dp;       // [nk][dp] sum over queries of P^T dO
+  float* st = dv + I::BLOCK_K * dp;       // [nk][nqp] scores, then P
+  float* dpt = st + I::BLOCK_K * I::BLOCK_Q;  // [nk][nqp] dP, then dS
+
+  const float* kblock = a.k + ((b * p.seq_k + j0) * p.kv_heads + kvh) * d;
+  const float* vblock = a.v + ((b * p.seq_k + j0) * p.kv_heads + kvh) * d;
+  pack_rows(kblock, kvstride, nk, d, dp, krows);
+  std::fill(dk, dk + 2 * I::BLOCK_K * dp, 0.0f);
+
+  // The first query that sees key j0 under causal masking.
+  const int64_t qstart = p.causal ? std::clamp<int64_t>(j0 - offset, 0, p.seq_q) : 0;
+  for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+    for (int64_t qb = qstart / I::BLOCK_Q; qb < L.qblocks; ++qb) {
+      const int64_t i0 = qb * I::BLOCK_Q, nq = std::min<int64_t>(I::BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, W);
+      const int64_t blk = (b * p.heads + h) * L.qblocks + qb;
+      const int64_t row0 = ((b * p.seq_q + i0) * p.heads + h) * d;
+      const float* qrows = L.rows_packed ? L.qrows(packed, blk) : a.q + row0;
+      const float* dorows = L.rows_packed ? L.dorows(packed, blk) : a.dout + row0;
+      const ptrdiff_t rows_ld = L.rows_packed ? dp : qstride;
+      const float* lse2 = L.lse2(packed, blk);
+      const float* delta = L.delta(packed, blk);
+      gemm<I>(nk, nqp, d, kblock, kvstride, 1, L.qt(packed, blk), nqp, st, nqp, false);
+      if (p.causal && j0 + nk - 1 > i0 + offset) mask_causal<I>(st, nk, nqp, j0, i0, offset);
+      gemm<I>(nk, nqp, d, vblock, kvstride, 1, L.dot(packed, blk), nqp, dpt, nqp, false);
+      for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t v0 = 0; v0 < nqp; v0 += W) {
+          V pr = I::exp2(I::sub(I::load(st + j * nqp + v0), I::load(lse2 + v0)));
+          I::store(st + j * nqp + v0, pr);
+          I::store(dpt + j * nqp + v0, I::mul(pr, I::sub(I::load(dpt + j * nqp + v0), I::load(delta + v0))));
+        }
+      }
+      gemm<I>(nk, dp, nq, st, nqp, 1, dorows, rows_ld, dv, dp, true);
+      gemm<I>(nk, dp, nq, dpt, nqp, 1, qrows, rows_ld, dk, dp, true);
+      float* dq = dq_acc + ((b * p.heads + h) * p.seq_q + i0) * dp;
+      gemm<I>(nq, dp, nk, dpt, 1, nqp, krows, dp, dq, dp, true);
+    }
+  }
+
+  float* dkout = a.dk + ((b * p.seq_k + j0) * p.kv_heads + kvh) * d;
+  float* dvout = a.dv + ((b * p.seq_k + j0) * p.kv_heads + kvh) * d;
+  for (int64_t j = 0; j < nk; ++j) {
+    for (int64_t e = 0; e < d; ++e) {
+      dkout[j * kvstride + e] = dk[j * dp + e] * p.scale;
+      dvout[j * kvstride + e] = dv[j * dp + e];
+    }
+  }
+}
+
+template <class I>
+KernelTable make_table(const char* name) {
+  KernelTable t;
+  t.name = name;
+  t.block_q = I::BLOCK_Q;
+  t.block_k = I::BLOCK_K;
+  t.width = I::W;
+  t.forward_scratch_floats = &forward_scratch_floats<I>;
+  t.forward_item = &forward_item<I>;
+  t.backward_packed_floats = &backward_packed_floats<I>;
+  t.backward_pack = &backward_pack<I>;
+  t.backward_scratch_floats = &backward_scratch_floats<I>;
+  t.backward_item = &backward_item<I>;
+  return t;
+}
+
+}  // namespace impl
+}  // namespace
+}  // namespace ulysses

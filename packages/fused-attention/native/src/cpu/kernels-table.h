@@ -1,0 +1,33 @@
+// The per-instruction-set entry points of the CPU kernels (one table per
+// kernels-*.cc translation unit) that dispatch.cc chooses between at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention-cpu.h"
+
+namespace ulysses {
+
+struct KernelTable {
+  const char* name = nullptr;
+  int64_t block_q = 0;  // queries per block
+  int64_t block_k = 0;  // keys per block
+  int64_t width = 0;    // floats per vector: dq partials are padded to it
+  size_t (*forward_scratch_floats)(const AttentionProblem&) = nullptr;
+  void (*forward_item)(const ForwardArgs&, int64_t b, int64_t h, int64_t qb, float* scratch) = nullptr;
+  // The backward's prologue packs q and dO once per query block (b, h, qb)
+  // into a shared buffer that every key-block item then reads.
+  size_t (*backward_packed_floats)(const AttentionProblem&) = nullptr;
+  void (*backward_pack)(const BackwardArgs&, int64_t b, int64_t h, int64_t qb, float* packed) = nullptr;
+  size_t (*backward_scratch_floats)(const AttentionProblem&) = nullptr;
+  void (*backward_item)(const BackwardArgs&, const float* packed, int64_t b, int64_t kvh, int64_t kb, float* dq_acc,
+                        float* scratch) = nullptr;
+};
+
+// Each returns false when this build or this processor lacks the instruction set.
+bool avx512_kernels(KernelTable* out);
+bool avx2_kernels(KernelTable* out);
+void portable_kernels(KernelTable* out);
+
+}  // namespace ulysses

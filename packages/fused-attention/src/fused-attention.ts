@@ -1,0 +1,120 @@
+/**
+ * FusedAttention: the LocalAttention contract (packages/kernels/src/attention/
+ * types.ts, matched structurally so this package needs only @ulysses/tensors)
+ * on our fused ONNX Runtime custom ops. Each instance owns a native runtime
+ * (session options with the "ulysses" op domain, its kernels running on
+ * `threads` threads) and one session per (graph, causal, scale), created on
+ * first use. Runs take the tensors' memory as is (no copies) and happen off
+ * the JS thread. The kernels themselves live in native/src/cpu (and cuda).
+ */
+import { availableParallelism } from "node:os";
+import { Tensor } from "@ulysses/tensors";
+import { FusedAttentionError } from "./errors.js";
+import { GRAPH_IO, attentionModel, type GraphKind } from "./model.js";
+import { loadNative, type NativeBinding, type NativeInfo, type NativeRuntime, type NativeSession } from "./native.js";
+import { checkBackward, forwardSizes } from "./shapes.js";
+
+export interface FusedAttentionOptions {
+  /** Threads of the CPU kernel (default: os.availableParallelism()). */
+  threads?: number;
+}
+
+/** Same fields as LocalAttention's AttentionOptions. */
+export interface FusedAttentionCallOptions {
+  causal: boolean;
+  /** Score scale; default 1 / sqrt(headDim). */
+  scale?: number;
+}
+
+/** What the loaded addon reports, or why it is unavailable. */
+export function fusedAttentionStatus(): { available: true; info: NativeInfo; path: string } | { available: false; reason: string } {
+  const native = loadNative();
+  return native.ok ? { available: true, info: native.info, path: native.path } : { available: false, reason: native.error.message };
+}
+
+export class FusedAttention {
+  readonly name = "fused";
+  readonly threads: number;
+  private readonly binding: NativeBinding;
+  private runtime: NativeRuntime | undefined;
+  private readonly sessions = new Map<string, NativeSession>();
+
+  /** Throws FusedAttentionError (saying how to build it) when the addon is not built or fails to load. */
+  constructor(options: FusedAttentionOptions = {}) {
+    const threads = options.threads ?? availableParallelism();
+    if (!Number.isInteger(threads) || threads < 1) throw new FusedAttentionError(`FusedAttention: threads must be an integer >= 1, got ${threads}`);
+    const native = loadNative();
+    if (!native.ok) throw native.error;
+    this.threads = threads;
+    this.binding = native.binding;
+    this.runtime = new native.binding.Runtime({ threads });
+  }
+
+  async forward(
+    q: Tensor<"float32">,
+    k: Tensor<"float32">,
+    v: Tensor<"float32">,
+    options: FusedAttentionCallOptions,
+  ): Promise<{ out: Tensor<"float32">; logSumExp: Tensor<"float32"> }> {
+    const s = forwardSizes(q, k, v, options.scale, "FusedAttention.forward");
+    const out = new Tensor("float32", q.shape);
+    const logSumExp = new Tensor("float32", [s.batch, s.heads, s.seqQ]);
+    await this.run("forward", options.causal, s.scale, [q, k, v], [out, logSumExp]);
+    return { out, logSumExp };
+  }
+
+  async backward(
+    q: Tensor<"float32">,
+    k: Tensor<"float32">,
+    v: Tensor<"float32">,
+    out: Tensor<"float32">,
+    dOut: Tensor<"float32">,
+    logSumExp: Tensor<"float32">,
+    options: FusedAttentionCallOptions,
+  ): Promise<{ dq: Tensor<"float32">; dk: Tensor<"float32">; dv: Tensor<"float32"> }> {
+    const s = forwardSizes(q, k, v, options.scale, "FusedAttention.backward");
+    checkBackward(s, q, out, dOut, logSumExp, "FusedAttention.backward");
+    const dq = new Tensor("float32", q.shape);
+    const dk = new Tensor("float32", k.shape);
+    const dv = new Tensor("float32", v.shape);
+    await this.run("backward", options.causal, s.scale, [q, k, v, out, dOut, logSumExp], [dq, dk, dv]);
+    return { dq, dk, dv };
+  }
+
+  /** Releases the sessions and the native runtime; runs in flight finish first. */
+  release(): void {
+    for (const session of this.sessions.values()) session.release();
+    this.sessions.clear();
+    this.runtime?.release();
+    this.runtime = undefined;
+  }
+
+  private session(kind: GraphKind, causal: boolean, scale: number): NativeSession {
+    const key = `${kind}:${causal}:${scale}`;
+    let session = this.sessions.get(key);
+    if (!session) {
+      if (!this.runtime) throw new FusedAttentionError("FusedAttention: used after release()");
+      session = new this.binding.Session(this.runtime, attentionModel(kind, causal, scale));
+      this.sessions.set(key, session);
+    }
+    return session;
+  }
+
+  private async run(kind: GraphKind, causal: boolean, scale: number, inputs: Tensor<"float32">[], outputs: Tensor<"float32">[]): Promise<void> {
+    const io = GRAPH_IO[kind];
+    // The op's attribute is a float32: key sessions by the value it will hold.
+    const session = this.session(kind, causal, Math.fround(scale));
+    try {
+      await session.run(
+        io.inputs,
+        inputs.map((t) => t.data),
+        inputs.map((t) => t.shape),
+        io.outputs,
+        outputs.map((t) => t.data),
+        outputs.map((t) => t.shape),
+      );
+    } catch (error) {
+      throw new FusedAttentionError(`FusedAttention.${kind} (causal ${causal}, scale ${scale}) failed: ${(error as Error).message}`, { cause: error });
+    }
+  }
+}

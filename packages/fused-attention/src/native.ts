@@ -1,0 +1,87 @@
+/**
+ * Loads the native addon (build/Release/ulysses_fused_attention.node) after
+ * onnxruntime-node, so that the process holds one libonnxruntime.so.1 that
+ * both use: onnxruntime-node's binding loads it; the addon finds it by soname
+ * (dlopen RTLD_NOLOAD) and takes its C API. Loading never throws: the result
+ * says why the addon is unavailable (not built, wrong runtime, ...) and
+ * FusedAttention's constructor reports it. What the addon can do is in
+ * native/src/addon.cc.
+ */
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { FusedAttentionError } from "./errors.js";
+
+export interface NativeInfo {
+  /** Version of the ONNX Runtime library in this process (onnxruntime-node's). */
+  ortVersion: string;
+  /** The C API version the addon requested (its headers' version). */
+  apiVersion: number;
+  /** The CPU kernels' instruction set: "avx512", "avx2" or "portable". */
+  cpuIsa: string;
+  /** True when the addon was built with nvcc and holds the CUDA kernels. */
+  cudaCompiled: boolean;
+}
+
+export interface NativeRuntime {
+  release(): void;
+}
+
+export interface NativeSession {
+  run(
+    inputNames: readonly string[],
+    inputs: readonly Float32Array[],
+    inputDims: readonly (readonly number[])[],
+    outputNames: readonly string[],
+    outputs: readonly Float32Array[],
+    outputDims: readonly (readonly number[])[],
+  ): Promise<void>;
+  release(): void;
+}
+
+export interface NativeBinding {
+  init(libraryPath: string): NativeInfo;
+  Runtime: new (options: { threads: number; cuda?: boolean }) => NativeRuntime;
+  Session: new (runtime: NativeRuntime, model: Uint8Array) => NativeSession;
+}
+
+export type NativeLoad = { ok: true; binding: NativeBinding; info: NativeInfo; path: string } | { ok: false; error: FusedAttentionError };
+
+const require = createRequire(import.meta.url);
+const packageDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const BUILD_HINT = "build it with `pnpm --filter @ulysses/fused-attention build:native` (needs a C++ compiler, and apt-get access to Debian's mirror for the ONNX Runtime headers)";
+
+/** Where the addon is looked for (ULYSSES_FUSED_ATTENTION_ADDON overrides). */
+export function addonPath(): string {
+  return process.env.ULYSSES_FUSED_ATTENTION_ADDON ?? join(packageDir, "build", "Release", "ulysses_fused_attention.node");
+}
+
+/** The libonnxruntime.so.1 that onnxruntime-node ships for this platform. */
+function ortLibraryPath(): string {
+  const main = require.resolve("onnxruntime-node"); // .../onnxruntime-node/dist/index.js
+  return join(dirname(main), "..", "bin", "napi-v6", process.platform, process.arch, "libonnxruntime.so.1");
+}
+
+let cached: NativeLoad | undefined;
+
+/** Loads (once per thread) onnxruntime-node, then the addon. */
+export function loadNative(): NativeLoad {
+  if (cached) return cached;
+  const path = addonPath();
+  try {
+    if (process.platform !== "linux") throw new FusedAttentionError(`the fused-attention addon supports Linux only, not ${process.platform}`);
+    if (!existsSync(path)) throw new FusedAttentionError(`the fused-attention addon is not built (no ${path}); ${BUILD_HINT}`);
+    require("onnxruntime-node"); // loads libonnxruntime.so.1 into the process first
+    const binding = require(path) as NativeBinding;
+    const info = binding.init(ortLibraryPath());
+    cached = { ok: true, binding, info, path };
+  } catch (error) {
+    const wrapped =
+      error instanceof FusedAttentionError
+        ? error
+        : new FusedAttentionError(`the fused-attention addon at ${path} failed to load: ${(error as Error).message}; ${BUILD_HINT}`, { cause: error });
+    cached = { ok: false, error: wrapped };
+  }
+  return cached;
+}
