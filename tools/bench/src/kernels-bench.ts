@@ -1,0 +1,145 @@
+/**
+ * `pnpm bench:kernels`: attention kernel speed and memory against ONNX
+ * Runtime's own MatMul rate, measured in one run. Each case runs in a child
+ * process (kernels-bench-case.ts) so its peak RSS is its own. Prints a table
+ * and writes bench-results/kernels.json. Never part of `test`.
+ *
+ *   pnpm bench:kernels [--quick] [--threads N] [--impl ort|custom|reference]
+ *
+ * --quick: seq 1024 and 4096 only, fewer repeats. Default threads: 1 and all
+ * cores. Rates are "useful" GFLOP/s: forward 4·h·pairs·d, forward+backward
+ * 12·h·pairs·d (backward 8; the recomputed QK^T is not counted), pairs =
+ * attended (query, key) pairs; batch 1.
+ */
+import { execFile } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import type { AttentionImplementation } from "@ulysses/kernels";
+import { runCase, type AttentionCase, type BenchCase, type CaseResult } from "./kernels-bench-case.js";
+
+process.env.ORT_DISABLE_TELEMETRY = "1";
+
+const SCRIPT = fileURLToPath(import.meta.url);
+const REPO_ROOT = path.resolve(path.dirname(SCRIPT), "../../..");
+const IMPLEMENTATIONS = ["ort", "custom", "reference"] as const;
+
+interface Args {
+  quick: boolean;
+  threads: number[];
+  implementation: AttentionImplementation;
+  caseJson?: string;
+}
+
+function parseArgs(argv: string[]): Args {
+  const args: Args = { quick: false, threads: [...new Set([1, os.availableParallelism()])], implementation: "ort" };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    const value = () => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${flag} needs a value`);
+      return v;
+    };
+    if (flag === "--") continue;
+    else if (flag === "--quick") args.quick = true;
+    else if (flag === "--threads") {
+      const n = Number(value());
+      if (!Number.isInteger(n) || n < 1) throw new Error(`--threads must be a positive integer, got ${argv[i]}`);
+      args.threads = [n];
+    } else if (flag === "--impl") {
+      const impl = value();
+      if (!(IMPLEMENTATIONS as readonly string[]).includes(impl)) throw new Error(`--impl must be one of ${IMPLEMENTATIONS.join(", ")}, got '${impl}'`);
+      args.implementation = impl as AttentionImplementation;
+    } else if (flag === "--case") args.caseJson = value();
+    else throw new Error(`unknown flag '${flag}'; use --quick, --threads N, --impl ${IMPLEMENTATIONS.join("|")}`);
+  }
+  return args;
+}
+
+/** The attention cases of one thread count. */
+function attentionCases(args: Args, threads: number): AttentionCase[] {
+  const seqs = args.implementation === "reference" ? [1024] : args.quick ? [1024, 4096] : [1024, 4096, 16384];
+  const cases: AttentionCase[] = [];
+  for (const seq of seqs) {
+    for (const causal of [false, true]) {
+      // 16384 runs 2 heads (not 8) to keep one bench run within minutes on 2 cores.
+      const heads = seq >= 16384 ? 2 : 8;
+      const repeats = seq <= 1024 ? (args.quick ? 3 : 5) : seq <= 4096 && !args.quick ? 2 : 1;
+      cases.push({ kind: "attention", threads, implementation: args.implementation, seq, heads, headDim: 64, causal, repeats });
+    }
+  }
+  return cases;
+}
+
+async function runChild(c: BenchCase): Promise<CaseResult & { cpuSeconds: number }> {
+  const { stdout } = await promisify(execFile)(process.execPath, [...process.execArgv, "--expose-gc", SCRIPT, "--case", JSON.stringify(c)], {
+    env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
+    maxBuffer: 1 << 20,
+  });
+  return JSON.parse(stdout.trim().split("\n").at(-1)!) as CaseResult & { cpuSeconds: number };
+}
+
+const MiB = 1024 ** 2;
+
+function row(cells: (string | number)[], widths: number[]): string {
+  return cells.map((c, i) => String(c).padStart(widths[i]!)).join("  ");
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  if (args.caseJson !== undefined) return runCase(JSON.parse(args.caseJson) as BenchCase);
+  const loadBefore = os.loadavg();
+  const started = new Date().toISOString();
+  console.error(`kernels bench: impl ${args.implementation}, threads ${args.threads.join(", ")}${args.quick ? ", quick" : ""}; load ${loadBefore.map((l) => l.toFixed(2)).join(" ")}`);
+  const matmul: Record<number, CaseResult> = {};
+  const results: (AttentionCase & CaseResult & { matmulPercentForward: number; matmulPercentTotal: number; error?: string })[] = [];
+  for (const threads of args.threads) {
+    matmul[threads] = await runChild({ kind: "matmul", threads, size: 2048 });
+    console.error(`  MatMul 2048^3, ${threads} thread(s): ${matmul[threads]!.forwardGflops.toFixed(1)} GFLOP/s`);
+    for (const c of attentionCases(args, threads)) {
+      const r = await runChild(c);
+      const rate = matmul[threads]!.forwardGflops;
+      results.push({ ...c, ...r, matmulPercentForward: (100 * r.forwardGflops) / rate, matmulPercentTotal: (100 * r.totalGflops!) / rate });
+      console.error(`  seq ${c.seq} ${c.causal ? "causal" : "non-causal"}, ${threads} thread(s): fwd ${r.forwardGflops.toFixed(1)}, fwd+bwd ${r.totalGflops!.toFixed(1)} GFLOP/s`);
+    }
+  }
+  const loadAfter = os.loadavg();
+
+  const widths = [7, 6, 5, 10, 9, 6, 9, 6, 9, 9, 9, 9];
+  console.log(`\nAttention (${args.implementation}), batch 1, headDim 64. Useful GFLOP/s: fwd 4·h·pairs·d, fwd+bwd 12·h·pairs·d (bwd 8, recompute not counted).`);
+  console.log(`% = of ONNX Runtime MatMul 2048^3 at the same thread count: ${args.threads.map((t) => `${t} thread(s) ${matmul[t]!.forwardGflops.toFixed(1)} GFLOP/s`).join(", ")}.`);
+  console.log(row(["threads", "seq", "heads", "mask", "fwd GF/s", "fwd %", "f+b GF/s", "f+b %", "fwd s", "f+b s", "peak MiB", "added MiB"], widths));
+  for (const r of results) {
+    console.log(
+      row(
+        [r.threads, r.seq, r.heads, r.causal ? "causal" : "none", r.forwardGflops.toFixed(1), r.matmulPercentForward.toFixed(0), r.totalGflops!.toFixed(1), r.matmulPercentTotal.toFixed(0), r.forwardSeconds.toFixed(3), r.totalSeconds!.toFixed(3), (r.peakRss / MiB).toFixed(0), (r.addedRss / MiB).toFixed(0)],
+        widths,
+      ),
+    );
+  }
+  console.log(`load average (1/5/15 min): before ${loadBefore.map((l) => l.toFixed(2)).join(" ")}, after ${loadAfter.map((l) => l.toFixed(2)).join(" ")}; ${os.availableParallelism()} cores`);
+
+  const file = path.join(REPO_ROOT, "bench-results", "kernels.json");
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const report = {
+    started,
+    implementation: args.implementation,
+    quick: args.quick,
+    cores: os.availableParallelism(),
+    cpu: os.cpus()[0]?.model,
+    loadBefore,
+    loadAfter,
+    flopConvention: "useful FLOPs: forward 4*b*h*pairs*d, backward 8*b*h*pairs*d (recomputed QK^T not counted); pairs = attended (query, key) pairs",
+    matmul: Object.fromEntries(Object.entries(matmul).map(([t, r]) => [t, { size: 2048, gflops: r.forwardGflops, seconds: r.forwardSeconds }])),
+    cases: results,
+  };
+  fs.writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
+  console.log(`wrote ${path.relative(process.cwd(), file)}`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
