@@ -20,6 +20,7 @@ import { BlockError } from "./errors.js";
 import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads } from "./head-routing.js";
 import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
+import { TensorPool } from "./tensor-pool.js";
 import {
   checkGradShape,
   exclusive,
@@ -52,6 +53,7 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
   readonly name: string;
   busy = false;
   private readonly scratch = new ScratchBuffers();
+  private readonly pool = new TensorPool();
 
   constructor(
     readonly local: LocalAttention,
@@ -78,8 +80,8 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
       const output = new Tensor("float32", [shards.length, row], this.scratch.get("recv", shards.length * row));
       const gathered = await this.group.allGather(new Tensor("float32", [s, row], send), { sizes: shards.sizes, output });
       // [N, 2, b, Hkv*D] -> k, v [b, N', Hkv, D] (first N' tokens).
-      const kAll = new Tensor("float32", [b, keys, kvHeads, d]);
-      const vAll = new Tensor("float32", [b, keys, kvHeads, d]);
+      const kAll = this.pool.take([b, keys, kvHeads, d], false);
+      const vAll = this.pool.take([b, keys, kvHeads, d], false);
       splitKV(gathered.data as Float32Array, kAll, vAll, keys);
       const local = await this.local.forward(q, kAll, vAll, { causal: options.causal, scale: options.scale });
       const context = new AllGatherKVContext(this, shards, { ...options }, q, kAll, vAll, local.out, local.logSumExp);
@@ -88,8 +90,8 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
   }
 
   async backward(context: AllGatherKVContext, dOut: F32): Promise<AttentionGradients> {
-    if (!(context instanceof AllGatherKVContext) || context.owner !== this) {
-      throw new BlockError(`${this.name}: backward needs the context its own forward returned`);
+    if (!(context instanceof AllGatherKVContext) || context.owner !== this || context.released) {
+      throw new BlockError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
     }
     checkGradShape(dOut, context.out.shape, this.name);
     return exclusive(this, async () => {
@@ -105,11 +107,17 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
       const output = new Tensor("float32", [s, row], this.scratch.get("recv", s * row));
       const reduced = await this.group.reduceScatter(new Tensor("float32", [shards.length, row], send), { op: "sum", sizes: shards.sizes, output });
       // [s_r, 2, b, Hkv*D] -> dk, dv [b, s_r, Hkv, D].
-      const dk = new Tensor("float32", [b, s, kvHeads, d]);
-      const dv = new Tensor("float32", [b, s, kvHeads, d]);
+      const dk = this.pool.take([b, s, kvHeads, d], false);
+      const dv = this.pool.take([b, s, kvHeads, d], false);
       splitKV(reduced.data as Float32Array, dk, dv, s);
       return { dq: grads.dq, dk, dv };
     });
+  }
+
+  release(context: AllGatherKVContext, ...tensors: F32[]): void {
+    if (context.owner !== this || context.released) return;
+    context.released = true;
+    this.pool.give(context.k, context.v, ...tensors);
   }
 }
 

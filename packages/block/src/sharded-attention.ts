@@ -42,6 +42,9 @@ export abstract class SavedLocalAttention implements ShardedAttentionContext {
     readonly logSumExp: F32,
   ) {}
 
+  /** Set by the wrapper's release(): the buffers may belong to someone else now. */
+  released = false;
+
   get savedBytes(): number {
     return this.q.byteLength + this.k.byteLength + this.v.byteLength + this.out.byteLength + this.logSumExp.byteLength;
   }
@@ -66,6 +69,13 @@ export interface ShardedAttention<C extends ShardedAttentionContext = ShardedAtt
   forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<C>>;
   /** dOut [b, s_r, heads, D] -> dq [b, s_r, heads, D], dk and dv [b, s_r, kvHeads, D] (summed over every use). */
   backward(context: C, dOut: F32): Promise<AttentionGradients>;
+  /**
+   * Optional recycling: gives the context's buffers, and any tensors this
+   * wrapper returned (out, dq, dk, dv), back for reuse by later calls. Neither
+   * the context nor those tensors may be used afterwards. Tensors the wrapper
+   * did not allocate are ignored; a second release of a context does nothing.
+   */
+  release(context: C, ...tensors: F32[]): void;
 }
 
 export interface ShardDims {

@@ -140,6 +140,51 @@ describe("TransformerBlock communication and memory", () => {
   });
 });
 
+describe("TransformerBlock buffer reuse", () => {
+  it.each(["ulysses", "allgather"] as const)("%s: two blocks sharing one wrapper over repeated steps equal fresh single-step runs", async (kind) => {
+    const config: BlockConfig = { hidden: 16, heads: 4, kvHeads: 2, attention: kind, mlpRatio: 2 };
+    const resolved = resolveBlockConfig(config);
+    const w1 = initBlockWeights(resolved, 1, { perturb: 0.2, std: 0.3 });
+    const w2 = initBlockWeights(resolved, 2, { perturb: 0.2, std: 0.3 });
+    const [p, seq] = [2, 10];
+    const sizes = evenSplitSizes(seq, p);
+    const steps = [data(config, 1, seq, 21), data(config, 1, seq, 22), data(config, 1, seq, 23)];
+    /** y of block 2 after block 1, and dx of block 1, for one step, on fresh blocks and wrappers. */
+    const fresh = async (step: (typeof steps)[number]) =>
+      runRanks(p, async (group, rank) => {
+        const b1 = new TransformerBlock(config, { ops, group, localAttention: attention, weights: w1 });
+        const b2 = new TransformerBlock(config, { ops, group, localAttention: attention, weights: w2 });
+        const f1 = await b1.forward(shardOf(step.x, sizes, rank));
+        const f2 = await b2.forward(f1.y);
+        const g2 = await b2.backward(f2.context, shardOf(step.dy, sizes, rank));
+        const g1 = await b1.backward(f1.context, g2.dx);
+        return { y: f2.y, dx: g1.dx, grads: g1.flat };
+      });
+    const reused = await runRanks(p, async (group, rank) => {
+      const b1 = new TransformerBlock(config, { ops, group, localAttention: attention, weights: w1 });
+      const b2 = new TransformerBlock(config, { ops, group, attention: b1.attention, weights: w2, checkpoint: true });
+      const out = [];
+      for (const step of steps) {
+        const f1 = await b1.forward(shardOf(step.x, sizes, rank));
+        const f2 = await b2.forward(f1.y);
+        const g2 = await b2.backward(f2.context, shardOf(step.dy, sizes, rank));
+        const g1 = await b1.backward(f1.context, g2.dx);
+        out.push({ y: f2.y, dx: g1.dx, grads: g1.flat });
+        await expect(b1.backward(f1.context, g2.dx)).rejects.toThrow(BlockError);
+      }
+      return out;
+    });
+    for (let i = 0; i < steps.length; i++) {
+      const expected = await fresh(steps[i]!);
+      for (let r = 0; r < p; r++) {
+        expect(Array.from(reused[r]![i]!.y.data)).toEqual(Array.from(expected[r]!.y.data));
+        expect(Array.from(reused[r]![i]!.dx.data)).toEqual(Array.from(expected[r]!.dx.data));
+        expect(Array.from(reused[r]![i]!.grads)).toEqual(Array.from(expected[r]!.grads));
+      }
+    }
+  });
+});
+
 describe("TransformerBlock configuration errors", () => {
   it("rejects impossible configurations before any communication", async () => {
     await runRanks(4, async (group) => {

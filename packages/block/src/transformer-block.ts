@@ -142,7 +142,7 @@ export class TransformerBlock {
 
   /** x [b, s_r, hidden] (this rank's shard) -> y [b, s_r, hidden] and the context backward needs. */
   async forward(x: F32, sequence: SequenceOptions = {}): Promise<{ y: F32; context: BlockContext }> {
-    const { y, activations } = await this.run(x, sequence);
+    const { y, activations } = await this.run(x, sequence, !this.checkpoint);
     return { y, context: new BlockContext(this, x, { ...sequence }, this.checkpoint ? null : activations) };
   }
 
@@ -152,7 +152,7 @@ export class TransformerBlock {
     if (dy.rank !== 3 || dy.shape.some((d, i) => d !== context.input.shape[i])) {
       throw new BlockError(`TransformerBlock.backward: dy ${dy} does not match the input ${context.input}`);
     }
-    const a = context.activations ?? (await this.run(context.input, context.sequence)).activations;
+    const a = context.activations ?? (await this.run(context.input, context.sequence, true)).activations;
     const { hidden, heads, headDim, kvHeads, ropeBase } = this.config;
     const [b, s] = context.input.shape as unknown as [number, number, number];
     const rows = b * s;
@@ -185,6 +185,8 @@ export class TransformerBlock {
       await this.linearBackward(a.h1, "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads),
     );
     const dx = addInto(await this.normBackward("norm1", a.x, a.norm1, dh1, grads), dx2);
+    // The attention's buffers are spent: hand them back for the next step.
+    this.attention.release(a.attention, a.attnOut, g.dq, g.dk, g.dv);
 
     if (options.reduceGradients ?? true) {
       await this.group.allReduce(new Tensor("float32", [grads.flat.length], grads.flat), { op: "sum" });
@@ -193,8 +195,8 @@ export class TransformerBlock {
     return { dx: dx.reshape([b, s, hidden]), grads: grads.tensors, flat: grads.flat };
   }
 
-  /** The forward computation, keeping every activation. */
-  private async run(input: F32, sequence: SequenceOptions): Promise<{ y: F32; activations: Activations }> {
+  /** The forward computation; `keep` false releases the attention's buffers as soon as they are used (checkpointing). */
+  private async run(input: F32, sequence: SequenceOptions, keep: boolean): Promise<{ y: F32; activations: Activations }> {
     const { hidden, heads, kvHeads, headDim, ropeBase, causal } = this.config;
     if (input.dtype !== "float32" || input.rank !== 3 || input.shape[2] !== hidden) {
       throw new BlockError(`TransformerBlock.forward: x must be float32 [batch, seq, ${hidden}], got ${input}`);
@@ -215,6 +217,7 @@ export class TransformerBlock {
     // [b, s_r, H, D] -> [rows, H*D]
     const attnOut = attn.out.reshape([rows, heads * headDim]);
     const x2 = addInto(await this.linear(attnOut, "attn.o"), x);
+    if (!keep) this.attention.release(attn.context, attn.out);
 
     const { y: h2, saved: norm2 } = await this.normForward("norm2", x2);
     let up: F32;

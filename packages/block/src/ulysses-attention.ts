@@ -23,6 +23,7 @@ import { BlockError } from "./errors.js";
 import { gatherHeads, readSeqBlock, scatterHeads, ScratchBuffers, writeSeqBlock } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
 import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
+import { TensorPool } from "./tensor-pool.js";
 import {
   checkGradShape,
   exclusive,
@@ -60,6 +61,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   readonly name: string;
   busy = false;
   private readonly scratch = new ScratchBuffers();
+  private readonly pool = new TensorPool();
   private readonly routings = new Map<string, HeadRouting>();
 
   constructor(
@@ -112,9 +114,9 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
       }
       const recv = await this.exchange(send, inputSplits, outputSplits, d);
       // per source j: [b, s_j, h_r + 2 k_r, D] blocks -> q [b, N, h_r, D], k, v [b, N, k_r, D].
-      const qh = new Tensor("float32", [b, n, myQ.count, d]);
-      const kh = new Tensor("float32", [b, n, myKv.length, d]);
-      const vh = new Tensor("float32", [b, n, myKv.length, d]);
+      const qh = this.pool.take([b, n, myQ.count, d], false);
+      const kh = this.pool.take([b, n, myKv.length, d], false);
+      const vh = this.pool.take([b, n, myKv.length, d], false);
       o = 0;
       for (let j = 0; j < routing.worldSize; j++) {
         const [start, len] = [shards.starts[j]!, shards.sizes[j]!];
@@ -133,7 +135,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
       for (let j = 0; j < routing.worldSize; j++) o = readSeqBlock(local.out, shards.starts[j]!, shards.sizes[j]!, send2, o);
       const recv2 = await this.exchange(send2, backSplits, gatherSplits, d);
       // per source j: [b, s_r, h_j, D] blocks -> out [b, s_r, H, D].
-      const out = new Tensor("float32", [b, s, heads, d]);
+      const out = this.pool.take([b, s, heads, d], false);
       o = 0;
       for (let j = 0; j < routing.worldSize; j++) o = scatterHeads(recv2, o, out, range(routing.q[j]!.start, routing.q[j]!.count), false);
 
@@ -143,8 +145,8 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   }
 
   async backward(context: UlyssesContext, dOut: F32): Promise<AttentionGradients> {
-    if (!(context instanceof UlyssesContext) || context.owner !== this) {
-      throw new BlockError(`${this.name}: backward needs the context its own forward returned`);
+    if (!(context instanceof UlyssesContext) || context.owner !== this || context.released) {
+      throw new BlockError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
     }
     const { routing, shards } = context;
     const r = this.group.rank;
@@ -162,11 +164,12 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
       for (let j = 0; j < routing.worldSize; j++) o = gatherHeads(dOut, range(routing.q[j]!.start, routing.q[j]!.count), send, o);
       const recv = await this.exchange(send, inputSplits, outputSplits, d);
       // per source j: [b, s_j, h_r, D] blocks -> dOut [b, N, h_r, D].
-      const dOutH = new Tensor("float32", [b, shards.length, myQ.count, d]);
+      const dOutH = this.pool.take([b, shards.length, myQ.count, d], false);
       o = 0;
       for (let j = 0; j < routing.worldSize; j++) o = writeSeqBlock(recv, o, dOutH, shards.starts[j]!, shards.sizes[j]!);
 
       const grads = await context.localBackward(this.local, dOutH);
+      this.pool.give(dOutH);
 
       // Mirror of #1: dq [b, N, h_r, D], dk, dv [b, N, k_r, D] -> per rank j: [b, s_j, h_r + 2 k_r, D] blocks.
       const backSplits = shards.sizes.map((sj) => b * sj * (myQ.count + 2 * myKv.length));
@@ -181,9 +184,9 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
       }
       const recv2 = await this.exchange(send2, backSplits, gatherSplits, d);
       // per source j: [b, s_r, h_j + 2 k_j, D] blocks -> dq [b, s_r, H, D], dk, dv [b, s_r, Hkv, D] (replicas summed).
-      const dq = new Tensor("float32", [b, s, routing.heads, d]);
-      const dk = new Tensor("float32", [b, s, routing.kvHeads, d]);
-      const dv = new Tensor("float32", [b, s, routing.kvHeads, d]);
+      const dq = this.pool.take([b, s, routing.heads, d], false);
+      const dk = this.pool.take([b, s, routing.kvHeads, d], true);
+      const dv = this.pool.take([b, s, routing.kvHeads, d], true);
       o = 0;
       for (let j = 0; j < routing.worldSize; j++) {
         const kvj = routing.kv[j]!;
@@ -193,6 +196,12 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
       }
       return { dq, dk, dv };
     });
+  }
+
+  release(context: UlyssesContext, ...tensors: F32[]): void {
+    if (context.owner !== this || context.released) return;
+    context.released = true;
+    this.pool.give(context.q, context.k, context.v, ...tensors);
   }
 
   /** One all-to-all over rows of D floats; returns the received floats (a reused buffer). */
