@@ -2,14 +2,19 @@
  * Runs on every rank under mpirun (see ../mpi-backend.test.ts): exercises the
  * mpi backend against expected values written out from the definitions (not
  * computed by the backend), then prints one `ULYSSES_CHECKS {json}` line per
- * rank. Argument: the reduction mode ("ordered" or "mpi").
+ * rank, then runs the shared conformance suite (@ulysses/collectives/testing)
+ * and prints one `ULYSSES_CONFORMANCE {json}` line per rank.
+ * Argument: the reduction mode ("ordered" or "mpi").
  */
-import { CollectiveError, type ProcessGroup } from "@ulysses/collectives";
+import { CollectiveError, init, type ProcessGroup } from "@ulysses/collectives";
+import { runConformance } from "@ulysses/collectives/testing";
 import { Tensor } from "@ulysses/tensors";
-import { mpiBackend, type ReductionMode } from "../index.js";
+import { MpiGroup, type ReductionMode } from "../index.js";
 
 const reduction = (process.argv[2] ?? "ordered") as ReductionMode;
-const world = await mpiBackend({ timeoutMs: 20_000, reduction });
+// importing ../index.js registered backend "mpi"
+const world = await init({ backend: "mpi", timeoutMs: 20_000, reduction });
+if (!(world instanceof MpiGroup)) throw new Error(`init({ backend: "mpi" }) returned ${world.backend}`);
 const P = world.size;
 const r = world.rank;
 const failures: string[] = [];
@@ -170,4 +175,6 @@ await check("the event loop runs while a rank waits in MPI for a late peer", asy
 });
 
 console.log(`ULYSSES_CHECKS ${JSON.stringify({ rank: r, size: P, reduction, passed, failed: failures.length, failures })}`);
+const conformance = await runConformance(world);
+console.log(`ULYSSES_CONFORMANCE ${JSON.stringify({ rank: r, size: P, results: conformance })}`);
 await world.destroy();
