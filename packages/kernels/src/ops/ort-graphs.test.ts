@@ -1,0 +1,45 @@
+/**
+ * The derived backward graphs carry no wasted forward work: statistics come
+ * from the saved inputs (no normalization node is recomputed), rope's backward
+ * never reads x and costs what its forward costs, and linear's backward is two
+ * Gemms and one row sum in one graph.
+ */
+import { describe, expect, it } from "vitest";
+import { decodeModel } from "../graph/builder.js";
+import * as graphs from "./ort-graphs.js";
+
+function opTypes(bytes: Uint8Array): string[] {
+  return decodeModel(bytes).graph!.node!.map((n) => n.opType!).filter((op) => op !== "Identity");
+}
+
+function inputs(bytes: Uint8Array): string[] {
+  return decodeModel(bytes).graph!.input!.map((i) => i.name!);
+}
+
+const count = (ops: string[], op: string) => ops.filter((o) => o === op).length;
+
+describe("derived backward graphs", () => {
+  it("layerNorm and rmsNorm read the saved statistics instead of recomputing them", () => {
+    const ln = graphs.layerNormBackwardGraph(4, 6);
+    expect(opTypes(ln)).not.toContain("LayerNormalization");
+    expect(inputs(ln).sort()).toEqual(["dy", "gamma", "mean", "rstd", "x"]);
+    const rms = graphs.rmsNormBackwardGraph(4, 6);
+    expect(opTypes(rms)).not.toContain("SimplifiedLayerNormalization");
+    expect(inputs(rms).sort()).toEqual(["dy", "gamma", "rstd", "x"]);
+  });
+
+  it("rope backward needs no x and has the same ops as forward", () => {
+    const forward = opTypes(graphs.ropeForwardGraph([1, 3, 2, 4]));
+    const backward = graphs.ropeBackwardGraph([1, 3, 2, 4]);
+    expect(inputs(backward).sort()).toEqual(["cos", "dy", "sin"]);
+    expect(opTypes(backward).sort()).toEqual([...forward].sort());
+  });
+
+  it("linear backward is two Gemms and one row sum", () => {
+    const ops = opTypes(graphs.linearBackwardGraph(5, 3, 2, true));
+    expect(count(ops, "Gemm")).toBe(2);
+    expect(count(ops, "ReduceSum")).toBe(1);
+    expect(ops.length).toBeLessThanOrEqual(4);
+    expect(opTypes(graphs.linearBackwardGraph(5, 3, 2, false))).toEqual(["Gemm", "Gemm"]);
+  });
+});
