@@ -1,5 +1,6 @@
 import { fileURLToPath } from "node:url";
 import { describeConformance } from "../testing/index.js";
+import { init } from "../registry.js";
 import { launch } from "./launch.js";
 
 const entry = fileURLToPath(new URL("../testing-fixtures/conformance-entry.ts", import.meta.url));
@@ -7,6 +8,8 @@ const entry = fileURLToPath(new URL("../testing-fixtures/conformance-entry.ts", 
 describeConformance(
   "threads backend conformance",
   async (worldSize) => {
+    // one rank: the threads backend's in-process single-rank world (no worker needed)
+    if (worldSize === 1) return [await init({ backend: "threads" })];
     const world = await launch<{ run(names: string[]): Promise<never> }>({ worldSize, entry, timeoutMs: 20_000 });
     return { run: (names) => world.all("run", [...names]), close: () => world.shutdown() };
   },
