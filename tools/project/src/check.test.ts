@@ -1,0 +1,66 @@
+import { describe, expect, it } from "vitest";
+import { calibrateFixedCosts, checkProjection, machineProfile, machineRun, rankProfile, type MachineMeasurements } from "./check.js";
+import { project, type GptShape } from "./cost-model.js";
+
+const block: GptShape = { name: "block", layers: 1, hidden: 256, heads: 8, vocab: 0, ffnMultiplier: 4 };
+const measured: MachineMeasurements = { name: "test box", cores: 2, matmulGflops: 200, shapedMatmulGflops: 150, attentionGflops: 50, memoryGiB: 16 };
+
+describe("projection check", () => {
+  it("builds the machine profile from measured rates", () => {
+    const hw = machineProfile(measured, "unit test");
+    expect(hw.peakTflops).toBeCloseTo(0.2, 12);
+    expect(hw.matmulEfficiency).toBeCloseTo(0.75, 12);
+    expect(hw.attentionEfficiency).toBeCloseTo(0.25, 12);
+    expect(() => machineProfile({ ...measured, matmulGflops: 0 }, "x")).toThrow(/matmulGflops.*got 0/);
+  });
+
+  it("recovers known fixed costs from two P = 1 points", () => {
+    const machine = machineProfile(measured, "unit test");
+    const truth = { ...machine, elementwiseNsPerTokenHidden: 2.5, perLayerOverheadUs: 3000 };
+    const at = (seqLen: number) => ({ seqLen, seconds: project(block, machineRun("ulysses", 1, seqLen), truth).stepSeconds });
+    const c = calibrateFixedCosts(block, machine, [at(1024), at(4096)]);
+    expect(c.elementwiseNsPerTokenHidden).toBeCloseTo(2.5, 6);
+    expect(c.perLayerOverheadUs).toBeCloseTo(3000, 3);
+    expect(() => calibrateFixedCosts(block, machine, [at(1024), at(1024)])).toThrow(/different sequence lengths/);
+  });
+
+  it("clamps negative fixed costs to zero", () => {
+    const machine = machineProfile(measured, "unit test");
+    const c = calibrateFixedCosts(block, machine, [
+      { seqLen: 1024, seconds: 1e-6 },
+      { seqLen: 2048, seconds: 2e-6 },
+    ]);
+    expect(c.elementwiseNsPerTokenHidden).toBe(0);
+    expect(c.perLayerOverheadUs).toBe(0);
+  });
+
+  it("splits the machine over P ranks: peak / P, fixed costs x max(1, P / cores)", () => {
+    const machine = { ...machineProfile(measured, "unit test"), elementwiseNsPerTokenHidden: 1, perLayerOverheadUs: 10 };
+    const link = { bandwidthGBs: 4, latencyUs: 20 };
+    const two = rankProfile(machine, 2, 2, link);
+    const four = rankProfile(machine, 4, 2, link);
+    expect(two.peakTflops).toBeCloseTo(0.1, 12);
+    expect(four.peakTflops).toBeCloseTo(0.05, 12);
+    expect(two.elementwiseNsPerTokenHidden).toBe(1);
+    expect(four.elementwiseNsPerTokenHidden).toBe(2);
+    expect(four.perLayerOverheadUs).toBe(20);
+    expect(four.devicesPerNode).toBe(4);
+    expect(four.intraNode).toEqual(link);
+  });
+
+  it("compute time is conserved when the machine is split (Ulysses, heads divisible by P)", () => {
+    const machine = machineProfile(measured, "unit test");
+    const fast = { bandwidthGBs: 1e9, latencyUs: 0 };
+    const [one, four] = checkProjection(
+      block,
+      [
+        { scheme: "ulysses", degree: 1, seqLen: 8192, seconds: 1 },
+        { scheme: "ulysses", degree: 4, seqLen: 8192, seconds: 1 },
+      ],
+      (p) => rankProfile(machine, p, 4, fast),
+    );
+    expect(four!.terms.matmul).toBeCloseTo(one!.terms.matmul, 12);
+    expect(four!.terms.attention).toBeCloseTo(one!.terms.attention, 12);
+    expect(one!.errorPercent).toBeCloseTo(100 * (one!.predictedSeconds - 1), 9);
+  });
+});
