@@ -57,7 +57,7 @@ describe("validation before any rank starts", () => {
   it("accepts the defaults", () => expect(problems({})).toBe(""));
   it("names heads vs sp, seq, backend and rank-count problems", () => {
     expect(problems({ sp: 8, heads: 4, hidden: 64 })).toMatch(/--heads 4 is smaller than --sp 8/);
-    expect(problems({ seq: 16 })).toMatch(/--seq 16 is too short for the recall task with 4 pairs and 4 queries \(needs at least 20\)/);
+    expect(problems({ seq: 10 })).toMatch(/--seq 10 is too short for the recall task with 3 pairs and 3 queries \(needs at least 15\)/);
     expect(problems({ sp: 4, seq: 3, task: "text", data: "x" })).toMatch(/--seq 3 is too short for --sp 4/);
     expect(problems({ backend: "nccl" })).toMatch(/unknown backend 'nccl'/);
     expect(problems({ backend: "mpi", sp: 2, dp: 2 }, { OMPI_COMM_WORLD_SIZE: "2" })).toMatch(/--sp 2 x --dp 2 = 4 ranks, but mpirun started 2/);
