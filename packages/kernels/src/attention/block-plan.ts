@@ -146,3 +146,19 @@ export function swapMiddleAxes(src: Float32Array, outer: number, a: number, b: n
   }
   return dst;
 }
+
+/** Per-(batch, kv head) arrays [seq, inner] (index b * kvHeads + g) -> dst [batch, seq, kvHeads, inner]. */
+export function interleaveHeads(perHead: readonly Float32Array[], kvHeads: number, inner: number, dst: Float32Array): Float32Array {
+  for (let head = 0; head < perHead.length; head++) {
+    const src = perHead[head]!;
+    const b = Math.floor(head / kvHeads);
+    const g = head % kvHeads;
+    const seq = src.length / inner;
+    for (let j = 0; j < seq; j++) {
+      const from = j * inner;
+      const to = ((b * seq + j) * kvHeads + g) * inner;
+      for (let e = 0; e < inner; e++) dst[to + e] = src[from + e]!;
+    }
+  }
+  return dst;
+}

@@ -44,10 +44,11 @@ interface Case {
   headDim: number;
   causal: boolean;
   scale?: number;
-  blockRows?: number;
+  /** Rows per run; "default" uses defaultBlockRows (else 32, so short sequences span several blocks). */
+  blockRows?: number | "default";
 }
 
-// blockRows 32 with group 1 gives 32-query blocks: 31/32/33 cross a block boundary.
+// blockRows 32 with group 1 gives 32-query blocks: 31/32/33 sit at a block boundary.
 const cases: Case[] = [
   { name: "non-causal MHA, 37", batch: 1, seqQ: 37, seqK: 37, heads: 2, kvHeads: 2, headDim: 16, causal: false },
   { name: "causal MHA, 100", batch: 1, seqQ: 100, seqK: 100, heads: 2, kvHeads: 2, headDim: 16, causal: true },
@@ -61,7 +62,8 @@ const cases: Case[] = [
     [false, true].map((causal) => ({ name: `${causal ? "causal" : "non-causal"} block boundary ${n}`, batch: 1, seqQ: n, seqK: n, heads: 2, kvHeads: 2, headDim: 16, causal, blockRows: 32 })),
   ),
   { name: "causal GQA 4:2 block boundary 65, 16-row blocks", batch: 1, seqQ: 65, seqK: 65, heads: 4, kvHeads: 2, headDim: 8, causal: true, blockRows: 32 },
-  { name: "causal headDim 64, 300", batch: 1, seqQ: 300, seqK: 300, heads: 2, kvHeads: 2, headDim: 64, causal: true },
+  { name: "causal headDim 64, 700, default blocks", batch: 1, seqQ: 700, seqK: 700, heads: 2, kvHeads: 2, headDim: 64, causal: true, blockRows: "default" },
+  { name: "non-causal GQA 4:2 headDim 64, 600, default blocks", batch: 1, seqQ: 600, seqK: 600, heads: 4, kvHeads: 2, headDim: 64, causal: false, blockRows: "default" },
 ];
 
 const TOLERANCE = 1e-5;
@@ -73,7 +75,7 @@ describe("OrtAttention matches ReferenceAttention (relative Frobenius error <= 1
 
   for (const c of cases) {
     it(c.name, async () => {
-      const attention = new OrtAttention({ cache, blockRows: c.blockRows });
+      const attention = new OrtAttention({ cache, blockRows: c.blockRows === "default" ? undefined : (c.blockRows ?? 32) });
       const q = randomTensor([c.batch, c.seqQ, c.heads, c.headDim], 1, 1.5);
       const k = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 2, 1.5);
       const v = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 3);

@@ -19,14 +19,14 @@ import { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
 import { SessionCache } from "../runtime/session-cache.js";
 import { buildBackwardGraph, buildForwardGraph, blockGraphKey, type BlockShape, type BlockVariant } from "./block-graphs.js";
-import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, swapMiddleAxes, type BlockPlan, type QueryBlock } from "./block-plan.js";
+import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, swapMiddleAxes, interleaveHeads, type BlockPlan, type QueryBlock } from "./block-plan.js";
 import { attentionDims, checkBackwardShapes, type AttentionDims } from "./shapes.js";
 import type { AttentionForwardResult, AttentionGradients, AttentionOptions, LocalAttention } from "./types.js";
 
 export interface OrtAttentionOptions {
   /** Sessions and threads (default: a new SessionCache with its default threads). */
   cache?: SessionCache;
-  /** Query rows per session run, over the kv head's whole query group (default 128). */
+  /** Query rows per session run, over the kv head's whole query group (default: defaultBlockRows). */
   blockRows?: number;
 }
 
@@ -38,8 +38,24 @@ interface RunSite {
   row: number;
   /** Rows of the run: group * block.rows. */
   rows: number;
+  /** Index of (batch, kv head): b * kvHeads + g. */
+  head: number;
   /** Float offset of the kv head in the [batch, kvHeads, seqK, headDim] layout. */
   kvBase: number;
+}
+
+/**
+ * Rows per run when none are given. Larger runs amortise the per-run cost
+ * (session.run, and the dk/dv partial sums that travel each backward run:
+ * 6·keys·d floats against 10·rows·keys·d FLOPs); causal blocks also compute
+ * a rows x rows diagonal square of which half is masked, so there the rows
+ * grow with the sequence (waste about rows / seqK). Chosen by measurement on
+ * the 2-core development machine.
+ */
+export function defaultBlockRows(dims: AttentionDims): number {
+  if (!dims.causal) return 512;
+  const target = 2 ** Math.round(Math.log2(Math.max(1, dims.seqK) / 16));
+  return Math.min(512, Math.max(128, target));
 }
 
 function view(data: Float32Array, start: number, shape: number[]): Tensor<"float32"> {
@@ -56,21 +72,22 @@ function headsFirst(t: Tensor<"float32">): Float32Array {
 export class OrtAttention implements LocalAttention {
   readonly name = "ort";
   readonly cache: SessionCache;
-  readonly blockRows: number;
+  /** Fixed rows per run, or undefined for defaultBlockRows. */
+  readonly blockRows: number | undefined;
   private readonly ownsCache: boolean;
 
   constructor(options: OrtAttentionOptions = {}) {
     this.ownsCache = options.cache === undefined;
     this.cache = options.cache ?? new SessionCache();
-    this.blockRows = options.blockRows ?? 128;
-    if (!Number.isInteger(this.blockRows) || this.blockRows < 1) {
+    this.blockRows = options.blockRows;
+    if (this.blockRows !== undefined && (!Number.isInteger(this.blockRows) || this.blockRows < 1)) {
       throw new KernelError(`OrtAttention: blockRows must be a positive integer, got ${options.blockRows}`);
     }
   }
 
-  /** Queries per block: blockRows split over the query group (at least 1). */
+  /** Queries per block: the rows per run split over the query group (at least 1). */
   blockQueries(dims: AttentionDims): number {
-    return Math.max(1, Math.floor(this.blockRows / dims.group));
+    return Math.max(1, Math.floor((this.blockRows ?? defaultBlockRows(dims)) / dims.group));
   }
 
   private *sites(dims: AttentionDims, plan: BlockPlan): Generator<RunSite> {
@@ -81,7 +98,8 @@ export class OrtAttention implements LocalAttention {
         for (let g = 0; g < kvHeads; g++) {
           // Blocked rows [block][b][h = g*group .. (g+1)*group][rows]: contiguous.
           const row = block.rowOffset + (b * heads + g * group) * block.rows;
-          yield { block, variant, row, rows: group * block.rows, kvBase: (b * kvHeads + g) * seqK * d };
+          const head = b * kvHeads + g;
+          yield { block, variant, row, rows: group * block.rows, head, kvBase: head * seqK * d };
         }
       }
     }
@@ -154,10 +172,16 @@ export class OrtAttention implements LocalAttention {
     const keys = headsFirst(k);
     const values = headsFirst(v);
     const dqBlocked = new Float32Array(plan.totalRows * d);
-    // dk/dv accumulators [b, kvHeads, seqK, d]: each run adds its block's share to the
-    // prefix [0, keyEnd) of its kv head (Gemm's C input) and the sum is copied back.
-    const dkSum = new Float32Array(k.size);
-    const dvSum = new Float32Array(k.size);
+    // dk/dv running sums per (batch, kv head), [seqK, d] each: a run adds its block's share
+    // to the prefix [0, keyEnd) through Gemm's C input; a whole-length result simply
+    // becomes the new sum, a prefix is copied back.
+    const sumLength = dims.seqK * d;
+    const dkSums = Array.from({ length: dims.batch * dims.kvHeads }, () => new Float32Array(sumLength));
+    const dvSums = Array.from({ length: dims.batch * dims.kvHeads }, () => new Float32Array(sumLength));
+    const accumulate = (sums: Float32Array[], head: number, partial: Float32Array) => {
+      if (partial.length === sumLength) sums[head] = partial;
+      else sums[head]!.set(partial);
+    };
     for (const site of this.sites(dims, plan)) {
       const shape = this.shapeOf(dims, site);
       const keyEnd = site.block.keyEnd;
@@ -167,21 +191,20 @@ export class OrtAttention implements LocalAttention {
         dout: view(dOutBlocked, site.row * d, [site.rows, d]),
         lse: view(lseBlocked, site.row, [site.rows, 1]),
         rowdot: view(rowDots, site.row, [site.rows, 1]),
-        dk_in: view(dkSum, site.kvBase, [keyEnd, d]),
-        dv_in: view(dvSum, site.kvBase, [keyEnd, d]),
+        dk_in: view(dkSums[site.head]!, 0, [keyEnd, d]),
+        dv_in: view(dvSums[site.head]!, 0, [keyEnd, d]),
         ...this.keyFeeds(keys, site, d, true),
       };
       const result = await this.cache.run(blockGraphKey("backward", shape), () => buildBackwardGraph(shape), feeds);
       dqBlocked.set(result.dq_scaled!.data as Float32Array, site.row * d);
-      dkSum.set(result.dk!.data as Float32Array, site.kvBase);
-      dvSum.set(result.dv!.data as Float32Array, site.kvBase);
+      accumulate(dkSums, site.head, result.dk!.data as Float32Array);
+      accumulate(dvSums, site.head, result.dv!.data as Float32Array);
     }
     const dq = new Tensor("float32", q.shape);
     scatterQueries(dqBlocked, dims, plan, dq.data, dims.scale);
-    // [b, kvHeads, seqK, d] -> [b, seqK, kvHeads, d]
-    const { batch, kvHeads, seqK } = dims;
-    const dk = new Tensor("float32", k.shape, swapMiddleAxes(dkSum, batch, kvHeads, seqK, d, new Float32Array(k.size)));
-    const dv = new Tensor("float32", k.shape, swapMiddleAxes(dvSum, batch, kvHeads, seqK, d, new Float32Array(k.size)));
+    // per (b, kvHead) [seqK, d] -> [b, seqK, kvHeads, d]
+    const dk = new Tensor("float32", k.shape, interleaveHeads(dkSums, dims.kvHeads, d, new Float32Array(k.size)));
+    const dv = new Tensor("float32", k.shape, interleaveHeads(dvSums, dims.kvHeads, d, new Float32Array(k.size)));
     return { dq, dk, dv };
   }
 
