@@ -1,0 +1,48 @@
+/**
+ * `pnpm bench:collectives`: all-to-all and all-reduce bandwidth per rank for
+ * P = 2 and 4 and sizes 1-64 MiB, next to a single-thread memcpy of the same
+ * bytes measured in the same run; prints a table and writes
+ * bench-results/collectives.json. Never part of `test`.
+ *
+ *   node --conditions=@ulysses/source --import tsx src/collectives-bench.ts [--backend threads] [--ranks 2,4] [--sizes 1,8,64]
+ *
+ * `--backend` names the backend each launched rank initialises (a registered
+ * name or a module path). Backends whose ranks are separate processes (MPI)
+ * reuse collectives-measure.ts from their own entry instead.
+ */
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { launch } from "@ulysses/collectives";
+import { measureMemcpy, printTable, summarize, writeResults, type BenchConfig, type BenchRow, type RankTiming } from "./collectives-measure.js";
+
+const { values } = parseArgs({
+  options: {
+    backend: { type: "string", default: "threads" },
+    ranks: { type: "string", default: "2,4" },
+    sizes: { type: "string", default: "1,4,8,16,64" },
+  },
+});
+const list = (text: string) => text.split(",").map(Number).filter((n) => n > 0);
+const sizesMiB = list(values.sizes!);
+const config: BenchConfig = { sizesMiB, ops: ["allToAll", "allReduce"] };
+const entry = fileURLToPath(new URL("./collectives-rank.ts", import.meta.url));
+
+const rows: BenchRow[] = [];
+for (const worldSize of list(values.ranks!)) {
+  const world = await launch<{ measure(c: BenchConfig): Promise<RankTiming[]> }>({ worldSize, entry, backend: values.backend, timeoutMs: 120_000 });
+  try {
+    const perRank = await world.all("measure", config);
+    // memcpy measured right after, in the same process, while the ranks idle
+    const memcpy = measureMemcpy(sizesMiB);
+    rows.push(...summarize(values.backend!, perRank, memcpy, sizesMiB));
+  } finally {
+    await world.shutdown();
+  }
+}
+printTable(rows);
+const target = rows.find((r) => r.ranks === 2 && r.op === "allToAll" && r.mib === 8);
+if (target) {
+  console.log(`target: all-to-all at P=2, 8 MiB reaches ${(target.perRankRatio * 100).toFixed(0)}% (per rank) / ${(target.aggregateRatio * 100).toFixed(0)}% (aggregate) of memcpy; goal >= 70%`);
+}
+const file = writeResults("collectives.json", { date: new Date().toISOString(), backend: values.backend, sizesMiB, rows });
+console.log(`wrote ${file}`);
