@@ -76,6 +76,14 @@ async function spGroupOf(world: ProcessGroup, sp: number, dp: number): Promise<P
   return mine;
 }
 
+/**
+ * Fault injection for tests of failure handling: ULYSSES_TRAINER_FAIL="rank:step"
+ * makes that rank throw at the start of that step.
+ */
+function injectedFailure(rank: number, step: number): void {
+  if (process.env.ULYSSES_TRAINER_FAIL === `${rank}:${step}`) throw new TrainerError(`injected failure (ULYSSES_TRAINER_FAIL=${rank}:${step})`);
+}
+
 export class RankTrainer {
   private constructor(
     readonly config: TrainConfig,
@@ -143,6 +151,7 @@ export class RankTrainer {
     const groups = sp === world ? [world] : [world, sp];
     const before = groups.map((g) => g.stats().total);
     const started = performance.now();
+    injectedFailure(world.rank, step);
     const result = await this.trainer.trainStep(shard, lr);
     const stepMs = performance.now() - started;
     const after = groups.map((g) => g.stats().total);

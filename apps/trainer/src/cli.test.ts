@@ -1,0 +1,53 @@
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+
+const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+const tiny = ["--seq", "24", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--log-every", "1"];
+
+function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts", ...args], {
+      cwd: trainerDir,
+      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: "", ...env },
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe("the CLI on the threads backend", () => {
+  it("trains, writes every output, and a failing rank stops the run naming the rank and cause", async () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), "cli-"));
+    const ok = await cli([...tiny, "--steps", "3", "--out", out]);
+    expect(ok.stderr).toBe("");
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/step 3\/3 loss/);
+    expect(ok.stdout).toMatch(/\| tokens\/s/);
+    const lines = fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Record<string, number>);
+    expect(lines.map((l) => l.step)).toEqual([0, 1, 2]);
+    for (const key of ["loss", "lr", "gradNorm", "tokensPerSec", "stepMs", "computeMs", "commMs", "commBytesPerRank", "peakRssBytes", "mfu", "accuracy"]) expect(typeof lines[2]![key], key).toBe("number");
+    expect(lines[2]!.commBytesPerRank).toBeGreaterThan(0);
+    for (const file of ["loss.svg", "checkpoint.safetensors", "model.onnx", "summary.txt", "config.json"]) expect(fs.existsSync(path.join(out, file)), file).toBe(true);
+
+    const failed = await cli([...tiny, "--steps", "5", "--out", path.join(out, "failed")], { ULYSSES_TRAINER_FAIL: "1:2" });
+    expect(failed.code).toBe(1);
+    expect(failed.stderr).toMatch(/rank 1/);
+    expect(failed.stderr).toMatch(/injected failure/);
+  });
+
+  it("rejects bad settings before starting any rank, naming the values", async () => {
+    const bad = await cli(["--sp", "8", "--heads", "4", "--backend", "nccl"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--heads 4 is smaller than --sp 8|unknown backend 'nccl'/);
+    const missing = await cli(["--data", "/nonexistent/corpus.txt", "--steps", "1"]);
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr).toMatch(/\/nonexistent\/corpus.txt/);
+  });
+});
