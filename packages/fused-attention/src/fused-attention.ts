@@ -14,9 +14,16 @@ import { GRAPH_IO, attentionModel, type GraphKind } from "./model.js";
 import { loadNative, type NativeBinding, type NativeInfo, type NativeRuntime, type NativeSession } from "./native.js";
 import { checkBackward, forwardSizes } from "./shapes.js";
 
+export type CpuIsa = "auto" | "avx512" | "avx2" | "portable";
+
 export interface FusedAttentionOptions {
   /** Threads of the CPU kernel (default: os.availableParallelism()). */
   threads?: number;
+  /**
+   * The CPU kernels' instruction set (default "auto": the best this
+   * processor has). For tests and benchmarks; an unsupported one throws.
+   */
+  isa?: CpuIsa;
 }
 
 /** Same fields as LocalAttention's AttentionOptions. */
@@ -47,7 +54,11 @@ export class FusedAttention {
     if (!native.ok) throw native.error;
     this.threads = threads;
     this.binding = native.binding;
-    this.runtime = new native.binding.Runtime({ threads });
+    try {
+      this.runtime = new native.binding.Runtime({ threads, isa: options.isa ?? "auto" });
+    } catch (error) {
+      throw new FusedAttentionError(`FusedAttention: ${(error as Error).message}`, { cause: error });
+    }
   }
 
   async forward(

@@ -42,7 +42,7 @@ export interface NativeSession {
 
 export interface NativeBinding {
   init(libraryPath: string): NativeInfo;
-  Runtime: new (options: { threads: number; cuda?: boolean }) => NativeRuntime;
+  Runtime: new (options: { threads: number; isa?: string; cuda?: boolean }) => NativeRuntime;
   Session: new (runtime: NativeRuntime, model: Uint8Array) => NativeSession;
 }
 

@@ -2,7 +2,7 @@
 // run our small graphs on caller memory.
 //
 //   init(libraryPath) -> { ortVersion, apiVersion, cpuIsa, cudaCompiled }
-//   new Runtime({ threads, cuda })   session options + our custom-op domain
+//   new Runtime({ threads, isa, cuda })  session options + our custom-op domain
 //   new Session(runtime, modelBytes) an ONNX Runtime session of one graph
 //   session.run(inputNames, inputs, inputDims, outputNames, outputs, outputDims)
 //                                    -> Promise<void>, off the JS thread
@@ -61,7 +61,7 @@ struct SessionState {
   }
 };
 
-std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, bool cuda) {
+std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, CpuIsa isa, bool cuda) {
   auto state = std::make_shared<RuntimeState>();
   state->api = api;
   // ONNX Runtime keeps one environment per process: this returns (and
@@ -80,7 +80,7 @@ std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, boo
   for (bool on_cuda : providers) {
     for (OpKind kind : {OpKind::Forward, OpKind::Backward}) {
       auto op = std::make_unique<FlashOp>();
-      init_flash_op(op.get(), kind, on_cuda, threads);
+      init_flash_op(op.get(), kind, on_cuda, threads, isa);
       check_status(api, api->CustomOpDomain_Add(state->domain, &op->base), "CustomOpDomain_Add");
       state->ops.push_back(std::move(op));
     }
@@ -108,8 +108,14 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     const int threads = options.Has("threads") ? options.Get("threads").ToNumber().Int32Value() : 1;
     const bool cuda = options.Has("cuda") && options.Get("cuda").ToBoolean().Value();
     if (threads < 1) throw Napi::RangeError::New(env, "Runtime: threads must be >= 1, got " + std::to_string(threads));
+    const std::string isa_name = options.Has("isa") ? options.Get("isa").ToString().Utf8Value() : "auto";
+    CpuIsa isa;
+    if (!parse_cpu_isa(isa_name.c_str(), &isa)) {
+      throw Napi::RangeError::New(env, "Runtime: isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'");
+    }
+    if (!cpu_isa_name(isa)) throw Napi::Error::New(env, "Runtime: this processor cannot run the '" + isa_name + "' CPU kernels");
     try {
-      state_ = create_runtime(api, threads, cuda);
+      state_ = create_runtime(api, threads, isa, cuda);
     } catch (const std::exception& e) {
       throw Napi::Error::New(env, std::string("Runtime: ") + e.what());
     }
@@ -304,7 +310,7 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
     Napi::Object out = Napi::Object::New(env);
     out.Set("ortVersion", ort.version);
     out.Set("apiVersion", static_cast<double>(kOrtApiVersion));
-    out.Set("cpuIsa", cpu_isa());
+    out.Set("cpuIsa", cpu_isa_name());
     out.Set("cudaCompiled", cuda_compiled());
     return out;
   } catch (const std::exception& e) {

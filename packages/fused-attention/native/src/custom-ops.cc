@@ -122,7 +122,7 @@ void compute(const FlashKernel& kernel, OrtKernelContext* ctx) {
 #ifdef ULYSSES_WITH_CUDA
     if (kernel.op->cuda) return attention_forward_cuda(a, stream);
 #endif
-    attention_forward_cpu(a, kernel.op->threads);
+    attention_forward_cpu(a, kernel.op->threads, kernel.op->isa);
   } else {
     BackwardArgs a{p, input_data(api, ctx, 0), input_data(api, ctx, 1), input_data(api, ctx, 2),
                    input_data(api, ctx, 3), input_data(api, ctx, 4), input_data(api, ctx, 5), nullptr, nullptr, nullptr};
@@ -132,7 +132,7 @@ void compute(const FlashKernel& kernel, OrtKernelContext* ctx) {
 #ifdef ULYSSES_WITH_CUDA
     if (kernel.op->cuda) return attention_backward_cuda(a, stream);
 #endif
-    attention_backward_cpu(a, kernel.op->threads);
+    attention_backward_cpu(a, kernel.op->threads, kernel.op->isa);
   }
 }
 
@@ -199,7 +199,7 @@ int ORT_API_CALL end_version(const OrtCustomOp*) { return INT_MAX; }
 
 }  // namespace
 
-void init_flash_op(FlashOp* op, OpKind kind, bool cuda, int threads) {
+void init_flash_op(FlashOp* op, OpKind kind, bool cuda, int threads, CpuIsa isa) {
   OrtCustomOp& b = op->base;
   b = OrtCustomOp{};
   b.version = kOrtApiVersion;
@@ -224,6 +224,7 @@ void init_flash_op(FlashOp* op, OpKind kind, bool cuda, int threads) {
   op->kind = kind;
   op->cuda = cuda;
   op->threads = threads < 1 ? 1 : threads;
+  op->isa = isa;
 }
 
 bool cuda_compiled() {

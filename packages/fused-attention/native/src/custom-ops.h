@@ -11,6 +11,8 @@
 
 #include <onnxruntime_c_api.h>
 
+#include "cpu/attention-cpu.h"
+
 namespace ulysses {
 
 constexpr const char* kCustomOpDomain = "ulysses";
@@ -24,10 +26,11 @@ struct FlashOp {
   OpKind kind;
   bool cuda;
   int threads;
+  CpuIsa isa;
 };
 
 // Fills every callback of op->base for the given kind and provider.
-void init_flash_op(FlashOp* op, OpKind kind, bool cuda, int threads);
+void init_flash_op(FlashOp* op, OpKind kind, bool cuda, int threads, CpuIsa isa);
 
 // True when this build contains the CUDA kernels.
 bool cuda_compiled();

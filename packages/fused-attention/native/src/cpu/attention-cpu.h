@@ -47,16 +47,24 @@ struct BackwardArgs {
   float* dv;
 };
 
-// The instruction set the kernels use on this machine: "avx512", "avx2" or
-// "portable" (ULYSSES_FUSED_ATTENTION_ISA=avx2|portable narrows the choice).
-const char* cpu_isa();
+// Instruction sets of the kernels. Auto: the best this processor has
+// (ULYSSES_FUSED_ATTENTION_ISA=avx2|portable in the environment narrows it).
+enum class CpuIsa { Auto, Avx512, Avx2, Portable };
+
+// Parses "auto", "avx512", "avx2" or "portable"; false for anything else.
+bool parse_cpu_isa(const char* name, CpuIsa* out);
+
+// The name of the instruction set `isa` resolves to on this machine, or
+// nullptr when this processor (or build) lacks it.
+const char* cpu_isa_name(CpuIsa isa = CpuIsa::Auto);
 
 // Both run on `threads` threads (the calling thread plus threads - 1 started
 // for the call). The forward's result does not depend on the thread count;
 // the backward's dq sums per-thread partials in a fixed order, so it is
 // reproducible for a given thread count. Throw std::bad_alloc on allocation
 // failure.
-void attention_forward_cpu(const ForwardArgs& args, int threads);
-void attention_backward_cpu(const BackwardArgs& args, int threads);
+// `isa` must be one cpu_isa_name accepts.
+void attention_forward_cpu(const ForwardArgs& args, int threads, CpuIsa isa = CpuIsa::Auto);
+void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa = CpuIsa::Auto);
 
 }  // namespace ulysses

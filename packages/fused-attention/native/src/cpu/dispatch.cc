@@ -17,6 +17,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,19 +28,35 @@
 namespace ulysses {
 namespace {
 
-KernelTable choose_table() {
-  KernelTable t;
-  const char* env = std::getenv("ULYSSES_FUSED_ATTENTION_ISA");
-  const std::string want = env ? env : "";
-  if ((want.empty() || want == "avx512") && avx512_kernels(&t)) return t;
-  if ((want.empty() || want == "avx512" || want == "avx2") && avx2_kernels(&t)) return t;
-  portable_kernels(&t);
-  return t;
-}
+struct Tables {
+  KernelTable avx512, avx2, portable;
+  bool has_avx512, has_avx2;
+  CpuIsa automatic;
+  Tables() {
+    has_avx512 = avx512_kernels(&avx512);
+    has_avx2 = avx2_kernels(&avx2);
+    portable_kernels(&portable);
+    automatic = has_avx512 ? CpuIsa::Avx512 : has_avx2 ? CpuIsa::Avx2 : CpuIsa::Portable;
+    const char* env = std::getenv("ULYSSES_FUSED_ATTENTION_ISA");
+    CpuIsa narrowed;
+    if (env && parse_cpu_isa(env, &narrowed) && narrowed != CpuIsa::Auto && find(narrowed)) automatic = narrowed;
+  }
+  const KernelTable* find(CpuIsa isa) const {
+    switch (isa) {
+      case CpuIsa::Auto: return find(automatic);
+      case CpuIsa::Avx512: return has_avx512 ? &avx512 : nullptr;
+      case CpuIsa::Avx2: return has_avx2 ? &avx2 : nullptr;
+      case CpuIsa::Portable: return &portable;
+    }
+    return nullptr;
+  }
+};
 
-const KernelTable& table() {
-  static const KernelTable t = choose_table();
-  return t;
+const KernelTable& table(CpuIsa isa) {
+  static const Tables tables;
+  const KernelTable* t = tables.find(isa);
+  if (!t) throw std::runtime_error("the CPU attention kernels for this instruction set are not available on this processor");
+  return *t;
 }
 
 // Runs fn(slot) for slot in [0, threads) concurrently, slot 0 on this thread;
@@ -67,10 +84,26 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-const char* cpu_isa() { return table().name; }
+bool parse_cpu_isa(const char* name, CpuIsa* out) {
+  const std::string s = name ? name : "";
+  if (s == "auto") *out = CpuIsa::Auto;
+  else if (s == "avx512") *out = CpuIsa::Avx512;
+  else if (s == "avx2") *out = CpuIsa::Avx2;
+  else if (s == "portable") *out = CpuIsa::Portable;
+  else return false;
+  return true;
+}
 
-void attention_forward_cpu(const ForwardArgs& args, int threads) {
-  const KernelTable& t = table();
+const char* cpu_isa_name(CpuIsa isa) {
+  try {
+    return table(isa).name;
+  } catch (const std::runtime_error&) {
+    return nullptr;
+  }
+}
+
+void attention_forward_cpu(const ForwardArgs& args, int threads, CpuIsa isa) {
+  const KernelTable& t = table(isa);
   const AttentionProblem& p = args.p;
   const int64_t qblocks = ceil_div(p.seq_q, t.block_q);
   const int64_t items = p.batch * p.heads * qblocks;
@@ -90,8 +123,8 @@ void attention_forward_cpu(const ForwardArgs& args, int threads) {
   });
 }
 
-void attention_backward_cpu(const BackwardArgs& args, int threads) {
-  const KernelTable& t = table();
+void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa) {
+  const KernelTable& t = table(isa);
   const AttentionProblem& p = args.p;
   const int64_t kblocks = ceil_div(p.seq_k, t.block_k);
   const int64_t items = p.batch * p.kv_heads * kblocks;

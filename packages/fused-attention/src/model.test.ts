@@ -1,0 +1,35 @@
+/** The encoded graphs: one custom-op node with its attributes and symbolic dims. */
+import type { onnx } from "onnx-proto";
+import { describe, expect, it } from "vitest";
+import { CUSTOM_OP_DOMAIN, attentionModel, decodeModel, type GraphKind } from "./model.js";
+
+function decoded(kind: GraphKind, causal: boolean, scale: number) {
+  const model = decodeModel(attentionModel(kind, causal, scale));
+  const graph = model.graph as onnx.GraphProto;
+  const node = graph.node[0] as onnx.NodeProto;
+  const attributes = Object.fromEntries(node.attribute.map((a) => [a.name, a.name === "scale" ? a.f : Number(a.i)]));
+  const dims = (v: onnx.IValueInfoProto) => v.type!.tensorType!.shape!.dim!.map((d) => d.dimParam);
+  return { model, graph, node, attributes, dims };
+}
+
+describe("attentionModel", () => {
+  it("encodes the forward op with causal and scale attributes", () => {
+    const { model, graph, node, attributes, dims } = decoded("forward", true, 0.125);
+    expect(model.opsetImport.map((o) => [o.domain, Number(o.version)])).toContainEqual([CUSTOM_OP_DOMAIN, 1]);
+    expect(node.opType).toBe("FlashAttention");
+    expect(node.domain).toBe("ulysses");
+    expect(node.input).toEqual(["q", "k", "v"]);
+    expect(node.output).toEqual(["out", "lse"]);
+    expect(attributes).toEqual({ causal: 1, scale: 0.125 });
+    expect(dims(graph.input[1]!)).toEqual(["batch", "seq_k", "kv_heads", "head_dim"]);
+    expect(dims(graph.output[1]!)).toEqual(["batch", "heads", "seq_q"]);
+  });
+
+  it("encodes the backward op with six inputs and three outputs", () => {
+    const { node, attributes } = decoded("backward", false, 0.5);
+    expect(node.opType).toBe("FlashAttentionGrad");
+    expect(node.input).toEqual(["q", "k", "v", "out", "dout", "lse"]);
+    expect(node.output).toEqual(["dq", "dk", "dv"]);
+    expect(attributes).toEqual({ causal: 0, scale: 0.5 });
+  });
+});
