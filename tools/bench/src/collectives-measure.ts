@@ -5,9 +5,11 @@
  * timings on rank 0, then `summarize`, `printTable` and `writeResults`).
  *
  * Definitions: S = bytes of each rank's input. per-rank bandwidth = S / t,
- * aggregate = P * S / t, t = the slowest rank's mean time per call. memcpy =
- * one thread copying S bytes between two reused ordinary buffers with
- * TypedArray.set, measured in the same run.
+ * aggregate = P * S / t. Each size is timed in several rounds (all ranks start
+ * a round together after a barrier); a round's time per call is the slowest
+ * rank's, and t is the fastest round (the machines are shared and noisy).
+ * memcpy = one thread copying S bytes between two reused ordinary buffers with
+ * TypedArray.set, timed the same way, in the same run.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -19,16 +21,18 @@ export type BenchOp = "allToAll" | "allReduce";
 export interface BenchConfig {
   sizesMiB: number[];
   ops: BenchOp[];
-  /** Bytes each measurement moves at least (sets the iteration count; default 256 MiB). */
+  /** Bytes each round moves at least (sets the iteration count; default 128 MiB). */
   targetBytes?: number;
+  /** Rounds per size (default 5). */
+  rounds?: number;
 }
 
 export interface RankTiming {
   op: BenchOp;
   bytes: number;
   iters: number;
-  /** Mean seconds per call on this rank. */
-  seconds: number;
+  /** Mean seconds per call on this rank, per round. */
+  rounds: number[];
 }
 
 export interface BenchRow {
@@ -52,7 +56,7 @@ const itersFor = (bytes: number, target: number) => Math.max(3, Math.ceil(target
 /** Runs on every rank of `group` (collective): times each op and size. */
 export async function measureRank(group: ProcessGroup, config: BenchConfig): Promise<RankTiming[]> {
   const timings: RankTiming[] = [];
-  const target = config.targetBytes ?? 256 * MiB;
+  const target = config.targetBytes ?? 128 * MiB;
   for (const mib of config.sizesMiB) {
     const bytes = Math.round(mib * MiB);
     const elements = Math.floor(bytes / 4 / group.size) * group.size;
@@ -63,18 +67,21 @@ export async function measureRank(group: ProcessGroup, config: BenchConfig): Pro
       const call = () => (op === "allToAll" ? group.allToAll(input, { output }) : group.allReduce(input));
       for (let w = 0; w < 2; w++) await call();
       const iters = itersFor(bytes, target);
-      await group.barrier();
-      const start = performance.now();
-      for (let i = 0; i < iters; i++) await call();
-      const seconds = (performance.now() - start) / 1000 / iters;
-      timings.push({ op, bytes: elements * 4, iters, seconds });
+      const rounds: number[] = [];
+      for (let round = 0; round < (config.rounds ?? 5); round++) {
+        await group.barrier();
+        const start = performance.now();
+        for (let i = 0; i < iters; i++) await call();
+        rounds.push((performance.now() - start) / 1000 / iters);
+      }
+      timings.push({ op, bytes: elements * 4, iters, rounds });
     }
   }
   return timings;
 }
 
 /** Single-thread TypedArray.set bandwidth for each size, in this thread. */
-export function measureMemcpy(sizesMiB: number[], targetBytes = 256 * MiB): Map<number, number> {
+export function measureMemcpy(sizesMiB: number[], targetBytes = 128 * MiB, rounds = 5): Map<number, number> {
   const result = new Map<number, number>();
   for (const mib of sizesMiB) {
     const bytes = Math.round(mib * MiB);
@@ -82,9 +89,13 @@ export function measureMemcpy(sizesMiB: number[], targetBytes = 256 * MiB): Map<
     const dst = new Uint8Array(bytes);
     for (let w = 0; w < 2; w++) dst.set(src);
     const iters = itersFor(bytes, targetBytes);
-    const start = performance.now();
-    for (let i = 0; i < iters; i++) dst.set(src);
-    result.set(mib, bytes / ((performance.now() - start) / 1000 / iters) / 1e9);
+    let best = Infinity;
+    for (let round = 0; round < rounds; round++) {
+      const start = performance.now();
+      for (let i = 0; i < iters; i++) dst.set(src);
+      best = Math.min(best, (performance.now() - start) / 1000 / iters);
+    }
+    result.set(mib, bytes / best / 1e9);
   }
   return result;
 }
@@ -93,7 +104,8 @@ export function measureMemcpy(sizesMiB: number[], targetBytes = 256 * MiB): Map<
 export function summarize(backend: string, perRank: RankTiming[][], memcpy: Map<number, number>, sizesMiB: number[]): BenchRow[] {
   const ranks = perRank.length;
   return perRank[0]!.map((first, k) => {
-    const seconds = Math.max(...perRank.map((timings) => timings[k]!.seconds));
+    // slowest rank per round, fastest round
+    const seconds = Math.min(...first.rounds.map((_, round) => Math.max(...perRank.map((timings) => timings[k]!.rounds[round]!))));
     const mib = sizesMiB.find((m) => Math.abs(Math.round(m * MiB) - first.bytes) < 4 * ranks) ?? first.bytes / MiB;
     const memcpyGBps = memcpy.get(mib) ?? NaN;
     const perRankGBps = first.bytes / seconds / 1e9;
