@@ -30,7 +30,7 @@ afterEach(async () => {
 });
 
 describe("threads backend failures", () => {
-  it("a rank that failed before a collective makes the peer's collective reject at once, naming it", async () => {
+  it("before: a rank that failed before any collective makes the peer's collective reject at once, naming it", async () => {
     const world = await start(2);
     expect(await world.all("info")).toEqual([
       { rank: 0, worldSize: 2, size: 2, backend: "threads", ortThreads: expect.any(Number) },
@@ -42,7 +42,7 @@ describe("threads backend failures", () => {
     expect(world.failure()).toEqual({ rank: 1, reason: "rank 1 failed in fail: Error: boom" });
   });
 
-  it("P=4: a rank failing during a collective rejects every pending peer and launch's call names it", async () => {
+  it("during, P=4: after a good allReduce, a rank failing while the others wait in a barrier rejects them all; launch's call names it", async () => {
     const world = await start(4);
     expect(await world.all("allReduce", [1, 2])).toEqual(Array(4).fill([4, 8]));
     const pending = [0, 2, 3].map((r) => world.rank(r).barrier().then(() => "resolved", (e: Error) => e.message));
@@ -54,7 +54,7 @@ describe("threads backend failures", () => {
     expect(error.message).toContain("rank 1 failed in fail");
   });
 
-  it("a rank that exits mid-collective rejects the peer's pending and later calls; calls to it reject", async () => {
+  it("during and after: a rank that exits mid-collective rejects the peer's pending and later calls; calls to it reject", async () => {
     const world = await start(2);
     await world.all("barrier");
     const pending = world.rank(0).barrier().then(() => "resolved", (e: Error) => e.message);
@@ -73,6 +73,6 @@ describe("threads backend failures", () => {
   });
 
   it("launch rejects, and leaves no worker alive, when a rank's setup throws", async () => {
-    await expect(launch<EchoApi>({ worldSize: 2, entry, args: { failSetup: true } })).rejects.toThrow(/rank 1 failed to start: Error: setup refused on rank 1/);
+    await expect(launch<EchoApi>({ worldSize: 1, entry, args: { failSetup: true } })).rejects.toThrow(/rank 0 failed to start: Error: setup refused on rank 0/);
   });
 });
