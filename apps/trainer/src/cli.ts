@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { loadCheckpoint } from "@ulysses/model";
 import { helpText, parseArgs } from "./args.js";
-import { validateConfig, type TrainConfig } from "./config.js";
+import { launcherRank, validateConfig, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
 import { resolveResumeFile, runTraining } from "./run.js";
@@ -20,8 +20,10 @@ function timestamp(): string {
 }
 
 /** The run directory: --out, the resumed run's directory, or runs/<timestamp> (linked as runs/latest). */
-function prepareOutDir(config: TrainConfig, resumeFile: string | null): string {
+function prepareOutDir(config: TrainConfig, resumeFile: string | null, writer: boolean): string {
+  // under mpirun every process computes the name; only rank 0 creates it (give --out so all agree on it)
   const out = config.out ?? (resumeFile !== null ? path.dirname(resumeFile) : path.join("runs", timestamp()));
+  if (!writer) return path.resolve(out);
   fs.mkdirSync(out, { recursive: true });
   if (config.out === null && resumeFile === null) {
     const latest = path.join("runs", "latest");
@@ -71,8 +73,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 2;
   }
   try {
-    const outDir = prepareOutDir(config, resumeFile);
-    fs.writeFileSync(path.join(outDir, "config.json"), `${JSON.stringify(config, null, 2)}\n`);
+    const writer = (launcherRank() ?? 0) === 0;
+    const outDir = prepareOutDir(config, resumeFile, writer);
+    if (writer) fs.writeFileSync(path.join(outDir, "config.json"), `${JSON.stringify(config, null, 2)}\n`);
     const result = await runTraining({ config, outDir, resumeFile, startPool: () => startPool(config, resumeFile) });
     return result.interrupted ? 130 : 0;
   } catch (error) {

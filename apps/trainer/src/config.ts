@@ -106,6 +106,12 @@ export function launcherWorldSize(env: NodeJS.ProcessEnv = process.env): number 
   return value === undefined ? null : Number(value);
 }
 
+/** This process's world rank when a launcher (mpirun) started it, else null. */
+export function launcherRank(env: NodeJS.ProcessEnv = process.env): number | null {
+  const value = env.OMPI_COMM_WORLD_RANK ?? env.PMI_RANK ?? env.PMIX_RANK;
+  return value === undefined ? null : Number(value);
+}
+
 /**
  * Checks a configuration before any rank starts; throws a TrainerError
  * listing every problem with the offending values.

@@ -56,9 +56,9 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
   const log = options.log ?? ((line: string) => process.stdout.write(`${line}\n`));
   const signals = options.signals ?? process;
   const startedAt = performance.now();
-  fs.mkdirSync(outDir, { recursive: true });
   const pool = await options.startPool();
   const leader = pool.isLeader;
+  if (leader) fs.mkdirSync(outDir, { recursive: true });
   const gpt: GptConfig = gptConfigOf(config);
   const checkpoint = path.join(outDir, CHECKPOINT_FILE);
   let stopRequested = false;
