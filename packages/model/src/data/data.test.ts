@@ -2,20 +2,15 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { Rng } from "@ulysses/tensors";
 import { IGNORE_INDEX, shardBatch } from "./batch.js";
 import { recallBatch, recallVocabulary } from "./recall-task.js";
 import { ByteTextData } from "./text-data.js";
 
-/** mulberry32: a tiny seeded generator for the tests. */
+/** A seeded uniform source from the tensors package's Philox generator. */
 function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rng = new Rng(seed, 0);
+  return () => rng.uniform();
 }
 
 describe("recall task", () => {
