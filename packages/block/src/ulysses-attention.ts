@@ -101,7 +101,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
       const myKv = routing.kv[r]!;
       const n = shards.length;
 
-      // #1: [b, s_r, H, D] (+ k, v [b, s_r, Hkv, D]) -> per rank j: [b, s_r, h_j + 2 k_j, D] blocks.
+      // #1: q [b, s_r, H, D], k, v [b, s_r, Hkv, D] -> per rank j: q [b, s_r, h_j, D] ++ k, v [b, s_r, k_j, D].
       const inputSplits = routing.q.map((qr, j) => b * s * (qr.count + 2 * routing.kv[j]!.length));
       const outputSplits = shards.sizes.map((sj) => b * sj * (myQ.count + 2 * myKv.length));
       const send = this.scratch.get("send", sum(inputSplits) * d);
@@ -113,7 +113,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
         o = gatherHeads(v, kvj, send, o);
       }
       const recv = await this.exchange(send, inputSplits, outputSplits, d);
-      // per source j: [b, s_j, h_r + 2 k_r, D] blocks -> q [b, N, h_r, D], k, v [b, N, k_r, D].
+      // per source j: q [b, s_j, h_r, D] ++ k, v [b, s_j, k_r, D] -> tokens [t_j, t_j + s_j) of q [b, N, h_r, D], k, v [b, N, k_r, D].
       const qh = this.pool.take([b, n, myQ.count, d], false);
       const kh = this.pool.take([b, n, myKv.length, d], false);
       const vh = this.pool.take([b, n, myKv.length, d], false);
@@ -171,7 +171,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
       const grads = await context.localBackward(this.local, dOutH);
       this.pool.give(dOutH);
 
-      // Mirror of #1: dq [b, N, h_r, D], dk, dv [b, N, k_r, D] -> per rank j: [b, s_j, h_r + 2 k_r, D] blocks.
+      // Mirror of #1: dq [b, N, h_r, D], dk, dv [b, N, k_r, D] -> per rank j: dq [b, s_j, h_r, D] ++ dk, dv [b, s_j, k_r, D].
       const backSplits = shards.sizes.map((sj) => b * sj * (myQ.count + 2 * myKv.length));
       const gatherSplits = routing.q.map((qr, j) => b * s * (qr.count + 2 * routing.kv[j]!.length));
       const send2 = this.scratch.get("send", sum(backSplits) * d);
@@ -183,7 +183,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
         o = readSeqBlock(grads.dv, start, len, send2, o);
       }
       const recv2 = await this.exchange(send2, backSplits, gatherSplits, d);
-      // per source j: [b, s_r, h_j + 2 k_j, D] blocks -> dq [b, s_r, H, D], dk, dv [b, s_r, Hkv, D] (replicas summed).
+      // per source j: dq [b, s_r, h_j, D] ++ dk, dv [b, s_r, k_j, D] -> dq [b, s_r, H, D], dk, dv [b, s_r, Hkv, D] (replicas summed).
       const dq = this.pool.take([b, s, routing.heads, d], false);
       const dk = this.pool.take([b, s, routing.kvHeads, d], true);
       const dv = this.pool.take([b, s, routing.kvHeads, d], true);

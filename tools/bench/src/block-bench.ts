@@ -6,7 +6,7 @@
  * and writes bench-results/block.json. Never part of `test`.
  *
  * Flags: --ranks 2,4  --min-seq 2048  --max-seq 8192  --weak-per-rank 2048
- *        --weak-ranks 1,2,4  --iters 2  --hidden 256  --heads 8  --batch 1  --no-weak
+ *        --weak-ranks 1,2,4  --iters 3  --hidden 256  --heads 8  --batch 1  --no-weak
  * The full sweep of the brief is `--max-seq 32768` (about 10+ minutes on 2 cores).
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -32,7 +32,7 @@ interface Flags {
 }
 
 function parseFlags(argv: string[]): Flags {
-  const flags: Flags = { ranks: [2, 4], minSeq: 2048, maxSeq: 8192, weakPerRank: 2048, weakRanks: [1, 2, 4], iters: 2, hidden: 256, heads: 8, batch: 1, weak: true };
+  const flags: Flags = { ranks: [2, 4], minSeq: 2048, maxSeq: 8192, weakPerRank: 2048, weakRanks: [1, 2, 4], iters: 3, hidden: 256, heads: 8, batch: 1, weak: true };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i++) {
     const [name, value] = [argv[i]!, argv[i + 1] ?? ""];
@@ -69,6 +69,9 @@ interface Row {
   gradCommMs: number;
   computeMs: number;
   savedBytesPerRank: number;
+  /** Per rank (rank order): ms inside the local attention kernel and inside the other ops. */
+  kernelAttentionMs: number[];
+  kernelOpsMs: number[];
 }
 
 /** Bytes per rank of one forward + backward, from the README formulas (N divisible by P, MHA). */
@@ -109,9 +112,11 @@ async function measure(p: number, seqs: number[], f: Flags, results: Map<string,
         gradCommMs: mean((r) => r.gradCommMs),
         computeMs: mean((r) => r.stepMs) - commMs,
         savedBytesPerRank: max((r) => r.savedBytes),
+        kernelAttentionMs: ranks.map((r) => Math.round(r.kernelAttentionMs)),
+        kernelOpsMs: ranks.map((r) => Math.round(r.kernelOpsMs)),
       };
       results.set(`${p}/${seq}/${kind}`, row);
-      console.error(`  P=${p} N=${seq} ${kind}: ${stepMs.toFixed(0)} ms`);
+      console.error(`  P=${p} N=${seq} ${kind}: ${stepMs.toFixed(0)} ms (per rank: attention kernel ${row.kernelAttentionMs.join("/")} ms, other ops ${row.kernelOpsMs.join("/")} ms)`);
     }
   } finally {
     await world.shutdown();

@@ -29,6 +29,9 @@ export interface BlockRunResult {
   attentionCommMs: number;
   gradCommMs: number;
   savedBytes: number;
+  /** Time inside the local attention kernel and inside the other ops (ms). */
+  kernelAttentionMs: number;
+  kernelOpsMs: number;
 }
 
 interface RankContext {
@@ -43,10 +46,30 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)]!;
 }
 
+/** Wraps every method of `target` so the time spent inside it adds to `clock.ms`. */
+function timed<T extends object>(target: T, clock: { ms: number }): T {
+  return new Proxy(target, {
+    get(obj, name, receiver) {
+      const member = Reflect.get(obj, name, receiver) as unknown;
+      if (typeof member !== "function") return member;
+      return async (...args: unknown[]) => {
+        const t0 = performance.now();
+        try {
+          return await (member as (...a: unknown[]) => unknown).apply(obj, args);
+        } finally {
+          clock.ms += performance.now() - t0;
+        }
+      };
+    },
+  });
+}
+
 export default function setup(ctx: RankContext) {
   const cache = new SessionCache({ intraOpThreads: ctx.ortThreads });
-  const ops = createOrtOps(cache);
-  const attention = new OrtAttention({ cache });
+  const opsClock = { ms: 0 };
+  const attentionClock = { ms: 0 };
+  const ops = timed(createOrtOps(cache), opsClock);
+  const attention = timed(new OrtAttention({ cache }), attentionClock);
   const { group } = ctx;
   return {
     async run(args: BlockRunArgs): Promise<BlockRunResult> {
@@ -66,10 +89,12 @@ export default function setup(ctx: RankContext) {
         return { forwardMs: t1 - t0, stepMs: performance.now() - t0, savedBytes };
       };
       await step(); // warm-up: sessions are created here
-      const runs: (BlockRunResult & { stepMs: number })[] = [];
+      const runs: BlockRunResult[] = [];
       for (let i = 0; i < args.iters; i++) {
         await group.barrier();
         group.resetStats();
+        opsClock.ms = 0;
+        attentionClock.ms = 0;
         const timing = await step();
         const s = group.stats().byOp;
         const attentionOps = [s.allToAll, s.allGather, s.reduceScatter];
@@ -79,6 +104,8 @@ export default function setup(ctx: RankContext) {
           gradBytes: s.allReduce.bytesSent,
           attentionCommMs: attentionOps.reduce((n, o) => n + o.timeMs, 0),
           gradCommMs: s.allReduce.timeMs,
+          kernelAttentionMs: attentionClock.ms,
+          kernelOpsMs: opsClock.ms,
         });
       }
       const byStep = [...runs].sort((a, b) => a.stepMs - b.stepMs);
