@@ -101,6 +101,26 @@ describe("communication accounting", () => {
     }
   });
 
+  it("Ulysses with kv heads replicated (8 q, 2 kv heads, P = 4) sends each rank's 2 q heads and 1 kv copy per peer", async () => {
+    const c: Case = { name: "", batch: 1, seq: 16, heads: 8, kvHeads: 2, headDim: 4, causal: true, ranks: [] };
+    const x = inputs(c, 8);
+    const p = 4;
+    const perRank = await runRanks(p, async (group, rank) => {
+      const attention = new UlyssesAttention(reference, group);
+      const shard = (t: F32) => shardOf(t, evenSplitSizes(c.seq, p), rank);
+      const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true });
+      const forward = group.stats().total.bytesSent;
+      await attention.backward(context, shard(x.dOut));
+      return { forward, total: group.stats().total.bytesSent };
+    });
+    // To each of 3 peers, 4 tokens of: q (2 heads) + k (1) + v (1) forward, out (2 heads) back; D = 4 floats.
+    const expected = 3 * 4 * (2 + 1 + 1 + 2) * 4 * 4;
+    for (const r of perRank) {
+      expect(r.forward).toBe(expected);
+      expect(r.total).toBe(2 * expected);
+    }
+  });
+
   it("all-gather-KV sends (P−1)·(N/P)·2·b·Hkv·D·4 bytes per rank forward (allGather) and its reduce-scatter backward", async () => {
     const c: Case = { name: "", batch: 2, seq: 24, heads: 4, kvHeads: 2, headDim: 4, causal: true, ranks: [] };
     const x = inputs(c, 9);
