@@ -59,12 +59,33 @@ export interface LaunchedWorld<Api extends object> {
 
 const workerFile = new URL(import.meta.url.endsWith(".ts") ? "./worker-main.ts" : "./worker-main.js", import.meta.url);
 // Node 20 applies no `--import tsx` hooks inside a worker: the bootstrap
-// registers tsx's loader itself, then imports the (TypeScript) worker main.
-const workerBootstrap = `import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(workerFile.href)}); });`;
+// registers tsx's loader itself (resolved from this package, whatever the
+// cwd), then imports the (TypeScript) worker main.
+const tsxApi = resolveFromHere("tsx/esm/api");
+const workerBootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(workerFile.href)}); });`;
 
+function resolveFromHere(specifier: string): string {
+  try {
+    return import.meta.resolve(specifier);
+  } catch {
+    return specifier;
+  }
+}
+
+/** --conditions=@ulysses/source and --import tsx, plus the parent's own flags (without repeating those). */
 function workerExecArgv(): string[] {
-  const wanted = ["--conditions=@ulysses/source", "--import", "tsx"];
-  return [...wanted, ...process.execArgv.filter((a) => !wanted.includes(a))];
+  const own = ["--conditions=@ulysses/source", "--import", "tsx"];
+  const inherited: string[] = [];
+  const argv = process.execArgv;
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === "--conditions=@ulysses/source" || argv[i] === "--import=tsx") continue;
+    if ((argv[i] === "--import" || argv[i] === "--conditions" || argv[i] === "-C") && (argv[i + 1] === "tsx" || argv[i + 1] === "@ulysses/source")) {
+      i++;
+      continue;
+    }
+    inherited.push(argv[i]!);
+  }
+  return [...own, ...inherited];
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | "timeout"> {
