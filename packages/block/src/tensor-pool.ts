@@ -15,7 +15,7 @@ export class TensorPool {
   private readonly issued = new WeakSet<Float32Array>();
 
   /** Keeps at most `perSize` idle buffers of each size. */
-  constructor(private readonly perSize = 8) {}
+  constructor(private readonly perSize = 64) {}
 
   /** A tensor of `shape`; zero-filled when `zero`, otherwise with arbitrary contents. */
   take(shape: readonly number[], zero: boolean): F32 {
