@@ -58,7 +58,7 @@ const cases: Case[] = [
   { name: "uneven heads 6 on 4", batch: 1, seq: 16, heads: 6, kvHeads: 6, headDim: 4, causal: true, ranks: [3, 4] },
   { name: "uneven heads with GQA 6/2 on 4", batch: 2, seq: 8, heads: 6, kvHeads: 2, headDim: 4, causal: true, ranks: [4] },
   { name: "q ranges straddling kv groups 8/2 on 3", batch: 1, seq: 12, heads: 8, kvHeads: 2, headDim: 4, causal: true, ranks: [3] },
-  { name: "uneven sequence 10 on 3 and 4", batch: 1, seq: 10, heads: 4, kvHeads: 2, headDim: 4, causal: true, ranks: [3, 4] },
+  { name: "uneven sequence 10 on 3 and 4, batch 2", batch: 2, seq: 10, heads: 4, kvHeads: 2, headDim: 4, causal: true, ranks: [3, 4] },
   { name: "uneven sequence N=1000 on 3", batch: 1, seq: 1000, heads: 3, kvHeads: 3, headDim: 4, causal: true, ranks: [3] },
 ];
 
