@@ -1,8 +1,10 @@
 /**
- * The ONNX graphs OrtAttention runs once per (query block, batch, kv head):
- * 2-D MatMuls of one block of query rows (the kv head's whole query group)
- * against the keys that block attends. They hold one [rows, keys] score
- * matrix at a time, never seq x seq. Scaling is left to the caller (queries
+ * The ONNX graphs OrtAttention runs: forward once per (query block, batch,
+ * kv head), backward once per (query block, batch, kv head, key tile). Each
+ * is a handful of 2-D MatMuls of one block of query rows (the kv head's
+ * whole query group) against the keys that block attends, holding one
+ * [rows, keys] (forward) or [tile, rows] (backward) score matrix at a time,
+ * never seq x seq. Scaling is left to the caller (queries
  * arrive pre-scaled; dq leaves unscaled), so graphs do not depend on it.
  *
  * Variants:
@@ -14,9 +16,11 @@
  * - "diagonalOnly": causal with an empty prefix; S = q kd^T + tri.
  *
  * Forward: P = softmax(S), o = P v, logSumExp = max(S) - log(max(P)).
- * Backward: P = exp(S - lse), dv += P^T do, dS = P * (do v^T - rowDot),
- * dk += dS^T q, dqScaled = dS k. dk/dv accumulate through Gemm's C input.
+ * Backward (on S^T, per key tile): P^T = exp(S^T - lse), dv += P^T do,
+ * dS^T = P^T * (v do^T - rowDot), dk += dS^T q, dqScaled += (dS^T)^T k.
+ * dk/dv/dq accumulate through Gemm's C input.
  */
+import { KernelError } from "../errors.js";
 import { GraphBuilder, attr, type Value } from "../graph/builder.js";
 
 export type BlockVariant = "full" | "diagonal" | "diagonalOnly";
@@ -39,33 +43,31 @@ export function blockGraphKey(direction: "forward" | "backward", shape: BlockSha
   return `attention-${direction}:${shape.variant}:d${shape.headDim}${fixed}`;
 }
 
-/** tri [group * blockQueries, blockQueries]: MASKED where key column > the row's query position. */
-function triangle(g: GraphBuilder, shape: BlockShape): Value {
+/**
+ * The causal mask of the diagonal keys: tri [group * blockQueries, blockQueries]
+ * is MASKED where key j > query r % blockQueries; `transposed` gives
+ * tri^T [blockQueries, group * blockQueries] for the backward's S^T.
+ */
+function triangle(g: GraphBuilder, shape: BlockShape, transposed = false): Value {
   const { group, blockQueries: bq } = shape;
-  const values = new Float32Array(group * bq * bq);
-  for (let r = 0; r < group * bq; r++) {
-    for (let c = (r % bq) + 1; c < bq; c++) values[r * bq + c] = MASKED;
+  const rows = group * bq;
+  const values = new Float32Array(rows * bq);
+  for (let r = 0; r < rows; r++) {
+    for (let j = (r % bq) + 1; j < bq; j++) values[transposed ? j * rows + r : r * bq + j] = MASKED;
   }
-  return g.constant(values, [group * bq, bq], "float32", "causal_triangle");
+  return g.constant(values, transposed ? [bq, rows] : [rows, bq], "float32", "causal_triangle");
 }
 
-/**
- * Scores S [rows, keys] for the variant, plus `shift` [rows, 1] when given
- * (added through Gemm's C input, which saves a pass over S); declares the key
- * inputs it needs.
- */
-function scores(g: GraphBuilder, q: Value, shape: BlockShape, options: { whole?: Value; shift?: Value } = {}): Value {
+/** Scores S [rows, keys] for the variant; declares the key inputs it needs. */
+function scores(g: GraphBuilder, q: Value, shape: BlockShape): Value {
   const d = shape.headDim;
   const transB = { transB: attr.int(1) };
-  const { whole, shift } = options;
-  const withShift = (c: Value | null): (Value | null)[] => (c === null ? (shift ? [shift] : []) : [shift ? g.op("Add", [c, shift]) : c]);
-  if (shape.variant === "full") return g.op("Gemm", [q, whole ?? g.input("k", "float32", ["keys", d]), ...withShift(null)], transB, { name: "s" });
+  if (shape.variant === "full") return g.op("Gemm", [q, g.input("k", "float32", ["keys", d])], transB, { name: "s" });
   const kd = g.input("kd", "float32", [shape.blockQueries, d]);
-  // tri (+ shift) [rows, blockQueries]: small, so the Add costs nothing.
-  const diagonal = g.op("Gemm", [q, kd, ...withShift(triangle(g, shape))], transB, { name: "s_diagonal" });
+  const diagonal = g.op("Gemm", [q, kd, triangle(g, shape)], transB, { name: "s_diagonal" });
   if (shape.variant === "diagonalOnly") return diagonal;
   const kp = g.input("kp", "float32", ["prefix", d]);
-  const prefix = g.op("Gemm", [q, kp, ...withShift(null)], transB, { name: "s_prefix" });
+  const prefix = g.op("Gemm", [q, kp], transB, { name: "s_prefix" });
   // [rows, prefix] ++ [rows, blockQueries] -> [rows, keys]
   return g.op("Concat", [prefix, diagonal], { axis: attr.int(1) }, { name: "s" });
 }
@@ -88,31 +90,39 @@ export function buildForwardGraph(shape: BlockShape): Uint8Array {
 }
 
 /**
- * Backward: inputs q [rows, d] (scaled), k [keys, d] (plus kp/kd views for
- * the diagonal variants), v [keys, d], dout [rows, d], lse [rows, 1],
- * rowdot [rows, 1] (sum(dout * out) per row), dk_in/dv_in [keys, d];
- * outputs dq_scaled [rows, d], dk [keys, d] = dk_in + dS^T q, dv = dv_in + P^T dout.
+ * Backward over one key tile: inputs q [rows, d] (scaled), k/v [tile, d],
+ * dout [rows, d], lse [1, rows], rowdot [1, rows] (sum(dout * out) per query
+ * row), dk_in/dv_in [tile, d], dq_in [rows, d]; outputs dk = dk_in + dS^T q,
+ * dv = dv_in + P^T dout [tile, d], dq_scaled = dq_in + dS k [rows, d]. The
+ * "diagonalOnly" variant is the causal diagonal tile (tile = blockQueries
+ * keys, masked by tri^T); "full" tiles need no mask. It works on S^T
+ * [tile, rows] (keys on rows), so dv and dk are plain MatMuls of the big
+ * operand, which MLAS runs about 1.5x faster than transposed ones.
  */
 export function buildBackwardGraph(shape: BlockShape): Uint8Array {
+  if (shape.variant === "diagonal") throw new KernelError("backward graphs take whole tiles: use 'full' or 'diagonalOnly'");
   const d = shape.headDim;
+  const tile = shape.variant === "full" ? "tile" : shape.blockQueries;
   const g = new GraphBuilder(blockGraphKey("backward", shape));
   const q = g.input("q", "float32", ["rows", d]);
-  const k = g.input("k", "float32", ["keys", d]);
-  const lse = g.input("lse", "float32", ["rows", 1]);
-  // S - lse [rows, keys]: the shift rides on Gemm's C input.
-  const shifted = scores(g, q, shape, { whole: k, shift: g.op("Neg", [lse]) });
-  const v = g.input("v", "float32", ["keys", d]);
+  const k = g.input("k", "float32", [tile, d]);
+  const v = g.input("v", "float32", [tile, d]);
   const dOut = g.input("dout", "float32", ["rows", d]);
-  const rowDot = g.input("rowdot", "float32", ["rows", 1]);
-  const dkIn = g.input("dk_in", "float32", ["keys", d]);
-  const dvIn = g.input("dv_in", "float32", ["keys", d]);
-  // P [rows, keys], recomputed from the forward's logSumExp.
-  const p = g.op("Exp", [shifted], {}, { name: "p" });
-  g.output(g.op("Gemm", [p, dOut, dvIn], { transA: attr.int(1) }), "dv", "float32", ["keys", d]);
-  // dP - rowDot = dout v^T - rowDot [rows, keys], again through C.
-  const dpCentered = g.op("Gemm", [dOut, v, g.op("Neg", [rowDot])], { transB: attr.int(1) }, { name: "dp_centered" });
-  const ds = g.op("Mul", [p, dpCentered], {}, { name: "ds" });
-  g.output(g.op("Gemm", [ds, q, dkIn], { transA: attr.int(1) }), "dk", "float32", ["keys", d]);
-  g.output(g.op("MatMul", [ds, k]), "dq_scaled", "float32", ["rows", d]);
+  const lse = g.input("lse", "float32", [1, "rows"]);
+  const rowDot = g.input("rowdot", "float32", [1, "rows"]);
+  const dkIn = g.input("dk_in", "float32", [tile, d]);
+  const dvIn = g.input("dv_in", "float32", [tile, d]);
+  const dqIn = g.input("dq_in", "float32", ["rows", d]);
+  // S^T - lse [tile, rows]: the shift (plus tri^T on the diagonal tile) rides on Gemm's C.
+  const negLse = g.op("Neg", [lse]);
+  const shift = shape.variant === "full" ? negLse : g.op("Add", [triangle(g, shape, true), negLse]);
+  // P^T [tile, rows], recomputed from the forward's logSumExp.
+  const pT = g.op("Exp", [g.op("Gemm", [k, q, shift], { transB: attr.int(1) }, { name: "st" })], {}, { name: "pt" });
+  g.output(g.op("Gemm", [pT, dOut, dvIn]), "dv", "float32", [tile, d]);
+  // (dP - rowDot)^T = v dout^T - rowDot [tile, rows], again through C.
+  const dpT = g.op("Gemm", [v, dOut, g.op("Neg", [rowDot])], { transB: attr.int(1) }, { name: "dpt_centered" });
+  const dsT = g.op("Mul", [pT, dpT], {}, { name: "dst" });
+  g.output(g.op("Gemm", [dsT, q, dkIn]), "dk", "float32", [tile, d]);
+  g.output(g.op("Gemm", [dsT, k, dqIn], { transA: attr.int(1) }), "dq_scaled", "float32", ["rows", d]);
   return g.encode();
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { planBlocks, swapMiddleAxes, interleaveHeads } from "./block-plan.js";
+import { keyTiles, planBlocks, swapMiddleAxes } from "./block-plan.js";
 import type { AttentionDims } from "./shapes.js";
 
 function dims(seqQ: number, seqK: number, causal: boolean): AttentionDims {
@@ -37,14 +37,32 @@ describe("planBlocks", () => {
   });
 });
 
+describe("keyTiles", () => {
+  it("tiles the unmasked keys and gives the causal diagonal its own tile", () => {
+    const [, , third] = planBlocks(dims(100, 100, true), 32).blocks;
+    expect(keyTiles(third!, 40)).toEqual([
+      { start: 0, length: 40, diagonal: false },
+      { start: 40, length: 24, diagonal: false },
+      { start: 64, length: 32, diagonal: true },
+    ]);
+    const [first] = planBlocks(dims(100, 100, true), 32).blocks;
+    expect(keyTiles(first!, 40)).toEqual([{ start: 0, length: 32, diagonal: true }]);
+    const [whole] = planBlocks(dims(10, 50, false), 32).blocks;
+    expect(keyTiles(whole!, 20).map((t) => [t.start, t.length, t.diagonal])).toEqual([
+      [0, 20, false],
+      [20, 20, false],
+      [40, 10, false],
+    ]);
+  });
+});
+
 describe("layout helpers", () => {
-  it("swapMiddleAxes and interleaveHeads move [b, s, h, d] <-> per-head [s, d]", () => {
+  it("swapMiddleAxes moves [b, s, h, d] <-> [b, h, s, d]", () => {
     // src [1, 3, 2, 2]: value = 100*s + 10*h + e
     const src = new Float32Array(12);
     for (let s = 0; s < 3; s++) for (let h = 0; h < 2; h++) for (let e = 0; e < 2; e++) src[(s * 2 + h) * 2 + e] = 100 * s + 10 * h + e;
     const swapped = swapMiddleAxes(src, 1, 3, 2, 2, new Float32Array(12));
     expect(Array.from(swapped)).toEqual([0, 1, 100, 101, 200, 201, 10, 11, 110, 111, 210, 211]);
-    const back = interleaveHeads([swapped.subarray(0, 6), swapped.subarray(6, 12)], 2, 2, new Float32Array(12));
-    expect(Array.from(back)).toEqual(Array.from(src));
+    expect(Array.from(swapMiddleAxes(swapped, 1, 2, 3, 2, new Float32Array(12)))).toEqual(Array.from(src));
   });
 });

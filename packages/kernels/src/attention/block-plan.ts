@@ -147,18 +147,21 @@ export function swapMiddleAxes(src: Float32Array, outer: number, a: number, b: n
   return dst;
 }
 
-/** Per-(batch, kv head) arrays [seq, inner] (index b * kvHeads + g) -> dst [batch, seq, kvHeads, inner]. */
-export function interleaveHeads(perHead: readonly Float32Array[], kvHeads: number, inner: number, dst: Float32Array): Float32Array {
-  for (let head = 0; head < perHead.length; head++) {
-    const src = perHead[head]!;
-    const b = Math.floor(head / kvHeads);
-    const g = head % kvHeads;
-    const seq = src.length / inner;
-    for (let j = 0; j < seq; j++) {
-      const from = j * inner;
-      const to = ((b * seq + j) * kvHeads + g) * inner;
-      for (let e = 0; e < inner; e++) dst[to + e] = src[from + e]!;
-    }
-  }
-  return dst;
+export interface KeyTile {
+  start: number;
+  length: number;
+  /** The causal diagonal square (length = block.rows), which needs the mask. */
+  diagonal: boolean;
+}
+
+/**
+ * The backward's key tiles of a block: [0, keyEnd) in tiles of at most
+ * `tileKeys`; a causal block's last `rows` keys form their own diagonal tile.
+ */
+export function keyTiles(block: QueryBlock, tileKeys: number): KeyTile[] {
+  const unmasked = block.diagonal ? block.keyEnd - block.rows : block.keyEnd;
+  const tiles: KeyTile[] = [];
+  for (let start = 0; start < unmasked; start += tileKeys) tiles.push({ start, length: Math.min(tileKeys, unmasked - start), diagonal: false });
+  if (block.diagonal) tiles.push({ start: unmasked, length: block.rows, diagonal: true });
+  return tiles;
 }

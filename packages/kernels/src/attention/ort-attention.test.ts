@@ -44,7 +44,7 @@ interface Case {
   headDim: number;
   causal: boolean;
   scale?: number;
-  /** Rows per run; "default" uses defaultBlockRows (else 32, so short sequences span several blocks). */
+  /** Rows per run and keys per backward tile; "default" uses block-sizes.ts (else 32 and 24, so short sequences span several blocks and tiles). */
   blockRows?: number | "default";
 }
 
@@ -75,7 +75,7 @@ describe("OrtAttention matches ReferenceAttention (relative Frobenius error <= 1
 
   for (const c of cases) {
     it(c.name, async () => {
-      const attention = new OrtAttention({ cache, blockRows: c.blockRows === "default" ? undefined : (c.blockRows ?? 32) });
+      const attention = c.blockRows === "default" ? new OrtAttention({ cache }) : new OrtAttention({ cache, blockRows: c.blockRows ?? 32, tileKeys: 24 });
       const q = randomTensor([c.batch, c.seqQ, c.heads, c.headDim], 1, 1.5);
       const k = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 2, 1.5);
       const v = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 3);

@@ -1,33 +1,37 @@
 /**
  * OrtAttention: memory-efficient attention (forward and backward) as ONNX
- * graphs run by onnxruntime-node, FlashAttention-style but blocked over
- * queries only. Per (query block, batch, kv head) one session run computes
- * the block's scores against the keys it attends ([group * rows, keys], never
- * seq x seq), the softmax, and the outputs; causal blocks stop at their
- * diagonal, so fully masked keys are skipped rather than masked. Backward
- * recomputes P from logSumExp block by block and accumulates dk/dv through
- * Gemm's C input. (Outputs are fetched, not pre-allocated: onnxruntime-node
- * 1.30 copies pre-allocated outputs again after the run, which measured
- * slower than letting it allocate.)
+ * graphs run by onnxruntime-node, FlashAttention-style. Forward: per (query
+ * block, batch, kv head) one session run computes the block's scores against
+ * the keys it attends ([group * rows, keys], never seq x seq), the softmax,
+ * out and logSumExp. Backward: per (query block, batch, kv head, key tile)
+ * one run recomputes P from logSumExp and accumulates dk/dv (per kv head)
+ * and dq (per block) through Gemm's C input. Causal blocks stop at their
+ * diagonal, so fully masked keys are skipped rather than masked; only the
+ * diagonal square carries a mask. (Outputs are fetched, not pre-allocated:
+ * onnxruntime-node 1.30 copies pre-allocated outputs again after the run,
+ * which measured slower than letting it allocate.)
  *
  * Peak extra memory: a few copies of q/k/v-sized tensors plus ONNX Runtime's
  * per-run intermediates, O(rows · seqK) floats. Which graphs run is decided
- * in `block-graphs.ts`, which queries and keys in `block-plan.ts`; threads
- * come from the SessionCache.
+ * in `block-graphs.ts`, which queries and keys in `block-plan.ts`, how big
+ * in `block-sizes.ts`; threads come from the SessionCache.
  */
 import { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
 import { SessionCache } from "../runtime/session-cache.js";
 import { buildBackwardGraph, buildForwardGraph, blockGraphKey, type BlockShape, type BlockVariant } from "./block-graphs.js";
-import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, swapMiddleAxes, interleaveHeads, type BlockPlan, type QueryBlock } from "./block-plan.js";
+import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, swapMiddleAxes, keyTiles, type BlockPlan, type QueryBlock } from "./block-plan.js";
+import { defaultBackwardRows, defaultForwardRows, defaultTileKeys } from "./block-sizes.js";
 import { attentionDims, checkBackwardShapes, type AttentionDims } from "./shapes.js";
 import type { AttentionForwardResult, AttentionGradients, AttentionOptions, LocalAttention } from "./types.js";
 
 export interface OrtAttentionOptions {
   /** Sessions and threads (default: a new SessionCache with its default threads). */
   cache?: SessionCache;
-  /** Query rows per session run, over the kv head's whole query group (default: defaultBlockRows). */
+  /** Query rows per session run, over the kv head's whole query group (default: block-sizes.ts). */
   blockRows?: number;
+  /** Keys per backward tile (default: block-sizes.ts). */
+  tileKeys?: number;
 }
 
 /** One run's place: its block, batch index, kv head, and offsets into the blocked and kv layouts. */
@@ -44,20 +48,6 @@ interface RunSite {
   kvBase: number;
 }
 
-/**
- * Rows per run when none are given. Larger runs amortise the per-run cost
- * (session.run, and the dk/dv partial sums that travel each backward run:
- * 6·keys·d floats against 10·rows·keys·d FLOPs); causal blocks also compute
- * a rows x rows diagonal square of which half is masked, so there the rows
- * grow with the sequence (waste about rows / seqK). Chosen by measurement on
- * the 2-core development machine.
- */
-export function defaultBlockRows(dims: AttentionDims): number {
-  if (!dims.causal) return 512;
-  const target = 2 ** Math.round(Math.log2(Math.max(1, dims.seqK) / 16));
-  return Math.min(512, Math.max(128, target));
-}
-
 function view(data: Float32Array, start: number, shape: number[]): Tensor<"float32"> {
   const length = shape.reduce((a, b) => a * b, 1);
   return new Tensor("float32", shape, data.subarray(start, start + length));
@@ -72,22 +62,28 @@ function headsFirst(t: Tensor<"float32">): Float32Array {
 export class OrtAttention implements LocalAttention {
   readonly name = "ort";
   readonly cache: SessionCache;
-  /** Fixed rows per run, or undefined for defaultBlockRows. */
+  /** Fixed rows per run, or undefined for the defaults of block-sizes.ts. */
   readonly blockRows: number | undefined;
+  /** Fixed keys per backward tile, or undefined for the default. */
+  readonly tileKeys: number | undefined;
   private readonly ownsCache: boolean;
 
   constructor(options: OrtAttentionOptions = {}) {
     this.ownsCache = options.cache === undefined;
     this.cache = options.cache ?? new SessionCache();
     this.blockRows = options.blockRows;
-    if (this.blockRows !== undefined && (!Number.isInteger(this.blockRows) || this.blockRows < 1)) {
-      throw new KernelError(`OrtAttention: blockRows must be a positive integer, got ${options.blockRows}`);
+    this.tileKeys = options.tileKeys;
+    for (const [name, value] of [["blockRows", this.blockRows], ["tileKeys", this.tileKeys]] as const) {
+      if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
+        throw new KernelError(`OrtAttention: ${name} must be a positive integer, got ${value}`);
+      }
     }
   }
 
   /** Queries per block: the rows per run split over the query group (at least 1). */
-  blockQueries(dims: AttentionDims): number {
-    return Math.max(1, Math.floor((this.blockRows ?? defaultBlockRows(dims)) / dims.group));
+  blockQueries(dims: AttentionDims, direction: "forward" | "backward"): number {
+    const rows = this.blockRows ?? (direction === "forward" ? defaultForwardRows(dims) : defaultBackwardRows(dims));
+    return Math.max(1, Math.floor(rows / dims.group));
   }
 
   private *sites(dims: AttentionDims, plan: BlockPlan): Generator<RunSite> {
@@ -105,24 +101,18 @@ export class OrtAttention implements LocalAttention {
     }
   }
 
-  private shapeOf(dims: AttentionDims, site: RunSite): BlockShape {
-    return { variant: site.variant, headDim: dims.headDim, group: dims.group, blockQueries: site.block.rows };
-  }
-
-  /** The key inputs of a run: k (whole attended range) or kp/kd views of it. */
-  private keyFeeds(keys: Float32Array, site: RunSite, d: number, withWhole: boolean): Record<string, Tensor<"float32">> {
+  /** The forward's key inputs: k (the attended range), or the kp/kd views of it. */
+  private keyFeeds(keys: Float32Array, site: RunSite, d: number): Record<string, Tensor<"float32">> {
     const { keyEnd, rows } = site.block;
-    const feeds: Record<string, Tensor<"float32">> = {};
-    if (site.variant === "full" || withWhole) feeds.k = view(keys, site.kvBase, [keyEnd, d]);
-    if (site.variant !== "full") feeds.kd = view(keys, site.kvBase + (keyEnd - rows) * d, [rows, d]);
-    if (site.variant === "diagonal") feeds.kp = view(keys, site.kvBase, [keyEnd - rows, d]);
-    return feeds;
+    if (site.variant === "full") return { k: view(keys, site.kvBase, [keyEnd, d]) };
+    const feeds = { kd: view(keys, site.kvBase + (keyEnd - rows) * d, [rows, d]) };
+    return site.variant === "diagonal" ? { ...feeds, kp: view(keys, site.kvBase, [keyEnd - rows, d]) } : feeds;
   }
 
   async forward(q: Tensor<"float32">, k: Tensor<"float32">, v: Tensor<"float32">, options: AttentionOptions): Promise<AttentionForwardResult> {
     const dims = attentionDims(q, k, v, options, "OrtAttention.forward");
     const d = dims.headDim;
-    const plan = planBlocks(dims, this.blockQueries(dims));
+    const plan = planBlocks(dims, this.blockQueries(dims, "forward"));
     // q [b, seqQ, h, d] -> blocked [block][b][h][rows][d], times scale.
     const qBlocked = new Float32Array(plan.totalRows * d);
     gatherQueries(q.data, dims, plan, qBlocked, dims.scale);
@@ -131,11 +121,11 @@ export class OrtAttention implements LocalAttention {
     const oBlocked = new Float32Array(plan.totalRows * d);
     const lseBlocked = new Float32Array(plan.totalRows);
     for (const site of this.sites(dims, plan)) {
-      const shape = this.shapeOf(dims, site);
+      const shape: BlockShape = { variant: site.variant, headDim: d, group: dims.group, blockQueries: site.block.rows };
       const feeds = {
         q: view(qBlocked, site.row * d, [site.rows, d]),
         v: view(values, site.kvBase, [site.block.keyEnd, d]),
-        ...this.keyFeeds(keys, site, d, false),
+        ...this.keyFeeds(keys, site, d),
       };
       const result = await this.cache.run(blockGraphKey("forward", shape), () => buildForwardGraph(shape), feeds);
       oBlocked.set(result.o!.data as Float32Array, site.row * d);
@@ -160,7 +150,7 @@ export class OrtAttention implements LocalAttention {
     const dims = attentionDims(q, k, v, options, "OrtAttention.backward");
     checkBackwardShapes(dims, out, dOut, logSumExp, q, "OrtAttention.backward");
     const d = dims.headDim;
-    const plan = planBlocks(dims, this.blockQueries(dims));
+    const plan = planBlocks(dims, this.blockQueries(dims, "backward"));
     const qBlocked = new Float32Array(plan.totalRows * d);
     gatherQueries(q.data, dims, plan, qBlocked, dims.scale);
     // dOut -> blocked, with rowDots = sum(dOut * out) per query row.
@@ -172,39 +162,44 @@ export class OrtAttention implements LocalAttention {
     const keys = headsFirst(k);
     const values = headsFirst(v);
     const dqBlocked = new Float32Array(plan.totalRows * d);
-    // dk/dv running sums per (batch, kv head), [seqK, d] each: a run adds its block's share
-    // to the prefix [0, keyEnd) through Gemm's C input; a whole-length result simply
-    // becomes the new sum, a prefix is copied back.
-    const sumLength = dims.seqK * d;
-    const dkSums = Array.from({ length: dims.batch * dims.kvHeads }, () => new Float32Array(sumLength));
-    const dvSums = Array.from({ length: dims.batch * dims.kvHeads }, () => new Float32Array(sumLength));
-    const accumulate = (sums: Float32Array[], head: number, partial: Float32Array) => {
-      if (partial.length === sumLength) sums[head] = partial;
-      else sums[head]!.set(partial);
-    };
+    // dk/dv sums [b, kvHeads, seqK, d]: each tile run adds its share through Gemm's C input.
+    const dkSum = new Float32Array(k.size);
+    const dvSum = new Float32Array(k.size);
     for (const site of this.sites(dims, plan)) {
-      const shape = this.shapeOf(dims, site);
-      const keyEnd = site.block.keyEnd;
-      const feeds = {
+      const tileKeys = this.tileKeys ?? defaultTileKeys(site.rows);
+      const rowFeeds = {
         q: view(qBlocked, site.row * d, [site.rows, d]),
-        v: view(values, site.kvBase, [keyEnd, d]),
         dout: view(dOutBlocked, site.row * d, [site.rows, d]),
-        lse: view(lseBlocked, site.row, [site.rows, 1]),
-        rowdot: view(rowDots, site.row, [site.rows, 1]),
-        dk_in: view(dkSums[site.head]!, 0, [keyEnd, d]),
-        dv_in: view(dvSums[site.head]!, 0, [keyEnd, d]),
-        ...this.keyFeeds(keys, site, d, true),
+        lse: view(lseBlocked, site.row, [1, site.rows]),
+        rowdot: view(rowDots, site.row, [1, site.rows]),
       };
-      const result = await this.cache.run(blockGraphKey("backward", shape), () => buildBackwardGraph(shape), feeds);
-      dqBlocked.set(result.dq_scaled!.data as Float32Array, site.row * d);
-      accumulate(dkSums, site.head, result.dk!.data as Float32Array);
-      accumulate(dvSums, site.head, result.dv!.data as Float32Array);
+      // dq [rows, d] accumulates over the tiles: each run's output is the next run's dq_in.
+      let dqSum = view(dqBlocked, site.row * d, [site.rows, d]);
+      for (const tile of keyTiles(site.block, tileKeys)) {
+        const shape: BlockShape = { variant: tile.diagonal ? "diagonalOnly" : "full", headDim: d, group: dims.group, blockQueries: site.block.rows };
+        const at = site.kvBase + tile.start * d;
+        const tileShape = [tile.length, d];
+        const feeds = {
+          ...rowFeeds,
+          k: view(keys, at, tileShape),
+          v: view(values, at, tileShape),
+          dk_in: view(dkSum, at, tileShape),
+          dv_in: view(dvSum, at, tileShape),
+          dq_in: dqSum,
+        };
+        const result = await this.cache.run(blockGraphKey("backward", shape), () => buildBackwardGraph(shape), feeds);
+        dkSum.set(result.dk!.data as Float32Array, at);
+        dvSum.set(result.dv!.data as Float32Array, at);
+        dqSum = result.dq_scaled as Tensor<"float32">;
+      }
+      dqBlocked.set(dqSum.data, site.row * d);
     }
     const dq = new Tensor("float32", q.shape);
     scatterQueries(dqBlocked, dims, plan, dq.data, dims.scale);
-    // per (b, kvHead) [seqK, d] -> [b, seqK, kvHeads, d]
-    const dk = new Tensor("float32", k.shape, interleaveHeads(dkSums, dims.kvHeads, d, new Float32Array(k.size)));
-    const dv = new Tensor("float32", k.shape, interleaveHeads(dvSums, dims.kvHeads, d, new Float32Array(k.size)));
+    // [b, kvHeads, seqK, d] -> [b, seqK, kvHeads, d]
+    const { batch, kvHeads, seqK } = dims;
+    const dk = new Tensor("float32", k.shape, swapMiddleAxes(dkSum, batch, kvHeads, seqK, d, new Float32Array(k.size)));
+    const dv = new Tensor("float32", k.shape, swapMiddleAxes(dvSum, batch, kvHeads, seqK, d, new Float32Array(k.size)));
     return { dq, dk, dv };
   }
 
