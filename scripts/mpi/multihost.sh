@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs the mpi backend across two "hosts" on one machine: two network
+# namespaces joined by a veth pair (10.77.0.1 and 10.77.0.2), each with its
+# own hostname and private /dev/shm, 2 ranks per host (-np 4). mpirun runs on
+# host A and starts host B's daemon through netns-agent.sh, so ranks on the
+# same host talk through shared memory and across hosts over TCP. Runs the
+# mpi checks plus the shared conformance suite, then (if apps/trainer exists
+# and --no-train is not given) a short training run with --backend mpi.
+#
+# Everything happens inside a private sandbox (unshare --net --mount): the
+# namespaces, the veth pair and the mounts vanish with it, and a trap tears
+# them down explicitly even when a step fails. Needs root (CI runs as root)
+# and iproute2 + util-linux (ip, unshare). Exit status: that of the first
+# failing step.
+#
+# Usage: scripts/mpi/multihost.sh [--no-train]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+export ORT_DISABLE_TELEMETRY=1
+
+if [[ "${ULYSSES_MH_SANDBOX:-}" != 1 ]]; then
+  # Re-run inside a private network + mount namespace: nothing below touches
+  # the machine's own interfaces, routes or mounts.
+  exec env ULYSSES_MH_SANDBOX=1 unshare --net --mount --propagation private --fork "$0" "$@"
+fi
+
+train=1
+[[ "${1:-}" == "--no-train" ]] && train=0
+
+ns_a=ulysses-mh-a
+ns_b=ulysses-mh-b
+cleanup() {
+  ip netns del "$ns_a" 2>/dev/null || true
+  ip netns del "$ns_b" 2>/dev/null || true
+  umount /run/netns 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# /run/netns on a private tmpfs: the namespaces' bind mounts stay in the sandbox.
+mkdir -p /run/netns
+mount -t tmpfs tmpfs /run/netns
+ip link set lo up
+ip netns add "$ns_a"
+ip netns add "$ns_b"
+ip link add veth-mh-a type veth peer name veth-mh-b
+ip link set veth-mh-a netns "$ns_a"
+ip link set veth-mh-b netns "$ns_b"
+ip -n "$ns_a" addr add 10.77.0.1/24 dev veth-mh-a
+ip -n "$ns_b" addr add 10.77.0.2/24 dev veth-mh-b
+for ns in "$ns_a" "$ns_b"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$ns_a" link set veth-mh-a up
+ip -n "$ns_b" link set veth-mh-b up
+
+export ULYSSES_MH_HOSTS="10.77.0.1=$ns_a=ulysses-host-a 10.77.0.2=$ns_b=ulysses-host-b"
+mpi_flags=(
+  --allow-run-as-root --oversubscribe --bind-to none
+  --host 10.77.0.1:2,10.77.0.2:2 -np 4
+  --mca plm_rsh_agent "$here/netns-agent.sh"
+  --mca btl_tcp_if_include 10.77.0.0/24
+  --mca oob_tcp_if_include 10.77.0.0/24
+  --mca mpi_yield_when_idle 1
+  -x ORT_DISABLE_TELEMETRY=1 -x PATH
+)
+node_flags=(node --conditions=@ulysses/source --import tsx)
+
+# Runs "$@" on host A (mpirun's host), as the agent does for host B.
+on_host_a() {
+  "$here/netns-agent.sh" 10.77.0.1 "cd '$repo' && $*"
+}
+
+step() {
+  local name="$1"
+  shift
+  local start=$SECONDS
+  echo "== multihost: $name"
+  on_host_a "$@"
+  echo "== multihost: $name done in $((SECONDS - start)) s"
+}
+
+# Each rank leaves a file in /dev/shm, waits, and lists it: a host sees only its own two ranks' files.
+step "hosts" "mpirun ${mpi_flags[*]} sh -c 'touch /dev/shm/ulysses-mh-rank-\$OMPI_COMM_WORLD_RANK; sleep 1; echo rank \$OMPI_COMM_WORLD_RANK on \$(hostname) sees /dev/shm: \$(ls /dev/shm | grep ulysses-mh | tr \"\\n\" \" \")'"
+log="$(mktemp)"
+step "conformance" "mpirun ${mpi_flags[*]} ${node_flags[*]} packages/collectives-mpi/src/testing-fixtures/rank-checks.ts ordered" | tee "$log" | grep -v '^ULYSSES_CONFORMANCE'
+# Every rank must report, with no failed check (our checks and the shared suite).
+reports=$(grep -c '^ULYSSES_CONFORMANCE ' "$log" || true)
+clean=$(grep -c '^ULYSSES_CHECKS .*"failed":0,' "$log" || true)
+failed=$( (grep -o '"status":"failed"' "$log" || true) | wc -l)
+passed=$( (grep -o '"status":"passed"' "$log" || true) | wc -l)
+rm -f "$log"
+echo "== multihost: conformance: $reports of 4 ranks reported, $passed checks passed, $failed failed; mpi checks clean on $clean of 4 ranks"
+if [[ $reports != 4 || $clean != 4 || $failed != 0 ]]; then
+  echo "== multihost: conformance FAILED" >&2
+  exit 1
+fi
+if [[ $train == 1 && -f "$repo/apps/trainer/src/cli.ts" ]]; then
+  step "training" "mpirun ${mpi_flags[*]} ${node_flags[*]} apps/trainer/src/cli.ts ${ULYSSES_MH_TRAIN_ARGS:---backend mpi --sp 4 --dp 1 --steps 3}"
+else
+  echo "== multihost: training skipped (--no-train, or apps/trainer/src/cli.ts missing)"
+fi
