@@ -16,6 +16,15 @@ import { BlockError } from "./errors.js";
 
 type F32 = Tensor<"float32">;
 
+/** Copies n floats; short runs by a plain loop (cheaper than creating a subarray view). */
+function copyRun(src: Float32Array, from: number, dst: Float32Array, to: number, n: number): void {
+  if (n < 64) {
+    for (let e = 0; e < n; e++) dst[to + e] = src[from + e]!;
+  } else {
+    dst.set(src.subarray(from, from + n), to);
+  }
+}
+
 /** Consecutive ascending runs of a head list: [3, 4, 5, 5] -> [[3, 3], [5, 1]] as [start, length]. */
 function headRuns(heads: readonly number[]): [number, number][] {
   const runs: [number, number][] = [];
@@ -42,8 +51,7 @@ export function gatherHeads(src: F32, heads: readonly number[], dst: Float32Arra
   for (let t = 0; t < b * s; t++) {
     const base = t * hx * d;
     for (const [start, length] of runs) {
-      const from = base + start * d;
-      dst.set(data.subarray(from, from + length * d), o);
+      copyRun(data, base + start * d, dst, o, length * d);
       o += length * d;
     }
   }
@@ -65,7 +73,7 @@ export function scatterHeads(src: Float32Array, offset: number, dst: F32, heads:
       if (accumulate) {
         for (let e = 0; e < n; e++) data[to + e] += src[o + e]!;
       } else {
-        data.set(src.subarray(o, o + n), to);
+        copyRun(src, o, data, to, n);
       }
       o += n;
     }

@@ -53,6 +53,7 @@ async function runSharded(kind: Kind, p: number, c: Case, x: ReturnType<typeof i
 
 const cases: Case[] = [
   { name: "MHA causal", batch: 2, seq: 24, heads: 4, kvHeads: 4, headDim: 8, causal: true, ranks: [1, 2, 3, 4] },
+  { name: "MHA headDim 32 (long copy runs)", batch: 1, seq: 8, heads: 4, kvHeads: 4, headDim: 32, causal: true, ranks: [1, 2] },
   { name: "MHA non-causal", batch: 1, seq: 12, heads: 4, kvHeads: 4, headDim: 4, causal: false, ranks: [2, 4] },
   { name: "GQA kv=2 (replicated on P=4)", batch: 1, seq: 16, heads: 8, kvHeads: 2, headDim: 4, causal: true, ranks: [1, 2, 4] },
   { name: "uneven heads 6 on 4", batch: 1, seq: 16, heads: 6, kvHeads: 6, headDim: 4, causal: true, ranks: [3, 4] },
