@@ -171,6 +171,8 @@ describe("TransformerBlock buffer reuse", () => {
         const g1 = await b1.backward(f1.context, g2.dx);
         out.push({ y: f2.y, dx: g1.dx, grads: g1.flat });
         await expect(b1.backward(f1.context, g2.dx)).rejects.toThrow(BlockError);
+        // An evaluation forward whose context is released, not back-propagated.
+        b1.release((await b1.forward(shardOf(step.dy, sizes, rank))).context);
       }
       return out;
     });

@@ -146,6 +146,16 @@ export class TransformerBlock {
     return { y, context: new BlockContext(this, x, { ...sequence }, this.checkpoint ? null : activations) };
   }
 
+  /**
+   * Gives a context's attention buffers back for reuse when backward will not
+   * run (evaluation); the context is unusable afterwards. Backward does this
+   * by itself.
+   */
+  release(context: BlockContext): void {
+    const a = context.activations;
+    if (context.owner === this && a !== null) this.attention.release(a.attention, a.attnOut);
+  }
+
   /** dy [b, s_r, hidden] -> dx and weight gradients (summed over the group unless reduceGradients is false). */
   async backward(context: BlockContext, dy: F32, options: BlockBackwardOptions = {}): Promise<BlockGradients> {
     if (!(context instanceof BlockContext) || context.owner !== this) throw new BlockError("TransformerBlock.backward needs the context its own forward returned");
