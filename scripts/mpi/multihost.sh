@@ -14,6 +14,8 @@
 # failing step.
 #
 # Usage: scripts/mpi/multihost.sh [--no-train]
+# ULYSSES_MH_TRAIN_ARGS replaces the trainer flags (default: --sp 4 --steps 4
+# --seq 64 --threads 1 --no-export).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -96,7 +98,11 @@ if [[ $reports != 4 || $clean != 4 || $failed != 0 ]]; then
   exit 1
 fi
 if [[ $train == 1 && -f "$repo/apps/trainer/src/cli.ts" ]]; then
-  step "training" "mpirun ${mpi_flags[*]} ${node_flags[*]} apps/trainer/src/cli.ts ${ULYSSES_MH_TRAIN_ARGS:---backend mpi --sp 4 --dp 1 --steps 3}"
+  # The backend by module path: works whether or not the trainer depends on the package by name.
+  out="$(mktemp -d)"
+  train_args="${ULYSSES_MH_TRAIN_ARGS:---sp 4 --steps 4 --seq 64 --threads 1 --no-export}"
+  step "training" "mpirun ${mpi_flags[*]} ${node_flags[*]} apps/trainer/src/cli.ts --backend packages/collectives-mpi/src/module.ts --out '$out' $train_args"
+  rm -rf "$out"
 else
   echo "== multihost: training skipped (--no-train, or apps/trainer/src/cli.ts missing)"
 fi
