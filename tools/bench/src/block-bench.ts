@@ -7,6 +7,9 @@
  *
  * Flags: --ranks 2,4  --min-seq 2048  --max-seq 8192  --weak-per-rank 2048
  *        --weak-ranks 1,2,4  --iters 3  --hidden 256  --heads 8  --batch 1  --no-weak
+ *        --checkpoint-seq N (default: max-seq)  --no-checkpoint
+ * Checkpoint rows: Ulysses with activation checkpointing at one N per P (saved
+ * bytes per rank with and without it; the recompute adds a forward's traffic).
  * The full sweep of the brief is `--max-seq 32768` (about 10+ minutes on 2 cores).
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -29,10 +32,12 @@ interface Flags {
   heads: number;
   batch: number;
   weak: boolean;
+  /** N of the activation-checkpointing rows (0: none). */
+  checkpointSeq: number;
 }
 
 function parseFlags(argv: string[]): Flags {
-  const flags: Flags = { ranks: [2, 4], minSeq: 2048, maxSeq: 8192, weakPerRank: 2048, weakRanks: [1, 2, 4], iters: 3, hidden: 256, heads: 8, batch: 1, weak: true };
+  const flags: Flags = { ranks: [2, 4], minSeq: 2048, maxSeq: 8192, weakPerRank: 2048, weakRanks: [1, 2, 4], iters: 3, hidden: 256, heads: 8, batch: 1, weak: true, checkpointSeq: -1 };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i++) {
     const [name, value] = [argv[i]!, argv[i + 1] ?? ""];
@@ -48,10 +53,13 @@ function parseFlags(argv: string[]): Flags {
       case "--heads": flags.heads = Number(take()); break;
       case "--batch": flags.batch = Number(take()); break;
       case "--no-weak": flags.weak = false; break;
+      case "--checkpoint-seq": flags.checkpointSeq = Number(take()); break;
+      case "--no-checkpoint": flags.checkpointSeq = 0; break;
       case "--": break;
       default: throw new Error(`bench:block: unknown flag '${name}' (see the comment at the top of block-bench.ts)`);
     }
   }
+  if (flags.checkpointSeq < 0) flags.checkpointSeq = flags.maxSeq;
   return flags;
 }
 
@@ -59,6 +67,7 @@ interface Row {
   ranks: number;
   seq: number;
   kind: AttentionKind;
+  checkpoint: boolean;
   stepMs: number;
   forwardMs: number;
   tokensPerSecond: number;
@@ -75,14 +84,18 @@ interface Row {
 }
 
 /** Bytes per rank of one forward + backward, from the README formulas (N divisible by P, MHA). */
-function expectedBytes(kind: AttentionKind, p: number, n: number, f: Flags): number {
+function expectedBytes(kind: AttentionKind, checkpoint: boolean, p: number, n: number, f: Flags): number {
   const headDim = f.hidden / f.heads;
-  if (kind === "ulysses") return (2 * 4 * (p - 1) * (n / p) * f.heads * headDim * 4 * f.batch) / p;
+  const passes = checkpoint ? 3 : 2; // the recompute repeats the forward's exchanges
+  if (kind === "ulysses") return (passes * 4 * (p - 1) * (n / p) * f.heads * headDim * 4 * f.batch) / p;
   return 2 * (p - 1) * (n / p) * 2 * f.batch * f.heads * headDim * 4;
 }
 
-async function measure(p: number, seqs: number[], f: Flags, results: Map<string, Row>): Promise<void> {
-  const todo = seqs.flatMap((seq) => (["ulysses", "allgather"] as const).map((kind) => ({ seq, kind }))).filter((t) => !results.has(`${p}/${t.seq}/${t.kind}`));
+type Job = { seq: number; kind: AttentionKind; checkpoint: boolean };
+const keyOf = (p: number, j: Job) => `${p}/${j.seq}/${j.kind}${j.checkpoint ? "/checkpoint" : ""}`;
+
+async function measure(p: number, jobs: Job[], f: Flags, results: Map<string, Row>): Promise<void> {
+  const todo = jobs.filter((j) => !results.has(keyOf(p, j)));
   if (todo.length === 0) return;
   const world = await launch<{ run(args: BlockRunArgs): Promise<BlockRunResult> }>({
     worldSize: p,
@@ -91,9 +104,10 @@ async function measure(p: number, seqs: number[], f: Flags, results: Map<string,
     timeoutMs: 600_000,
   });
   try {
-    for (const { seq, kind } of todo) {
+    for (const job of todo) {
+      const { seq, kind, checkpoint } = job;
       const config: BlockConfig = { hidden: f.hidden, heads: f.heads, attention: kind, causal: true };
-      const ranks = await world.all("run", { config, batch: f.batch, seq, iters: f.iters, checkpoint: false });
+      const ranks = await world.all("run", { config, batch: f.batch, seq, iters: f.iters, checkpoint });
       const max = (pick: (r: BlockRunResult) => number) => Math.max(...ranks.map(pick));
       const mean = (pick: (r: BlockRunResult) => number) => ranks.reduce((a, r) => a + pick(r), 0) / ranks.length;
       const stepMs = max((r) => r.stepMs);
@@ -102,11 +116,12 @@ async function measure(p: number, seqs: number[], f: Flags, results: Map<string,
         ranks: p,
         seq,
         kind,
+        checkpoint,
         stepMs,
         forwardMs: max((r) => r.forwardMs),
         tokensPerSecond: (f.batch * seq) / (stepMs / 1000),
         attentionBytesPerRank: max((r) => r.attentionBytes),
-        expectedAttentionBytes: expectedBytes(kind, p, seq, f),
+        expectedAttentionBytes: expectedBytes(kind, checkpoint, p, seq, f),
         gradBytesPerRank: max((r) => r.gradBytes),
         attentionCommMs: mean((r) => r.attentionCommMs),
         gradCommMs: mean((r) => r.gradCommMs),
@@ -115,8 +130,8 @@ async function measure(p: number, seqs: number[], f: Flags, results: Map<string,
         kernelAttentionMs: ranks.map((r) => Math.round(r.kernelAttentionMs)),
         kernelOpsMs: ranks.map((r) => Math.round(r.kernelOpsMs)),
       };
-      results.set(`${p}/${seq}/${kind}`, row);
-      console.error(`  P=${p} N=${seq} ${kind}: ${stepMs.toFixed(0)} ms (per rank: attention kernel ${row.kernelAttentionMs.join("/")} ms, other ops ${row.kernelOpsMs.join("/")} ms)`);
+      results.set(keyOf(p, job), row);
+      console.error(`  P=${p} N=${seq} ${kind}${checkpoint ? " (checkpointing)" : ""}: ${stepMs.toFixed(0)} ms (per rank: attention kernel ${row.kernelAttentionMs.join("/")} ms, other ops ${row.kernelOpsMs.join("/")} ms)`);
     }
   } finally {
     await world.shutdown();
@@ -138,10 +153,18 @@ async function main(): Promise<void> {
   for (let n = f.minSeq; n <= f.maxSeq; n *= 2) seqs.push(n);
   const results = new Map<string, Row>();
   const started = performance.now();
-  for (const p of f.ranks) await measure(p, seqs, f, results);
-  if (f.weak) for (const p of f.weakRanks) await measure(p, [f.weakPerRank * p], f, results);
+  const both = (seq: number): Job[] => [
+    { seq, kind: "ulysses", checkpoint: false },
+    { seq, kind: "allgather", checkpoint: false },
+  ];
+  for (const p of f.ranks) {
+    const jobs = seqs.flatMap(both);
+    if (f.checkpointSeq > 0) jobs.push(...both(f.checkpointSeq), { seq: f.checkpointSeq, kind: "ulysses", checkpoint: true });
+    await measure(p, jobs, f, results);
+  }
+  if (f.weak) for (const p of f.weakRanks) await measure(p, both(f.weakPerRank * p), f, results);
 
-  const get = (p: number, n: number, kind: AttentionKind) => results.get(`${p}/${n}/${kind}`)!;
+  const get = (p: number, n: number, kind: AttentionKind, checkpoint = false) => results.get(keyOf(p, { seq: n, kind, checkpoint }))!;
   const strong = f.ranks.flatMap((p) => seqs.map((n) => ({ p, n, u: get(p, n, "ulysses"), a: get(p, n, "allgather") })));
   const commSplit = (r: Row) => `${ms(r.attentionCommMs + r.gradCommMs)}/${ms(r.computeMs)}`;
   console.log(`\nTransformerBlock forward+backward, hidden ${f.hidden}, ${f.heads} heads, batch ${f.batch}, causal, threads backend + ONNX Runtime (${cpus().length} cores)`);
@@ -168,6 +191,19 @@ async function main(): Promise<void> {
       ),
     );
   }
+  const checkpointRows = f.checkpointSeq > 0 ? f.ranks.map((p) => ({ p, n: f.checkpointSeq, plain: get(p, f.checkpointSeq, "ulysses"), ckpt: get(p, f.checkpointSeq, "ulysses", true) })) : [];
+  if (checkpointRows.length > 0) {
+    console.log(`\nActivation checkpointing (Ulysses, N = ${f.checkpointSeq}): bytes kept for backward and traffic per rank`);
+    console.log(
+      table(
+        ["P", "N", "saved MB", "saved MB (ckpt)", "saved ratio", "attn MB", "attn MB (ckpt)", "ms", "ms (ckpt)"],
+        checkpointRows.map(({ p, n, plain, ckpt }) => [
+          String(p), String(n), mb(plain.savedBytesPerRank), mb(ckpt.savedBytesPerRank), (plain.savedBytesPerRank / ckpt.savedBytesPerRank).toFixed(1),
+          mb(plain.attentionBytesPerRank), mb(ckpt.attentionBytesPerRank), ms(plain.stepMs), ms(ckpt.stepMs),
+        ]),
+      ),
+    );
+  }
   const mismatched = [...results.values()].filter((r) => r.attentionBytesPerRank !== r.expectedAttentionBytes);
   for (const r of mismatched) console.log(`BYTES DIFFER from the formula: P=${r.ranks} N=${r.seq} ${r.kind}: ${r.attentionBytesPerRank} != ${r.expectedAttentionBytes}`);
 
@@ -176,7 +212,7 @@ async function main(): Promise<void> {
   const file = `${outDir}block.json`;
   writeFileSync(
     file,
-    `${JSON.stringify({ bench: "block", date: new Date().toISOString(), cores: cpus().length, cpu: cpus()[0]?.model, flags: f, totalSeconds: (performance.now() - started) / 1000, strong, weak, rows: [...results.values()] }, null, 2)}\n`,
+    `${JSON.stringify({ bench: "block", date: new Date().toISOString(), cores: cpus().length, cpu: cpus()[0]?.model, flags: f, totalSeconds: (performance.now() - started) / 1000, strong, weak, checkpoint: checkpointRows, rows: [...results.values()] }, null, 2)}\n`,
   );
   console.log(`\nwrote ${file} (${((performance.now() - started) / 1000).toFixed(0)} s)`);
   if (mismatched.length > 0) process.exitCode = 1;
