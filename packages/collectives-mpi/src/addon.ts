@@ -61,21 +61,21 @@ export function mpirunAvailable(): boolean {
 }
 
 /**
- * The addon, loaded once. libmpi is loaded with RTLD_GLOBAL so that OpenMPI's
+ * The addon, loaded once (`path` is for tests). libmpi is loaded with RTLD_GLOBAL so that OpenMPI's
  * own plugins (dlopen'ed MCA components) can resolve its symbols.
  */
-export function loadAddon(): NativeMpi {
-  if (loaded) return loaded;
-  if (!existsSync(ADDON_PATH)) {
+export function loadAddon(path = ADDON_PATH): NativeMpi {
+  if (loaded && path === ADDON_PATH) return loaded;
+  if (!existsSync(path)) {
     const why = hasCommand("mpicc", ["--showme:version"]) ? "MPI is installed but the addon was not built" : "MPI is not installed (no mpicc on PATH)";
-    throw new MpiError(`the mpi backend is unavailable: ${why}; ${ADDON_PATH} is missing. To use it, ${INSTALL_HINT}`);
+    throw new MpiError(`the mpi backend is unavailable: ${why}; ${path} is missing. To use it, ${INSTALL_HINT}`);
   }
   const module = { exports: {} as NativeMpi };
   try {
-    process.dlopen(module, ADDON_PATH, constants.dlopen.RTLD_NOW | constants.dlopen.RTLD_GLOBAL);
+    process.dlopen(module, path, constants.dlopen.RTLD_NOW | constants.dlopen.RTLD_GLOBAL);
   } catch (cause) {
-    throw new MpiError(`cannot load ${ADDON_PATH} (${(cause as Error).message}); rebuild it: ${INSTALL_HINT}`, { cause });
+    throw new MpiError(`cannot load ${path} (${(cause as Error).message}); rebuild it: ${INSTALL_HINT}`, { cause });
   }
-  loaded = module.exports;
-  return loaded;
+  if (path === ADDON_PATH) loaded = module.exports;
+  return module.exports;
 }
