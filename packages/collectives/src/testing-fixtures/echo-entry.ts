@@ -19,6 +19,13 @@ export default function setup({ rank, worldSize, group, ortThreads, args }: Rank
     async fail(message: string) {
       throw new Error(message);
     },
+    /** Throws from a timer: an uncaught exception that kills the worker. */
+    crash(message: string) {
+      setTimeout(() => {
+        throw new Error(message);
+      }, 0);
+      return "scheduled";
+    },
     async exit(code: number) {
       process.exit(code);
     },

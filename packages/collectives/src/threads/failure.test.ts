@@ -10,6 +10,7 @@ interface EchoApi {
   allToAll(rows: number, cols: number): Promise<number[]>;
   allReduce(values: number[]): Promise<number[]>;
   fail(message: string): Promise<never>;
+  crash(message: string): string;
   exit(code: number): Promise<never>;
   barrier(): Promise<void>;
   print(text: string): void;
@@ -30,16 +31,17 @@ afterEach(async () => {
 });
 
 describe("threads backend failures", () => {
-  it("before: a rank that failed before any collective makes the peer's collective reject at once, naming it", async () => {
+  it("before: a rank that crashed (uncaught exception) before any collective makes the peer's collective reject at once, naming it", async () => {
     const world = await start(2);
     expect(await world.all("info")).toEqual([
       { rank: 0, worldSize: 2, size: 2, backend: "threads", ortThreads: expect.any(Number) },
       { rank: 1, worldSize: 2, size: 2, backend: "threads", ortThreads: expect.any(Number) },
     ]);
-    await expect(world.rank(1).fail("boom")).rejects.toThrow("boom");
+    expect(await world.rank(1).crash("boom")).toBe("scheduled");
     // the abort message, not the timeout one: the rejection did not wait for the 20 s timeout
-    await expect(world.rank(0).allToAll(2, 1)).rejects.toThrow(/aborted because rank 1 failed in fail: Error: boom/);
-    expect(world.failure()).toEqual({ rank: 1, reason: "rank 1 failed in fail: Error: boom" });
+    await expect(world.rank(0).allToAll(2, 1)).rejects.toThrow(/aborted because rank 1 failed: Error: boom/);
+    expect(world.failure()).toEqual({ rank: 1, reason: "rank 1 failed: Error: boom" });
+    await expect(world.rank(1).barrier()).rejects.toThrow(/rank 1/);
   });
 
   it("during, P=4: after a good allReduce, a rank failing while the others wait in a barrier rejects them all; launch's call names it", async () => {
