@@ -8,7 +8,7 @@ import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig } from "./block-config.js";
 import { blockWeightSpecs, initBlockWeights } from "./block-weights.js";
-import { joinShards, runRanks, shardOf } from "./test-support.js";
+import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
 import { TransformerBlock } from "./transformer-block.js";
 
 const cache = new SessionCache({ intraOpThreads: 1 });

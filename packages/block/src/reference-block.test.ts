@@ -25,7 +25,7 @@ import { evenSplitSizes, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
 import { blockWeightSpecs, initBlockWeights } from "./block-weights.js";
-import { joinShards, runRanks, shardOf } from "./test-support.js";
+import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
 import { TransformerBlock } from "./transformer-block.js";
 
 /** The block's math in float64 on the full sequence: x [b, N, hidden] -> y [b, N, hidden]. */

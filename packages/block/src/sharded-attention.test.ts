@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { BlockError } from "./errors.js";
 import type { ShardedAttention } from "./sharded-attention.js";
-import { joinShards, runRanks, shardOf } from "./test-support.js";
+import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;

@@ -6,9 +6,9 @@ import { createLocalGroups, launch } from "@ulysses/collectives";
 import { maxRelativeError, ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
 import { evenSplitSizes, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
-import { joinShards } from "./test-support.js";
+import { joinShards } from "./testing-fixtures/test-support.js";
 import { TransformerBlock } from "./transformer-block.js";
-import { testProblem, type TestRunArgs } from "./test-rank-entry.js";
+import { testProblem, type TestRunArgs } from "./testing-fixtures/rank-entry.js";
 
 type RankResult = { y: Float32Array; dx: Float32Array; flat: Float32Array; forwardBytes: number; allToAllBytes: number };
 
@@ -33,7 +33,7 @@ describe("TransformerBlock on the threads backend", () => {
     it(`P = ${p}: outputs and gradients equal the single-rank run`, async () => {
       const world = await launch<{ run(args: TestRunArgs): Promise<RankResult> }>({
         worldSize: p,
-        entry: new URL("./test-rank-entry.ts", import.meta.url),
+        entry: new URL("./testing-fixtures/rank-entry.ts", import.meta.url),
         ortThreadsPerRank: 1,
         timeoutMs: 30_000,
       });

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig } from "./block-config.js";
 import { blockWeightSpecs, initBlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
-import { joinShards, runRanks, shardOf } from "./test-support.js";
+import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
 import { TransformerBlock } from "./transformer-block.js";
 
 type F32 = Tensor<"float32">;

@@ -1,16 +1,16 @@
 /**
  * Worker entry for this package's threads-backend tests (loaded by
- * `launch` in threads-block.test.ts; not exported): each rank builds the
+ * `launch` in threads-block.test.ts; not built or exported): each rank builds the
  * same random input and weights from a seed, runs one block forward and
  * backward on its shard, and returns its outputs and byte counts.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import { OrtAttention, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, SessionCache } from "@ulysses/kernels";
 import { evenSplitSizes } from "@ulysses/tensors";
-import { resolveBlockConfig, type BlockConfig } from "./block-config.js";
-import { initBlockWeights } from "./block-weights.js";
+import { resolveBlockConfig, type BlockConfig } from "../block-config.js";
+import { initBlockWeights } from "../block-weights.js";
 import { shardOf } from "./test-support.js";
-import { TransformerBlock } from "./transformer-block.js";
+import { TransformerBlock } from "../transformer-block.js";
 
 export interface TestRunArgs {
   config: BlockConfig;
