@@ -1,0 +1,112 @@
+/**
+ * The block measurements of `bench:paper`, one world per P (started once,
+ * reused for every row of that P): the block steps the communication,
+ * throughput and calibration tables need, the all-to-all rates of the
+ * projection profile, and the maximum-sequence search under the memory cap.
+ */
+import type { AttentionKind, BlockConfig } from "@ulysses/block";
+import { searchMaximum } from "./max-seq-search.js";
+import type { MemoryAccount } from "./memory-account.js";
+import type { PaperFlags } from "./paper-flags.js";
+import { PaperWorld, type BlockRow } from "./paper-world.js";
+
+export const KINDS: readonly AttentionKind[] = ["ulysses", "allgather"];
+
+export interface AllToAllRate {
+  ranks: number;
+  /** Bytes every rank holds (the all-to-all input). */
+  bytes: number;
+  seconds: number;
+  bytesSent: number;
+  /** Bytes sent per rank / seconds, GB/s. */
+  bandwidthGBs: number;
+  /** Seconds of a tiny all-to-all (16 floats per peer), microseconds. */
+  latencyUs: number;
+}
+
+export interface MaxSeqResult {
+  ranks: number;
+  kind: AttentionKind;
+  capBytes: number;
+  best: number;
+  firstFailure: number;
+  /** The busiest rank's account at `best` (null when nothing fitted). */
+  account: MemoryAccount | null;
+  probes: { seq: number; peakBytes: number; ok: boolean; stepMs: number }[];
+}
+
+export interface BlockMeasurements {
+  rows: BlockRow[];
+  allToAll: AllToAllRate[];
+  maxSeq: MaxSeqResult[];
+}
+
+export const rowKey = (ranks: number, seq: number, kind: AttentionKind) => `${ranks}/${seq}/${kind}`;
+
+/** The (N, kind) rows each P needs, from the flags. */
+export function plannedRows(f: PaperFlags): Map<number, { seq: number; kind: AttentionKind }[]> {
+  const plan = new Map<number, Map<string, { seq: number; kind: AttentionKind }>>();
+  const add = (p: number, seq: number, kind: AttentionKind) => {
+    if (!plan.has(p)) plan.set(p, new Map());
+    plan.get(p)!.set(rowKey(p, seq, kind), { seq, kind });
+  };
+  if (!f.skip.has("comm")) {
+    for (const p of f.scaleRanks) for (const kind of KINDS) {
+      add(p, f.weakPerRank * p, kind);
+      add(p, f.strongSeq, kind);
+    }
+  }
+  if (!f.skip.has("throughput") || !f.skip.has("projection")) for (const p of f.ranks) for (const seq of f.seqs) for (const kind of KINDS) add(p, seq, kind);
+  if (!f.skip.has("projection")) for (const seq of f.calibrationSeqs) add(1, seq, "ulysses");
+  if (!f.skip.has("maxseq")) for (const p of f.searchRanks) if (!plan.has(p)) plan.set(p, new Map());
+  return new Map([...plan.entries()].sort((a, b) => a[0] - b[0]).map(([p, rows]) => [p, [...rows.values()].sort((a, b) => a.seq - b.seq)]));
+}
+
+export async function measureBlocks(f: PaperFlags, log: (line: string) => void): Promise<BlockMeasurements> {
+  const out: BlockMeasurements = { rows: [], allToAll: [], maxSeq: [] };
+  const config = (kind: AttentionKind): BlockConfig & { attention: AttentionKind } => ({ hidden: f.hidden, heads: f.heads, attention: kind, causal: true });
+  for (const [p, rows] of plannedRows(f)) {
+    const world = await PaperWorld.start(p);
+    try {
+      for (const { seq, kind } of rows) {
+        const warmup = seq <= f.warmupMaxSeq;
+        const row = await world.blockRow(config(kind), seq, { iters: 1, warmup, freshSessions: false });
+        out.rows.push(row);
+        log(`  P=${p} N=${seq} ${kind}: ${row.stepMs.toFixed(0)} ms${warmup ? "" : " (cold)"}, ${(row.stepBytes / 2 ** 20).toFixed(2)} MiB sent`);
+      }
+      if (p > 1 && !f.skip.has("projection")) {
+        const bytes = (f.strongSeq / p) * 3 * f.hidden * 4; // the q, k, v exchange of the strong-scaling row
+        const big = await world.allToAll(bytes, 5);
+        const tiny = await world.allToAll(p * 16 * 4, 9);
+        const rate = { ranks: p, bytes, seconds: big.seconds, bytesSent: big.bytesSent, bandwidthGBs: big.bytesSent / big.seconds / 1e9, latencyUs: tiny.seconds * 1e6 };
+        out.allToAll.push(rate);
+        log(`  P=${p} all-to-all ${(bytes / 2 ** 20).toFixed(1)} MiB per rank: ${(big.seconds * 1e3).toFixed(2)} ms, ${rate.bandwidthGBs.toFixed(2)} GB/s sent per rank; tiny: ${rate.latencyUs.toFixed(0)} µs`);
+      }
+      if (f.searchRanks.includes(p) && !f.skip.has("maxseq")) {
+        for (const kind of KINDS) out.maxSeq.push(await searchMaxSeq(world, p, kind, config(kind), f, log));
+      }
+    } finally {
+      await world.shutdown();
+    }
+  }
+  return out;
+}
+
+async function searchMaxSeq(world: PaperWorld, p: number, kind: AttentionKind, config: BlockConfig & { attention: AttentionKind }, f: PaperFlags, log: (line: string) => void): Promise<MaxSeqResult> {
+  const capBytes = f.capMiB * 2 ** 20;
+  const probes: MaxSeqResult["probes"] = [];
+  const accounts = new Map<number, MemoryAccount>();
+  const search = await searchMaximum(
+    async (seq) => {
+      const row = await world.blockRow(config, seq, { iters: 0, warmup: false, freshSessions: true });
+      const ok = row.memory.peakBytes <= capBytes;
+      probes.push({ seq, peakBytes: row.memory.peakBytes, ok, stepMs: row.stepMs });
+      accounts.set(seq, row.memory);
+      return ok;
+    },
+    f.searchStep * p,
+    1 << 20,
+  );
+  log(`  P=${p} ${kind}: max N under ${f.capMiB} MiB/rank = ${search.best} (${probes.length} probes: ${probes.map((q) => `${q.seq}${q.ok ? "+" : "-"}`).join(" ")})`);
+  return { ranks: p, kind, capBytes, best: search.best, firstFailure: search.firstFailure, account: accounts.get(search.best) ?? null, probes };
+}

@@ -1,0 +1,121 @@
+/**
+ * The measurements `bench:paper` runs in child processes (each its own ONNX
+ * Runtime and peak RSS, ORT_DISABLE_TELEMETRY=1): the kernel rates
+ * (rates-case.ts) and the convergence runs of the trainer CLI at SP = 1, 2, 4
+ * (same seed, same global batch; metrics.jsonl read back).
+ */
+import { execFile } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import type { RateCase } from "./rates-case.js";
+import type { PaperFlags } from "./paper-flags.js";
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
+const NODE_ARGS = ["--conditions=@ulysses/source", "--import", "tsx"];
+
+async function runNode(script: string, args: string[], maxBuffer = 8 << 20): Promise<string> {
+  const env = { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: REPO_ROOT };
+  try {
+    const { stdout } = await promisify(execFile)(process.execPath, [...NODE_ARGS, script, ...args], { cwd: REPO_ROOT, env, maxBuffer });
+    return stdout;
+  } catch (cause) {
+    const e = cause as { stderr?: string; message: string };
+    throw new Error(`bench:paper: child '${path.relative(REPO_ROOT, script)} ${args.join(" ")}' failed: ${e.message}\n${e.stderr ?? ""}`, { cause });
+  }
+}
+
+const lastJson = <T>(stdout: string): T => JSON.parse(stdout.trim().split("\n").at(-1)!) as T;
+
+export interface KernelRates {
+  threads: number;
+  /** ONNX Runtime MatMul 2048^3, GFLOP/s (all cores, and one thread). */
+  matmulGflops: number;
+  matmulOneThreadGflops: number;
+  /** The block's forward GEMMs at rows x hidden (all cores), GFLOP/s. */
+  gemmGflops: number;
+  gemmRows: number;
+  /** Causal attention forward+backward at the block's heads and head size (all cores), useful GFLOP/s. */
+  attentionGflops: number;
+  attentionSeq: number;
+  attentionSeconds: number;
+}
+
+export async function measureKernelRates(f: PaperFlags, log: (line: string) => void): Promise<KernelRates> {
+  const script = fileURLToPath(new URL("./rates-case.ts", import.meta.url));
+  const threads = os.availableParallelism();
+  const run = async <T>(c: RateCase) => lastJson<T>(await runNode(script, [JSON.stringify(c)]));
+  const matmul = await run<{ forwardGflops: number }>({ kind: "matmul", threads, size: 2048 });
+  const one = threads > 1 ? await run<{ forwardGflops: number }>({ kind: "matmul", threads: 1, size: 2048 }) : matmul;
+  const gemm = await run<{ forwardGflops: number }>({ kind: "gemm", threads, rows: f.rateRows, hidden: f.hidden, repeats: 3 });
+  const attention = await run<{ totalGflops: number; totalSeconds: number }>({
+    kind: "attention",
+    threads,
+    implementation: "ort",
+    seq: f.rateSeq,
+    heads: f.heads,
+    headDim: f.hidden / f.heads,
+    causal: true,
+    // Best of 3: the first run creates the sessions of every key length the warm-up did not.
+    repeats: 3,
+  });
+  const rates: KernelRates = {
+    threads,
+    matmulGflops: matmul.forwardGflops,
+    matmulOneThreadGflops: one.forwardGflops,
+    gemmGflops: gemm.forwardGflops,
+    gemmRows: f.rateRows,
+    attentionGflops: attention.totalGflops,
+    attentionSeq: f.rateSeq,
+    attentionSeconds: attention.totalSeconds,
+  };
+  log(`  MatMul 2048^3: ${rates.matmulGflops.toFixed(1)} GFLOP/s (${threads} threads), ${rates.matmulOneThreadGflops.toFixed(1)} (1 thread); block GEMMs: ${rates.gemmGflops.toFixed(1)}; attention N=${f.rateSeq}: ${rates.attentionGflops.toFixed(1)}`);
+  return rates;
+}
+
+export interface ConvergenceRun {
+  sp: number;
+  losses: number[];
+  tokensPerSec: number;
+  wallSeconds: number;
+  command: string;
+}
+
+export async function measureConvergence(f: PaperFlags, outDir: string, log: (line: string) => void): Promise<ConvergenceRun[]> {
+  const cli = path.join(REPO_ROOT, "apps/trainer/src/cli.ts");
+  const runs: ConvergenceRun[] = [];
+  for (const sp of f.trainRanks) {
+    const dir = path.join(outDir, "paper-train", `sp${sp}`);
+    fs.rmSync(dir, { recursive: true, force: true });
+    const args = ["--sp", String(sp), "--steps", String(f.trainSteps), "--out", dir, "--no-export", "--log-every", "100000", "--checkpoint-every", "0"];
+    const started = performance.now();
+    await runNode(cli, args);
+    const wallSeconds = (performance.now() - started) / 1000;
+    const metrics = fs
+      .readFileSync(path.join(dir, "metrics.jsonl"), "utf8")
+      .split("\n")
+      .filter((l) => l.trim() !== "")
+      .map((l) => JSON.parse(l) as { loss: number; tokensPerSec: number });
+    const tail = metrics.slice(1);
+    const tokensPerSec = tail.length > 0 ? tail.reduce((n, m) => n + m.tokensPerSec, 0) / tail.length : metrics[0]!.tokensPerSec;
+    runs.push({ sp, losses: metrics.map((m) => m.loss), tokensPerSec, wallSeconds, command: `pnpm train ${args.join(" ").replace(dir, path.relative(REPO_ROOT, dir))}` });
+    log(`  SP=${sp}: ${metrics.length} steps, loss ${metrics[0]!.loss.toFixed(4)} -> ${metrics.at(-1)!.loss.toFixed(4)}, ${wallSeconds.toFixed(0)} s`);
+  }
+  return runs;
+}
+
+/** The largest |a - b| / |a| over the steps both runs have. */
+export function maxRelativeDifference(reference: readonly number[], other: readonly number[]): number {
+  let worst = 0;
+  for (let i = 0; i < Math.min(reference.length, other.length); i++) worst = Math.max(worst, Math.abs(other[i]! - reference[i]!) / Math.abs(reference[i]!));
+  return worst;
+}
+
+/** Runs the projection CLI (A100 profile, 32 and 64 devices) and lists the files it wrote. */
+export async function runClusterProjection(outDir: string): Promise<{ dir: string; files: string[] }> {
+  const dir = path.join(outDir, "project");
+  await runNode(path.join(REPO_ROOT, "tools/project/src/cli.ts"), ["--out", dir, "--devices", "32,64"]);
+  return { dir, files: fs.readdirSync(dir).sort() };
+}

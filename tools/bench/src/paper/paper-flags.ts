@@ -1,0 +1,123 @@
+/**
+ * Flags of `pnpm bench:paper` and the sizes they select. The defaults are the
+ * full suite (sized to finish in under 20 minutes on 2 idle cores); `--quick`
+ * is a ~3-minute smoke run; the other flags enlarge or narrow either.
+ */
+
+export interface PaperFlags {
+  quick: boolean;
+  hidden: number;
+  heads: number;
+  /** Throughput rows: SP degrees and sequence lengths. */
+  ranks: number[];
+  seqs: number[];
+  /** Rows with N above this run one cold timed step (no warm-up step). */
+  warmupMaxSeq: number;
+  /** Communication volume: tokens per rank (weak scaling) and the fixed N (strong scaling), P = 1, 2, 4. */
+  weakPerRank: number;
+  strongSeq: number;
+  scaleRanks: number[];
+  /** P = 1 calibration points of the projection check. */
+  calibrationSeqs: [number, number];
+  /** Maximum sequence: per-rank cap (MiB), search granularity (tokens per rank), ranks. */
+  capMiB: number;
+  searchStep: number;
+  searchRanks: number[];
+  /** Convergence: training steps per SP degree, and the degrees. */
+  trainSteps: number;
+  trainRanks: number[];
+  /** Kernel-rate measurements: attention sequence length and GEMM rows. */
+  rateSeq: number;
+  rateRows: number;
+  /** Sections to skip (comma-separated names: comm, throughput, maxseq, convergence, projection). */
+  skip: Set<string>;
+  out: string | null;
+}
+
+const FULL: Omit<PaperFlags, "quick" | "skip" | "out"> = {
+  hidden: 256,
+  heads: 8,
+  ranks: [2, 4],
+  seqs: [4096, 8192, 16384, 32768],
+  warmupMaxSeq: 8192,
+  weakPerRank: 2048,
+  strongSeq: 8192,
+  scaleRanks: [1, 2, 4],
+  calibrationSeqs: [2048, 8192],
+  capMiB: 64,
+  searchStep: 512,
+  searchRanks: [1, 2, 4],
+  trainSteps: 60,
+  trainRanks: [1, 2, 4],
+  rateSeq: 4096,
+  rateRows: 4096,
+};
+
+const QUICK: Partial<PaperFlags> = {
+  seqs: [2048, 4096],
+  weakPerRank: 1024,
+  strongSeq: 4096,
+  calibrationSeqs: [1024, 4096],
+  capMiB: 32,
+  searchStep: 256,
+  trainSteps: 12,
+  rateSeq: 2048,
+  rateRows: 2048,
+};
+
+export const PAPER_HELP = `Usage: pnpm bench:paper [flags]
+
+Reproduces DeepSpeed-Ulysses' claims on this machine (communication volume,
+throughput, maximum sequence length, convergence) and checks the cluster
+projection against the measured steps. Writes bench-results/paper.md,
+paper.json, paper-*.svg and tools/project/profiles/this-machine*.json.
+
+  --quick              ~3-minute smoke run (smaller sizes everywhere)
+  --seqs LIST          throughput sequence lengths (full: 4096,8192,16384,32768)
+  --ranks LIST         throughput SP degrees (default 2,4)
+  --hidden N --heads N block size (default 256, 8)
+  --cap-mib N          per-rank memory cap of the max-sequence search (full 64, quick 32)
+  --train-steps N      convergence steps per SP degree (full 60, quick 12)
+  --skip LIST          sections to skip: comm,throughput,maxseq,convergence,projection
+  --out DIR            output folder (default bench-results)
+`;
+
+const list = (flag: string, v: string) => {
+  const values = v.split(",").map(Number);
+  if (values.length === 0 || values.some((n) => !Number.isInteger(n) || n < 1)) throw new Error(`${flag}: expected positive integers separated by commas, got '${v}'`);
+  return values;
+};
+
+/** Parses argv (without node and the script); returns null for --help. */
+export function parsePaperFlags(argv: readonly string[]): PaperFlags | null {
+  const quick = argv.includes("--quick");
+  const flags: PaperFlags = { ...FULL, ...(quick ? QUICK : {}), quick, skip: new Set(), out: null };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    const value = () => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${flag} needs a value`);
+      return v;
+    };
+    const count = () => list(flag, value())[0]!;
+    switch (flag) {
+      case "--":
+      case "--quick":
+        break;
+      case "--help":
+      case "-h":
+        return null;
+      case "--seqs": flags.seqs = list(flag, value()); break;
+      case "--ranks": flags.ranks = list(flag, value()); break;
+      case "--hidden": flags.hidden = count(); break;
+      case "--heads": flags.heads = count(); break;
+      case "--cap-mib": flags.capMiB = count(); break;
+      case "--train-steps": flags.trainSteps = count(); break;
+      case "--skip": for (const s of value().split(",")) flags.skip.add(s.trim()); break;
+      case "--out": flags.out = value(); break;
+      default:
+        throw new Error(`bench:paper: unknown flag '${flag}'\n\n${PAPER_HELP}`);
+    }
+  }
+  return flags;
+}
