@@ -175,6 +175,22 @@ describe.skipIf(!status.available)(suite, () => {
     });
   });
 
+  it("handles empty sequences: no keys gives out 0 and logSumExp -Infinity", async () => {
+    const fused = withThreads(2);
+    const q = new Tensor("float32", [1, 3, 2, 4]);
+    q.data.fill(0.5);
+    const none = new Tensor("float32", [1, 0, 2, 4]);
+    const r = await fused.forward(q, none, none, { causal: false });
+    expect(Array.from(r.out.data)).toEqual(new Array(24).fill(0));
+    expect(Array.from(r.logSumExp.data)).toEqual(new Array(6).fill(-Infinity));
+    const g = await fused.backward(q, none, none, r.out, q, r.logSumExp, { causal: false });
+    expect(Array.from(g.dq.data)).toEqual(new Array(24).fill(0));
+    expect(g.dk.shape).toEqual([1, 0, 2, 4]);
+    const noQueries = await fused.forward(none, q, q, { causal: true });
+    expect(noQueries.out.shape).toEqual([1, 0, 2, 4]);
+    expect(noQueries.logSumExp.shape).toEqual([1, 2, 0]);
+  });
+
   it("rejects mismatched shapes with the offending values", async () => {
     const fused = withThreads(1);
     const q = new Tensor("float32", [1, 4, 3, 8]);
