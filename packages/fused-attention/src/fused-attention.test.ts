@@ -15,6 +15,7 @@ const suite = status.available ? "FusedAttention" : `FusedAttention (skipped: ${
 if (!status.available) console.warn(`[fused-attention tests] ${status.reason}`);
 
 const TOLERANCE = 1e-5;
+const nativeIsa = status.available ? status.info.cpuIsa : "portable";
 
 interface Case {
   batch: number;
@@ -105,7 +106,10 @@ describe.skipIf(!status.available)(suite, () => {
       const dims = dimsOf(c);
       const ref = referenceForward64(f64(q), f64(k), f64(v), dims);
       const refGrad = referenceBackward64(f64(q), f64(k), f64(v), f64(dOut), dims);
-      for (const [threads, isa] of isas.flatMap((isa) => [1, 2, 3].map((t) => [t, isa] as const))) {
+      // Thread counts 1-3 on the processor's own kernels; the others (whose
+      // threading code is the same) on 2.
+      const runs = isas.flatMap((isa) => (isa === nativeIsa ? [1, 2, 3] : [2]).map((t) => [t, isa] as const));
+      for (const [threads, isa] of runs) {
         const fused = withThreads(threads, isa);
         const options = { causal: c.causal, scale: c.scale };
         const { out, logSumExp } = await fused.forward(q, k, v, options);
@@ -141,7 +145,7 @@ describe.skipIf(!status.available)(suite, () => {
 
   it("has found the instruction sets to test", () => {
     expect(isas).toContain("portable");
-    expect(isas).toContain(status.available ? status.info.cpuIsa : "portable");
+    expect(isas).toContain(nativeIsa);
   });
 
   it("gives bit-identical forwards on 1 and 2 threads and repeatable backwards", async () => {
