@@ -84,3 +84,14 @@ describe("plot and table", () => {
     expect(formatTable([["a", "1"], ["bb", "22"]])).toBe("+----+----+\n| a  | 1  |\n| bb | 22 |\n+----+----+");
   });
 });
+
+describe("model FLOPs", () => {
+  it("counts 6 FLOPs per matrix weight per token plus the causal attention triangle", async () => {
+    const { modelFlopsPerStep } = await import("./flops.js");
+    // 1 layer, hidden 4, mlp ratio 1, vocab 8, untied: matrices q,k,v,o (4x4 each), up, down (4x4), head 4x8
+    const config = { vocab: 8, hidden: 4, heads: 2, kvHeads: 2, layers: 1, mlp: "gelu" as const, mlpRatio: 1, maxSeq: 16, tiedHead: false, attention: "ulysses" as const };
+    const weights = 6 * 16 + 32;
+    expect(modelFlopsPerStep(config, 10, 5)).toBe(10 * (6 * weights + 6 * 1 * 4 * 5));
+    expect(modelFlopsPerStep({ ...config, tiedHead: true }, 10, 5)).toBe(10 * (6 * weights + 6 * 1 * 4 * 5));
+  });
+});

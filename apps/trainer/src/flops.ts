@@ -1,8 +1,10 @@
 /**
- * Model FLOPs utilisation: the model's FLOPs per step (PaLM's count, 6 per
- * weight of every matrix per token plus 12 * layers * hidden * seq per token
- * for attention scores and values) against the rate ONNX Runtime's MatMul
- * reaches on this machine, measured once at start-up with all cores.
+ * Model FLOPs utilisation: the model's FLOPs per step (6 per weight of every
+ * matrix per token, as PaLM counts, plus causal attention: PaLM's
+ * 12 * layers * hidden * seq per token for scores and values, halved because
+ * a causal kernel only computes the lower triangle) against the rate ONNX
+ * Runtime's MatMul reaches on this machine, measured once at start-up with
+ * all cores (on a loaded machine that rate is low and the MFU optimistic).
  */
 import os from "node:os";
 import { GraphBuilder, SessionCache } from "@ulysses/kernels";
@@ -13,7 +15,7 @@ import { Tensor } from "@ulysses/tensors";
 export function modelFlopsPerStep(config: GptConfig, tokens: number, seq: number): number {
   let matrixWeights = config.tiedHead ? config.hidden * config.vocab : 0;
   for (const spec of gptParamSpecs(config)) if (spec.shape.length === 2 && spec.name !== "embed.weight") matrixWeights += spec.shape[0]! * spec.shape[1]!;
-  return tokens * (6 * matrixWeights + 12 * config.layers * config.hidden * seq);
+  return tokens * (6 * matrixWeights + 6 * config.layers * config.hidden * seq);
 }
 
 /** FLOP/s of an n x n x n float32 MatMul in ONNX Runtime with `threads` threads (best of a few runs). */
