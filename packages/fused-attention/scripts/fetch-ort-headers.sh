@@ -54,6 +54,8 @@ apt_opts=(
   -o "Dir::State::status=/dev/null"
   -o "Debug::NoLocking=1"
   -o "APT::Sandbox::User=root"
+  -o "Acquire::Retries=1"
+  -o "Acquire::http::Timeout=30"
 )
 echo "fetch-ort-headers: apt-get update ($mirror $suite)"
 apt-get "${apt_opts[@]}" -qq update
