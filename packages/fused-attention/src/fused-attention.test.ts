@@ -208,6 +208,24 @@ describe.skipIf(!status.available)(suite, () => {
     expect(() => new FusedAttention({ threads: 1, isa: "sse" as CpuIsa })).toThrow(/isa must be auto, avx512, avx2 or portable, got 'sse'/);
   });
 
+  it("runs on the CUDA provider, or says why it cannot", async () => {
+    let fused: FusedAttention;
+    try {
+      fused = new FusedAttention({ threads: 1, executionProvider: "cuda" });
+    } catch (error) {
+      expect((error as Error).message).toMatch(/needs the addon built with nvcc|CUDA execution provider could not be added/);
+      return;
+    }
+    try {
+      const c = CASES[2]!;
+      const { q, k, v } = inputs(c, 102);
+      const { out } = await fused.forward(q, k, v, c);
+      expect(relativeError(out, referenceForward64(f64(q), f64(k), f64(v), dimsOf(c)).out)).toBeLessThanOrEqual(TOLERANCE);
+    } finally {
+      fused.release();
+    }
+  });
+
   it("fails after release with a clear error", async () => {
     const fused = new FusedAttention({ threads: 1 });
     fused.release();

@@ -24,6 +24,13 @@ export interface FusedAttentionOptions {
    * processor has). For tests and benchmarks; an unsupported one throws.
    */
   isa?: CpuIsa;
+  /**
+   * "cuda" adds ONNX Runtime's CUDA execution provider, which runs the ops'
+   * CUDA kernels (device 0; inputs and outputs stay in host memory and ONNX
+   * Runtime copies them). Needs an addon built with nvcc and onnxruntime-node's
+   * CUDA binaries. Untested so far: no GPU was available. Default "cpu".
+   */
+  executionProvider?: "cpu" | "cuda";
 }
 
 /** Same fields as LocalAttention's AttentionOptions. */
@@ -52,10 +59,14 @@ export class FusedAttention {
     if (!Number.isInteger(threads) || threads < 1) throw new FusedAttentionError(`FusedAttention: threads must be an integer >= 1, got ${threads}`);
     const native = loadNative();
     if (!native.ok) throw native.error;
+    const cuda = options.executionProvider === "cuda";
+    if (cuda && !native.info.cudaCompiled) {
+      throw new FusedAttentionError("FusedAttention: executionProvider 'cuda' needs the addon built with nvcc (none was found when it was built); rebuild with nvcc on PATH");
+    }
     this.threads = threads;
     this.binding = native.binding;
     try {
-      this.runtime = new native.binding.Runtime({ threads, isa: options.isa ?? "auto" });
+      this.runtime = new native.binding.Runtime({ threads, isa: options.isa ?? "auto", cuda });
     } catch (error) {
       throw new FusedAttentionError(`FusedAttention: ${(error as Error).message}`, { cause: error });
     }
