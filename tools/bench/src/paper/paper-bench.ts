@@ -79,7 +79,8 @@ async function main(): Promise<void> {
     `Model unit: one TransformerBlock (hidden ${f.hidden}, ${f.heads} heads of ${f.hidden / f.heads}, MLP 4h GELU, LayerNorm, causal, float32, batch 1), forward + backward with weight-gradient all-reduce, ` +
       `threads backend (ranks are worker threads sharing the ${info.cores} cores), ONNX Runtime kernels (OrtAttention), ONNX Runtime threads per rank = max(1, floor(${info.cores} / P)). ` +
       `Kernel rates measured in this run (all ${rates.threads} cores unless said): ONNX Runtime MatMul 2048^3 ${rates.matmulGflops.toFixed(1)} GFLOP/s (1 thread: ${rates.matmulOneThreadGflops.toFixed(1)}), ` +
-      `the block's forward GEMMs at ${rates.gemmRows} rows ${rates.gemmGflops.toFixed(1)}, causal attention forward+backward at N = ${rates.attentionSeq} ${rates.attentionGflops.toFixed(1)} useful GFLOP/s.`,
+      `the block's forward GEMMs at ${rates.gemmRows} rows ${rates.gemmGflops.toFixed(1)}, causal attention forward+backward (OrtAttention, ${f.heads} heads of ${f.hidden / f.heads}) ${rates.attention.map((a) => `${a.gflops.toFixed(1)} useful GFLOP/s at N = ${a.seq}`).join(", ")}; ` +
+      `its N² term (t = A·N² + B·N through both points) ${rates.attentionGflops.toFixed(1)} GFLOP/s.`,
     "",
   ];
   if (!f.skip.has("comm")) {

@@ -26,8 +26,8 @@ export interface PaperFlags {
   /** Convergence: training steps per SP degree, and the degrees. */
   trainSteps: number;
   trainRanks: number[];
-  /** Kernel-rate measurements: attention sequence length and GEMM rows. */
-  rateSeq: number;
+  /** Kernel-rate measurements: the two attention sequence lengths (the N² coefficient is fitted through them) and the GEMM rows. */
+  rateSeqs: [number, number];
   rateRows: number;
   /** Sections to skip (comma-separated names: comm, throughput, maxseq, convergence, projection). */
   skip: Set<string>;
@@ -49,7 +49,7 @@ const FULL: Omit<PaperFlags, "quick" | "skip" | "out"> = {
   searchRanks: [1, 2, 4],
   trainSteps: 60,
   trainRanks: [1, 2, 4],
-  rateSeq: 4096,
+  rateSeqs: [2048, 8192],
   rateRows: 4096,
 };
 
@@ -61,7 +61,7 @@ const QUICK: Partial<PaperFlags> = {
   capMiB: 32,
   searchStep: 256,
   trainSteps: 12,
-  rateSeq: 2048,
+  rateSeqs: [1024, 4096],
   rateRows: 2048,
 };
 

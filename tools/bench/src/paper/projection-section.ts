@@ -41,7 +41,8 @@ export function mappingText(cores: number): string {
   return (
     `P ranks of the threads backend sharing this machine's ${cores} cores are modelled as P devices on one node, each with ` +
     `peakTflops = (ONNX Runtime MatMul 2048^3 rate with all ${cores} cores) / P; matmulEfficiency = (the block's forward GEMMs at its shapes, all cores) / that rate; ` +
-    `attentionEfficiency = (OrtAttention causal forward+backward useful rate, all cores) / that rate; intra-node link = the all-to-all bandwidth and latency measured between P ranks; ` +
+    `attentionEfficiency = (the N² term of OrtAttention's causal forward+backward time, t = A·N² + B·N fitted through two measured N, as a useful rate, all cores) / that rate ` +
+    `(the per-query term B·N is linear in tokens and lands in the P = 1 calibration of elementwiseNsPerTokenHidden); intra-node link = the all-to-all bandwidth and latency measured between P ranks; ` +
     `elementwiseNsPerTokenHidden and perLayerOverheadUs calibrated on P = 1 (two sequence lengths) and multiplied by max(1, P / ${cores}) ` +
     `(per-rank JavaScript work runs on one thread per rank, so a rank gets min(1, ${cores}/P) of a core).`
   );
@@ -65,7 +66,7 @@ export function runProjectionCheck(
   const source =
     `Measured by '${command}' on ${new Date().toISOString().slice(0, 16)}Z: ${info.cores} cores (${info.cpuModel}), onnxruntime-node ${info.onnxruntime}, ` +
     `MatMul 2048^3 ${rates.matmulGflops.toFixed(1)} GFLOP/s, block GEMMs (${rates.gemmRows} rows) ${rates.gemmGflops.toFixed(1)}, ` +
-    `attention N=${rates.attentionSeq} ${rates.attentionGflops.toFixed(1)} (all cores). ${mappingText(info.cores)}`;
+    `attention ${rates.attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")} (N² term ${rates.attentionGflops.toFixed(1)}), all cores. ${mappingText(info.cores)}`;
   const base = machineProfile(
     { name: `this machine (${info.cores} x ${info.cpuModel})`, cores: info.cores, matmulGflops: rates.matmulGflops, shapedMatmulGflops: rates.gemmGflops, attentionGflops: rates.attentionGflops, memoryGiB: info.memoryGiB },
     source,
