@@ -3,7 +3,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 
 const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const tiny = ["--seq", "24", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--log-every", "1"];
@@ -42,12 +42,21 @@ describe("the CLI on the threads backend", () => {
     expect(failed.stderr).toMatch(/injected failure/);
   });
 
-  it("rejects bad settings before starting any rank, naming the values", async () => {
-    const bad = await cli(["--sp", "8", "--heads", "4", "--backend", "nccl"]);
-    expect(bad.code).toBe(2);
-    expect(bad.stderr).toMatch(/--heads 4 is smaller than --sp 8|unknown backend 'nccl'/);
-    const missing = await cli(["--data", "/nonexistent/corpus.txt", "--steps", "1"]);
-    expect(missing.code).not.toBe(0);
-    expect(missing.stderr).toMatch(/\/nonexistent\/corpus.txt/);
+  it("rejects bad settings before starting any rank, naming the values (exit code 2)", async () => {
+    const { main } = await import("./cli.js");
+    process.env.INIT_CWD = "";
+    const written: string[] = [];
+    const spy = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
+      written.push(String(chunk));
+      return true;
+    });
+    try {
+      expect(await main(["--sp", "8", "--heads", "4", "--backend", "nccl"])).toBe(2);
+      expect(await main(["--data", "/nonexistent/corpus.txt", "--steps", "1"])).toBe(2);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(written.join("")).toMatch(/unknown backend 'nccl'/);
+    expect(written.join("")).toMatch(/\/nonexistent\/corpus.txt' cannot be read: ENOENT/);
   });
 });

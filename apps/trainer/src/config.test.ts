@@ -59,6 +59,7 @@ describe("validation before any rank starts", () => {
     expect(problems({ sp: 8, heads: 4, hidden: 64 })).toMatch(/--heads 4 is smaller than --sp 8/);
     expect(problems({ seq: 10 })).toMatch(/--seq 10 is too short for the recall task with 3 pairs and 3 queries \(needs at least 15\)/);
     expect(problems({ sp: 4, seq: 3, task: "text", data: "x" })).toMatch(/--seq 3 is too short for --sp 4/);
+    expect(problems({ task: "text", data: "/nonexistent/corpus.txt" })).toMatch(/text data file '\/nonexistent\/corpus.txt' cannot be read: ENOENT/);
     expect(problems({ backend: "nccl" })).toMatch(/unknown backend 'nccl'/);
     expect(problems({ backend: "mpi", sp: 2, dp: 2 }, { OMPI_COMM_WORLD_SIZE: "2" })).toMatch(/--sp 2 x --dp 2 = 4 ranks, but mpirun started 2/);
     expect(problems({ heads: 4, kvHeads: 3 })).toMatch(/--heads 4 is not divisible by --kv-heads 3/);

@@ -5,7 +5,7 @@
  * `args.ts`'s job; running is `run.ts`'s.
  */
 import fs from "node:fs";
-import { recallMinSeq, recallVocabulary, BYTE_VOCAB } from "@ulysses/model";
+import { ByteTextData, recallMinSeq, recallVocabulary, BYTE_VOCAB } from "@ulysses/model";
 import { TrainerError } from "./errors.js";
 
 export interface TrainConfig {
@@ -158,6 +158,12 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
       }
     } else if (config.data === null) {
       problems.push("--task text needs --data <file>");
+    } else {
+      try {
+        ByteTextData.check(config.data, seq);
+      } catch (error) {
+        problems.push((error as Error).message);
+      }
     }
     const world = launcherWorldSize(env);
     if (config.backend === "mpi" && world !== null && world !== sp * dp) {

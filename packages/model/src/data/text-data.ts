@@ -16,6 +16,12 @@ export class ByteTextData {
 
   constructor(path: string, seq: number) {
     this.path = path;
+    ByteTextData.check(path, seq);
+    this.bytes = fs.readFileSync(path);
+  }
+
+  /** Checks that `path` can hold one sequence of `seq` tokens; returns its size in bytes. */
+  static check(path: string, seq: number): number {
     let stat: fs.Stats;
     try {
       stat = fs.statSync(path);
@@ -27,7 +33,7 @@ export class ByteTextData {
     if (stat.size < seq + 1) {
       throw new ModelError(`text data file '${path}' has ${stat.size} bytes, too short for one sequence of ${seq} tokens (needs at least ${seq + 1})`);
     }
-    this.bytes = fs.readFileSync(path);
+    return stat.size;
   }
 
   /** `batch` random windows; `random` yields uniform floats in [0, 1). */
