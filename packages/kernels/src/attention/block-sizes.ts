@@ -20,7 +20,7 @@ function clamp(x: number, low: number, high: number): number {
 
 /** Query rows per backward run (over the kv head's query group). */
 export function defaultBackwardRows(dims: AttentionDims): number {
-  return dims.causal ? clamp(powerOfTwoNear(dims.seqK / 16), 128, 512) : 512;
+  return dims.causal ? clamp(powerOfTwoNear(dims.seqK / 16), 256, 512) : 512;
 }
 
 /** Query rows per forward run: as backward, but the [rows, keys] scores stay within 8 MiB. */
