@@ -12,8 +12,8 @@ import type { WorldControl } from "./shared-layout.js";
 type WaitAsync = (words: Int32Array, index: number, value: number, timeoutMs?: number) => { async: false; value: string } | { async: true; value: Promise<string> };
 const waitAsync = (Atomics as unknown as { waitAsync: WaitAsync }).waitAsync;
 
-/** Microseconds to spin before sleeping: short, since ranks may outnumber cores. */
-const SPIN_MS = 0.03;
+/** Milliseconds to spin before sleeping when every rank can have its own core. */
+export const SPIN_MS = 0.03;
 
 export interface WaitContext {
   world: WorldControl;
@@ -22,6 +22,8 @@ export interface WaitContext {
   timeoutMs: number;
   /** "allToAll (call 3 on group of world ranks [0, 1])": the prefix of every error. */
   what: string;
+  /** Spin this long before sleeping (0 when ranks outnumber cores: spinning would steal the peer's core). */
+  spinMs: number;
 }
 
 /** The error every pending and later operation rejects with once the world is aborted. */
@@ -39,7 +41,7 @@ export async function waitUntil(ctx: WaitContext, ready: () => boolean, missing:
   const index = world.wakeWordIndex(ctx.worldRank);
   const start = performance.now();
   const deadline = start + ctx.timeoutMs;
-  const spinUntil = start + SPIN_MS;
+  const spinUntil = start + ctx.spinMs;
   for (;;) {
     if (world.aborted) throw abortedError(world, ctx.what);
     const seen = Atomics.load(world.words, index);
