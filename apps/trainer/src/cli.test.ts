@@ -8,7 +8,7 @@ import { describe, expect, it, vi } from "vitest";
 const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const tiny = ["--seq", "24", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--log-every", "1"];
 
-function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function cli(args: string[], env: Record<string, string> = {}, onStdout?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts", ...args], {
       cwd: trainerDir,
@@ -16,7 +16,10 @@ function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: 
     });
     let stdout = "";
     let stderr = "";
-    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stdout.on("data", (d: Buffer) => {
+      stdout += d.toString();
+      onStdout?.(stdout, child);
+    });
     child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
     child.on("close", (code) => resolve({ code, stdout, stderr }));
   });
@@ -40,6 +43,24 @@ describe("the CLI on the threads backend", () => {
     expect(failed.code).toBe(1);
     expect(failed.stderr).toMatch(/rank 1/);
     expect(failed.stderr).toMatch(/injected failure/);
+  });
+
+  it("Ctrl-C finishes the step, leaves a complete checkpoint and exits with 130", async () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), "sigint-"));
+    let sent = false;
+    const result = await cli([...tiny, "--steps", "500", "--out", out], {}, (text, child) => {
+      if (!sent && /step 2\/500/.test(text)) {
+        sent = true;
+        child.kill("SIGINT");
+      }
+    });
+    expect(result.code).toBe(130);
+    expect(result.stdout).toMatch(/stopped at step \d+; resume with --resume/);
+    const steps = fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").length;
+    expect(steps).toBeGreaterThanOrEqual(2);
+    expect(steps).toBeLessThan(500);
+    const { readSafetensors } = await import("@ulysses/model");
+    expect(readSafetensors(path.join(out, "checkpoint.safetensors")).metadata.step).toBe(String(steps));
   });
 
   it("rejects bad settings before starting any rank, naming the values (exit code 2)", async () => {
