@@ -39,6 +39,17 @@ describe("the CLI on the threads backend", () => {
     expect(lines[2]!.commBytesPerRank).toBeGreaterThan(0);
     for (const file of ["loss.svg", "checkpoint.safetensors", "model.onnx", "summary.txt", "config.json"]) expect(fs.existsSync(path.join(out, file)), file).toBe(true);
 
+    // generate answers the same queries from the export and from the checkpoint
+    const { generate } = await import("./generate.js");
+    const answers = async (from: string) => {
+      let text = "";
+      await generate({ from, prompt: "", tokens: 0, temperature: 0, topK: 0, seed: 5 }, (t) => (text += t));
+      return text.split("\n").filter((l) => l.startsWith("query") || l.startsWith("recall"));
+    };
+    const fromExport = await answers(path.join(out, "model.onnx"));
+    expect(fromExport.at(-1)).toMatch(/^recall: \d\/2 correct/);
+    expect(await answers(path.join(out, "checkpoint.safetensors"))).toEqual(fromExport);
+
     const failed = await cli([...tiny, "--steps", "5", "--out", path.join(out, "failed")], { ULYSSES_TRAINER_FAIL: "1:2" });
     expect(failed.code).toBe(1);
     expect(failed.stderr).toMatch(/rank 1/);
