@@ -61,6 +61,14 @@ function reduceNumbers(out: NumberArray, outOffset: number, sources: readonly So
         const x = src[o + i]!;
         if (x > out[i]! || x !== x) out[i] = x;
       }
+    } else if (out instanceof Float32Array && k + 2 < sources.length) {
+      // three float32 ranks in one pass, rounding after each add exactly as three passes would
+      const b = sources[k + 1]!.data as Float32Array;
+      const ob = sources[k + 1]!.offset - outOffset;
+      const c = sources[k + 2]!.data as Float32Array;
+      const oc = sources[k + 2]!.offset - outOffset;
+      for (let i = outOffset; i < end; i++) out[i] = Math.fround(Math.fround(out[i]! + src[o + i]!) + b[ob + i]!) + c[oc + i]!;
+      k += 2;
     } else {
       for (let i = outOffset; i < end; i++) out[i] += src[o + i]!;
     }
