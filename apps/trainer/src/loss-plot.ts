@@ -61,8 +61,16 @@ export function lossPlotSvg(metrics: readonly StepMetrics[], title: string): str
   if (withAccuracy.length > 0) {
     const ya = (a: number) => top + plotH - a * plotH;
     for (const t of [0, 0.25, 0.5, 0.75, 1]) out.push(`<text x="${left + plotW + 6}" y="${(ya(t) + 4).toFixed(1)}" fill="#d62728">${t * 100}%</text>`);
-    out.push(`<text transform="translate(${width - 12} ${top + plotH / 2}) rotate(90)" text-anchor="middle" fill="#d62728">accuracy</text>`);
-    const points = withAccuracy.map((m) => `${x(m.step + 1).toFixed(1)},${ya(m.accuracy!).toFixed(1)}`).join(" ");
+    // per-step accuracy over a few dozen labels is noisy: plot a trailing moving average
+    const window = Math.max(1, Math.floor(withAccuracy.length / 25));
+    out.push(`<text transform="translate(${width - 12} ${top + plotH / 2}) rotate(90)" text-anchor="middle" fill="#d62728">accuracy (mean of ${window} steps)</text>`);
+    let sum = 0;
+    const points = withAccuracy
+      .map((m, i) => {
+        sum += m.accuracy! - (i >= window ? withAccuracy[i - window]!.accuracy! : 0);
+        return `${x(m.step + 1).toFixed(1)},${ya(sum / Math.min(i + 1, window)).toFixed(1)}`;
+      })
+      .join(" ");
     out.push(`<polyline points="${points}" fill="none" stroke="#d62728" stroke-width="1" opacity="0.7"/>`);
   }
   out.push("</svg>");
