@@ -95,7 +95,7 @@ type Job = { seq: number; kind: AttentionKind; checkpoint: boolean };
 const keyOf = (p: number, j: Job) => `${p}/${j.seq}/${j.kind}${j.checkpoint ? "/checkpoint" : ""}`;
 
 async function measure(p: number, jobs: Job[], f: Flags, results: Map<string, Row>): Promise<void> {
-  const todo = jobs.filter((j) => !results.has(keyOf(p, j)));
+  const todo = [...new Map(jobs.map((j) => [keyOf(p, j), j])).entries()].filter(([key]) => !results.has(key)).map(([, j]) => j);
   if (todo.length === 0) return;
   const world = await launch<{ run(args: BlockRunArgs): Promise<BlockRunResult> }>({
     worldSize: p,
