@@ -34,13 +34,13 @@ describe("projection check", () => {
     expect(c.perLayerOverheadUs).toBe(0);
   });
 
-  it("splits the machine over P ranks: peak / P, fixed costs x max(1, P / cores)", () => {
+  it("one core per rank up to the core count, then time-sharing: peak x cores / P, fixed costs x P / cores", () => {
     const machine = { ...machineProfile(measured, "unit test"), elementwiseNsPerTokenHidden: 1, perLayerOverheadUs: 10 };
     const link = { bandwidthGBs: 4, latencyUs: 20 };
     const two = rankProfile(machine, 2, 2, link);
     const four = rankProfile(machine, 4, 2, link);
-    expect(two.peakTflops).toBeCloseTo(0.1, 12);
-    expect(four.peakTflops).toBeCloseTo(0.05, 12);
+    expect(two.peakTflops).toBeCloseTo(0.2, 12);
+    expect(four.peakTflops).toBeCloseTo(0.1, 12);
     expect(two.elementwiseNsPerTokenHidden).toBe(1);
     expect(four.elementwiseNsPerTokenHidden).toBe(2);
     expect(four.perLayerOverheadUs).toBe(20);
@@ -48,19 +48,18 @@ describe("projection check", () => {
     expect(four.intraNode).toEqual(link);
   });
 
-  it("compute time is conserved when the machine is split (Ulysses, heads divisible by P)", () => {
+  it("compute time per rank falls as 1/P up to the core count and stays flat beyond (Ulysses, heads divisible by P)", () => {
     const machine = machineProfile(measured, "unit test");
     const fast = { bandwidthGBs: 1e9, latencyUs: 0 };
-    const [one, four] = checkProjection(
+    const [one, two, four] = checkProjection(
       block,
-      [
-        { scheme: "ulysses", degree: 1, seqLen: 8192, seconds: 1 },
-        { scheme: "ulysses", degree: 4, seqLen: 8192, seconds: 1 },
-      ],
-      (p) => rankProfile(machine, p, 4, fast),
+      [1, 2, 4].map((degree) => ({ scheme: "ulysses" as const, degree, seqLen: 8192, seconds: 1 })),
+      (p) => rankProfile(machine, p, 2, fast),
     );
-    expect(four!.terms.matmul).toBeCloseTo(one!.terms.matmul, 12);
-    expect(four!.terms.attention).toBeCloseTo(one!.terms.attention, 12);
+    expect(two!.terms.matmul).toBeCloseTo(one!.terms.matmul / 2, 12);
+    expect(two!.terms.attention).toBeCloseTo(one!.terms.attention / 2, 12);
+    expect(four!.terms.matmul).toBeCloseTo(two!.terms.matmul, 12);
+    expect(four!.terms.attention).toBeCloseTo(two!.terms.attention, 12);
     expect(one!.errorPercent).toBeCloseTo(100 * (one!.predictedSeconds - 1), 9);
   });
 });

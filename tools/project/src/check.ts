@@ -5,13 +5,15 @@
  * measured step times. The measuring is the caller's (tools/bench `bench:paper`);
  * this module is arithmetic only.
  *
- * How one shared-memory machine maps onto the cost model's devices: P ranks
- * sharing C cores are P devices, each with 1/P of the machine's MatMul rate
- * (peak = machine rate / P, efficiencies unchanged); per-rank JavaScript work
- * (elementwise ops, re-layouts, session-run overheads) runs on one thread per
- * rank, so a rank gets min(1, C/P) of a core and the per-rank fixed costs
- * calibrated at P = 1 grow by max(1, P/C). Links: every rank is on one node,
- * at the all-to-all bandwidth and latency measured at that P.
+ * How one shared-memory machine maps onto the cost model's devices: the
+ * machine is one node of C devices, each device one core (peak = the MatMul
+ * rate of one ONNX Runtime thread; the machine rate is C times that). A rank
+ * runs one ONNX Runtime thread and its JavaScript on one thread, so P ranks
+ * with P <= C are P such devices, and P > C ranks time-share the cores: each
+ * gets C/P of a core, so its peak is machine rate / P and its fixed costs
+ * (calibrated on one rank on one core, P = 1) grow by P/C. Efficiencies are
+ * unchanged. Links: all ranks on one node, at the all-to-all bandwidth and
+ * latency measured between P ranks.
  */
 import { forwardFlops, project, type GptShape, type RunShape } from "./cost-model.js";
 import { parseProfile, ProjectionError, type HardwareProfile, type LinkProfile } from "./profile.js";
@@ -21,17 +23,17 @@ export interface MachineMeasurements {
   name: string;
   /** Cores the ranks share. */
   cores: number;
-  /** ONNX Runtime MatMul rate with all cores on a large square product, GFLOP/s: the machine's peak. */
+  /** ONNX Runtime MatMul rate of one thread (one core) on a large square product, GFLOP/s: a device's peak. */
   matmulGflops: number;
-  /** The same with all cores at the model's GEMM shapes, GFLOP/s (matmulEfficiency = this / matmulGflops). */
+  /** The same (one thread) at the model's GEMM shapes, GFLOP/s (matmulEfficiency = this / matmulGflops). */
   shapedMatmulGflops: number;
-  /** Attention forward+backward with all cores, useful GFLOP/s under the cost model's convention (causal at half). */
+  /** Attention forward+backward on one thread, useful GFLOP/s under the cost model's convention (causal at half). */
   attentionGflops: number;
   /** Memory the machine has, GiB. */
   memoryGiB: number;
 }
 
-/** The whole machine as one device (the P = 1 configuration), fixed costs still zero. */
+/** The machine as a node of `cores` devices of one core each (see the module comment); fixed costs still zero, links unmeasured (set by the caller). */
 export function machineProfile(m: MachineMeasurements, source: string): HardwareProfile {
   const positive = (name: string, v: number) => {
     if (!(v > 0) || !Number.isFinite(v)) throw new ProjectionError(`machineProfile: '${name}' must be a positive measured number, got ${v}`);
@@ -42,7 +44,7 @@ export function machineProfile(m: MachineMeasurements, source: string): Hardware
     {
       name: m.name,
       source,
-      devicesPerNode: 1,
+      devicesPerNode: m.cores,
       peakTflops: peak / 1000,
       matmulEfficiency: Math.min(1, positive("shapedMatmulGflops", m.shapedMatmulGflops) / peak),
       attentionEfficiency: Math.min(1, positive("attentionGflops", m.attentionGflops) / peak),
@@ -95,20 +97,20 @@ export function calibrateFixedCosts(model: GptShape, machine: HardwareProfile, p
   return { elementwiseNsPerTokenHidden: ns, perLayerOverheadUs: overheadUs, residuals };
 }
 
-/** The device profile of one of P ranks sharing the machine (see the module comment). */
-export function rankProfile(machine: HardwareProfile, degree: number, cores: number, link: LinkProfile): HardwareProfile {
+/** The device profile of one of P ranks sharing the machine, from the one-core device profile (see the module comment). */
+export function rankProfile(core: HardwareProfile, degree: number, cores: number, link: LinkProfile): HardwareProfile {
   if (!Number.isInteger(degree) || degree < 1) throw new ProjectionError(`rankProfile: degree must be a positive integer, got ${degree}`);
   if (!Number.isInteger(cores) || cores < 1) throw new ProjectionError(`rankProfile: cores must be a positive integer, got ${cores}`);
   const oversubscription = Math.max(1, degree / cores);
   return {
-    ...machine,
-    name: `${machine.name}, one of ${degree} ranks on ${cores} cores`,
-    devicesPerNode: degree,
-    peakTflops: machine.peakTflops / degree,
+    ...core,
+    name: degree <= cores ? `${core.name}, ${degree} ranks on ${cores} cores (one core each)` : `${core.name}, ${degree} ranks time-sharing ${cores} cores`,
+    devicesPerNode: Math.max(degree, cores),
+    peakTflops: core.peakTflops / oversubscription,
     intraNode: { ...link },
     interNode: { ...link },
-    elementwiseNsPerTokenHidden: machine.elementwiseNsPerTokenHidden * oversubscription,
-    perLayerOverheadUs: machine.perLayerOverheadUs * oversubscription,
+    elementwiseNsPerTokenHidden: core.elementwiseNsPerTokenHidden * oversubscription,
+    perLayerOverheadUs: core.perLayerOverheadUs * oversubscription,
   };
 }
 

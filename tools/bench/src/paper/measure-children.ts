@@ -34,12 +34,12 @@ export interface KernelRates {
   /** ONNX Runtime MatMul 2048^3, GFLOP/s (all cores, and one thread). */
   matmulGflops: number;
   matmulOneThreadGflops: number;
-  /** The block's forward GEMMs at rows x hidden (all cores), GFLOP/s. */
+  /** The block's forward GEMMs at rows x hidden (one thread), GFLOP/s. */
   gemmGflops: number;
   gemmRows: number;
   /**
-   * Causal attention forward+backward at the block's heads and head size (all
-   * cores): the asymptotic useful rate, GFLOP/s, from the N² coefficient A of
+   * Causal attention forward+backward at the block's heads and head size (one
+   * thread): the asymptotic useful rate, GFLOP/s, from the N² coefficient A of
    * t(N) = A·N² + B·N fitted through the two measured sizes (useful FLOPs
    * 6·h·N², so rate = 6·h / A). The per-query term B·N is linear in tokens:
    * the projection check's P = 1 calibration takes it into the elementwise cost.
@@ -63,11 +63,12 @@ export async function measureKernelRates(f: PaperFlags, log: (line: string) => v
   const run = async <T>(c: RateCase) => lastJson<T>(await runNode(script, [JSON.stringify(c)]));
   const matmul = await run<{ forwardGflops: number }>({ kind: "matmul", threads, size: 2048 });
   const one = threads > 1 ? await run<{ forwardGflops: number }>({ kind: "matmul", threads: 1, size: 2048 }) : matmul;
-  const gemm = await run<{ forwardGflops: number }>({ kind: "gemm", threads, rows: f.rateRows, hidden: f.hidden, repeats: 3 });
+  // Per-core rates (one ONNX Runtime thread): a rank of the block runs runs one thread.
+  const gemm = await run<{ forwardGflops: number }>({ kind: "gemm", threads: 1, rows: f.rateRows, hidden: f.hidden, repeats: 3 });
   const attention: KernelRates["attention"] = [];
   for (const seq of f.rateSeqs) {
     // Best of 3 (the first run also warms ONNX Runtime's buffers for this size).
-    const r = await run<{ totalGflops: number; totalSeconds: number }>({ kind: "attention", threads, implementation: "ort", seq, heads: f.heads, headDim: f.hidden / f.heads, causal: true, repeats: 3 });
+    const r = await run<{ totalGflops: number; totalSeconds: number }>({ kind: "attention", threads: 1, implementation: "ort", seq, heads: f.heads, headDim: f.hidden / f.heads, causal: true, repeats: 3 });
     attention.push({ seq, seconds: r.totalSeconds, gflops: r.totalGflops });
   }
   const rates: KernelRates = {
@@ -79,7 +80,7 @@ export async function measureKernelRates(f: PaperFlags, log: (line: string) => v
     attentionGflops: quadraticRate(attention, f.hidden),
     attention,
   };
-  log(`  MatMul 2048^3: ${rates.matmulGflops.toFixed(1)} GFLOP/s (${threads} threads), ${rates.matmulOneThreadGflops.toFixed(1)} (1 thread); block GEMMs: ${rates.gemmGflops.toFixed(1)}; attention ${attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")}, N² term ${rates.attentionGflops.toFixed(1)} GFLOP/s`);
+  log(`  MatMul 2048^3: ${rates.matmulGflops.toFixed(1)} GFLOP/s (${threads} threads), ${rates.matmulOneThreadGflops.toFixed(1)} (1 thread); one thread: block GEMMs ${rates.gemmGflops.toFixed(1)}, attention ${attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")}, N² term ${rates.attentionGflops.toFixed(1)} GFLOP/s`);
   return rates;
 }
 

@@ -77,9 +77,9 @@ async function main(): Promise<void> {
     stamp,
     "",
     `Model unit: one TransformerBlock (hidden ${f.hidden}, ${f.heads} heads of ${f.hidden / f.heads}, MLP 4h GELU, LayerNorm, causal, float32, batch 1), forward + backward with weight-gradient all-reduce, ` +
-      `threads backend (ranks are worker threads sharing the ${info.cores} cores), ONNX Runtime kernels (OrtAttention), ONNX Runtime threads per rank = max(1, floor(${info.cores} / P)). ` +
-      `Kernel rates measured in this run (all ${rates.threads} cores unless said): ONNX Runtime MatMul 2048^3 ${rates.matmulGflops.toFixed(1)} GFLOP/s (1 thread: ${rates.matmulOneThreadGflops.toFixed(1)}), ` +
-      `the block's forward GEMMs at ${rates.gemmRows} rows ${rates.gemmGflops.toFixed(1)}, causal attention forward+backward (OrtAttention, ${f.heads} heads of ${f.hidden / f.heads}) ${rates.attention.map((a) => `${a.gflops.toFixed(1)} useful GFLOP/s at N = ${a.seq}`).join(", ")}; ` +
+      `threads backend (ranks are worker threads sharing the ${info.cores} cores), ONNX Runtime kernels (OrtAttention), one ONNX Runtime thread per rank (P = 1 is therefore one core: the calibration configuration of section 5). ` +
+      `Kernel rates measured in this run: ONNX Runtime MatMul 2048^3 ${rates.matmulGflops.toFixed(1)} GFLOP/s with all ${rates.threads} cores, ${rates.matmulOneThreadGflops.toFixed(1)} with one thread; ` +
+      `one thread: the block's forward GEMMs at ${rates.gemmRows} rows ${rates.gemmGflops.toFixed(1)}, causal attention forward+backward (OrtAttention, ${f.heads} heads of ${f.hidden / f.heads}) ${rates.attention.map((a) => `${a.gflops.toFixed(1)} useful GFLOP/s at N = ${a.seq}`).join(", ")}; ` +
       `its N² term (t = A·N² + B·N through both points) ${rates.attentionGflops.toFixed(1)} GFLOP/s.`,
     "",
   ];

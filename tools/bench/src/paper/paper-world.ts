@@ -1,10 +1,10 @@
 /**
  * A world of P ranks for `bench:paper` (threads backend, ranks running
- * paper-rank.ts, one ONNX Runtime thread per rank when P >= cores) and the
+ * paper-rank.ts, one ONNX Runtime thread per rank, also at P = 1: the P = 1
+ * rows are the one-core calibration configuration of the projection check) and the
  * aggregation of its per-rank results into one row: step time of the slowest
  * rank, bytes and memory of the busiest.
  */
-import { availableParallelism } from "node:os";
 import { launch, type LaunchedWorld } from "@ulysses/collectives";
 import type { AttentionKind, BlockConfig } from "@ulysses/block";
 import type { MemoryAccount } from "./memory-account.js";
@@ -44,7 +44,7 @@ export class PaperWorld {
     const world = await launch<RankApi>({
       worldSize: ranks,
       entry: new URL("./paper-rank.ts", import.meta.url),
-      ortThreadsPerRank: Math.max(1, Math.floor(availableParallelism() / ranks)),
+      ortThreadsPerRank: 1,
       timeoutMs: 900_000,
     });
     return new PaperWorld(ranks, world);

@@ -39,12 +39,13 @@ export function blockShape(f: PaperFlags): GptShape {
 
 export function mappingText(cores: number): string {
   return (
-    `P ranks of the threads backend sharing this machine's ${cores} cores are modelled as P devices on one node, each with ` +
-    `peakTflops = (ONNX Runtime MatMul 2048^3 rate with all ${cores} cores) / P; matmulEfficiency = (the block's forward GEMMs at its shapes, all cores) / that rate; ` +
-    `attentionEfficiency = (the N² term of OrtAttention's causal forward+backward time, t = A·N² + B·N fitted through two measured N, as a useful rate, all cores) / that rate ` +
-    `(the per-query term B·N is linear in tokens and lands in the P = 1 calibration of elementwiseNsPerTokenHidden); intra-node link = the all-to-all bandwidth and latency measured between P ranks; ` +
-    `elementwiseNsPerTokenHidden and perLayerOverheadUs calibrated on P = 1 (two sequence lengths) and multiplied by max(1, P / ${cores}) ` +
-    `(per-rank JavaScript work runs on one thread per rank, so a rank gets min(1, ${cores}/P) of a core).`
+    `This machine is one node of ${cores} devices, each device one core: peakTflops = the ONNX Runtime MatMul 2048^3 rate of one thread ` +
+    `(the machine rate is ${cores} times that); matmulEfficiency = (the block's forward GEMMs at its shapes, one thread) / that rate; ` +
+    `attentionEfficiency = (the N² term of OrtAttention's causal forward+backward time on one thread, t = A·N² + B·N fitted through two measured N, as a useful rate) / that rate ` +
+    `(the per-query term B·N is linear in tokens and lands in the calibration of elementwiseNsPerTokenHidden); ` +
+    `elementwiseNsPerTokenHidden and perLayerOverheadUs calibrated on one configuration, P = 1 (one rank, one ONNX Runtime thread: one device), at two sequence lengths. ` +
+    `Every rank runs one ONNX Runtime thread, so P <= ${cores} ranks are P such devices; P > ${cores} ranks time-share the cores: each is a device with peak = machine rate / P ` +
+    `and fixed costs x P/${cores}. Link: all ranks on one node, at the all-to-all bandwidth and latency measured between P ranks in this run.`
   );
 }
 
@@ -65,10 +66,10 @@ export function runProjectionCheck(
   }) as [{ seqLen: number; seconds: number }, { seqLen: number; seconds: number }];
   const source =
     `Measured by '${command}' on ${new Date().toISOString().slice(0, 16)}Z: ${info.cores} cores (${info.cpuModel}), onnxruntime-node ${info.onnxruntime}, ` +
-    `MatMul 2048^3 ${rates.matmulGflops.toFixed(1)} GFLOP/s, block GEMMs (${rates.gemmRows} rows) ${rates.gemmGflops.toFixed(1)}, ` +
-    `attention ${rates.attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")} (N² term ${rates.attentionGflops.toFixed(1)}), all cores. ${mappingText(info.cores)}`;
+    `one thread: MatMul 2048^3 ${rates.matmulOneThreadGflops.toFixed(1)} GFLOP/s, block GEMMs (${rates.gemmRows} rows) ${rates.gemmGflops.toFixed(1)}, ` +
+    `attention ${rates.attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")} (N² term ${rates.attentionGflops.toFixed(1)}). ${mappingText(info.cores)}`;
   const base = machineProfile(
-    { name: `this machine (${info.cores} x ${info.cpuModel})`, cores: info.cores, matmulGflops: rates.matmulGflops, shapedMatmulGflops: rates.gemmGflops, attentionGflops: rates.attentionGflops, memoryGiB: info.memoryGiB },
+    { name: `this machine (one of ${info.cores} x ${info.cpuModel} cores)`, cores: info.cores, matmulGflops: rates.matmulOneThreadGflops, shapedMatmulGflops: rates.gemmGflops, attentionGflops: rates.attentionGflops, memoryGiB: info.memoryGiB },
     source,
   );
   const calibration = calibrateFixedCosts(model, base, points);
@@ -90,7 +91,9 @@ export function runProjectionCheck(
     fs.writeFileSync(file, `${JSON.stringify(profile, null, 2)}\n`);
     profileFiles.push(path.relative(REPO_ROOT, file));
   };
-  write("this-machine.json", machine);
+  // this-machine.json: the one-core device with the link measured between `cores` ranks (the machine as a node of one-core devices).
+  const nodeLink = allToAll.find((r) => r.ranks === info.cores) ?? allToAll[0];
+  write("this-machine.json", nodeLink === undefined ? machine : { ...machine, intraNode: { bandwidthGBs: nodeLink.bandwidthGBs, latencyUs: nodeLink.latencyUs }, interNode: { bandwidthGBs: nodeLink.bandwidthGBs, latencyUs: nodeLink.latencyUs } });
   for (const [p, profile] of Object.entries(profiles)) write(`this-machine-p${p}.json`, profile);
   const measured = rows
     .filter((r) => r.kind === "ulysses" && r.ranks > 1 && f.ranks.includes(r.ranks) && f.seqs.includes(r.seq) && profiles[r.ranks] !== undefined)
