@@ -6,8 +6,8 @@
  *
  *   pnpm bench:kernels [--quick] [--threads N] [--impl ort|custom|reference]
  *
- * --quick: seq 1024 and 4096 only, fewer repeats. Default threads: 1 and all
- * cores. Rates are "useful" GFLOP/s: forward 4·h·pairs·d, forward+backward
+ * --quick: seq 1024 and 4096 only, fewer repeats; --impl reference runs seq
+ * 1024 once (plain TypeScript is slow). Default threads: 1 and all cores. Rates are "useful" GFLOP/s: forward 4·h·pairs·d, forward+backward
  * 12·h·pairs·d (backward 8; the recomputed QK^T is not counted), pairs =
  * attended (query, key) pairs; batch 1.
  */
@@ -66,7 +66,7 @@ function attentionCases(args: Args, threads: number): AttentionCase[] {
     for (const causal of [false, true]) {
       // 16384 runs 2 heads (not 8) to keep one bench run within minutes on 2 cores.
       const heads = seq >= 16384 ? 2 : 8;
-      const repeats = seq <= 1024 ? (args.quick ? 3 : 5) : seq <= 4096 && !args.quick ? 2 : 1;
+      const repeats = args.implementation === "reference" ? 1 : seq <= 1024 ? (args.quick ? 3 : 5) : seq <= 4096 && !args.quick ? 2 : 1;
       cases.push({ kind: "attention", threads, implementation: args.implementation, seq, heads, headDim: 64, causal, repeats });
     }
   }
@@ -74,11 +74,16 @@ function attentionCases(args: Args, threads: number): AttentionCase[] {
 }
 
 async function runChild(c: BenchCase): Promise<CaseResult & { cpuSeconds: number }> {
-  const { stdout } = await promisify(execFile)(process.execPath, [...process.execArgv, "--expose-gc", SCRIPT, "--case", JSON.stringify(c)], {
-    env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
-    maxBuffer: 1 << 20,
-  });
-  return JSON.parse(stdout.trim().split("\n").at(-1)!) as CaseResult & { cpuSeconds: number };
+  try {
+    const { stdout } = await promisify(execFile)(process.execPath, [...process.execArgv, "--expose-gc", SCRIPT, "--case", JSON.stringify(c)], {
+      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
+      maxBuffer: 1 << 20,
+    });
+    return JSON.parse(stdout.trim().split("\n").at(-1)!) as CaseResult & { cpuSeconds: number };
+  } catch (cause) {
+    const stderr = String((cause as { stderr?: string }).stderr ?? "").trim().split("\n").slice(-6).join("\n");
+    throw new Error(`bench case ${JSON.stringify(c)} failed:\n${stderr || (cause as Error).message}`, { cause });
+  }
 }
 
 const MiB = 1024 ** 2;
@@ -89,7 +94,15 @@ function row(cells: (string | number)[], widths: number[]): string {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  if (args.caseJson !== undefined) return runCase(JSON.parse(args.caseJson) as BenchCase);
+  if (args.caseJson !== undefined) {
+    try {
+      return await runCase(JSON.parse(args.caseJson) as BenchCase);
+    } catch (error) {
+      // One readable line for the orchestrator (it shows the child's last stderr lines).
+      console.error(error instanceof Error ? `${error.name}: ${error.message}` : error);
+      process.exit(1);
+    }
+  }
   const loadBefore = os.loadavg();
   const started = new Date().toISOString();
   console.error(`kernels bench: impl ${args.implementation}, threads ${args.threads.join(", ")}${args.quick ? ", quick" : ""}; load ${loadBefore.map((l) => l.toFixed(2)).join(" ")}`);
@@ -140,6 +153,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  console.error(error);
+  console.error(error instanceof Error ? error.message : error);
   process.exit(1);
 });

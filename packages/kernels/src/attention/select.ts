@@ -42,7 +42,7 @@ async function loadFused(threads: number): Promise<LocalAttention> {
     throw new KernelError(
       `attention implementation 'custom' needs ${FUSED_PACKAGE}, which could not be loaded (${(cause as Error).message ?? cause}). ` +
         `Build it with \`npx pnpm@12.4.2 --filter ${FUSED_PACKAGE} build:native\` (C++ toolchain and the ONNX Runtime C API headers, see its README), ` +
-        `make it a dependency of the package that calls createAttention, and run \`npx pnpm@12.4.2 install\`; or choose implementation 'ort'.`,
+        `make it resolvable from @ulysses/kernels (a dependency, optional or peer, in packages/kernels/package.json) and run \`npx pnpm@12.4.2 install\`; or choose implementation 'ort'.`,
       { cause },
     );
   }
