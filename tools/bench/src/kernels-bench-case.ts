@@ -14,6 +14,8 @@ import { GraphBuilder, SessionCache, createAttention, type AttentionImplementati
 export interface MatMulCase {
   kind: "matmul";
   threads: number;
+  /** ONNX Runtime's idle-thread spinning (its default) or not. */
+  spin: boolean;
   size: number;
 }
 
@@ -21,6 +23,7 @@ export interface AttentionCase {
   kind: "attention";
   threads: number;
   implementation: AttentionImplementation;
+  spin: boolean;
   seq: number;
   heads: number;
   headDim: number;
@@ -60,7 +63,7 @@ async function best(repeats: number, run: () => Promise<unknown>): Promise<numbe
 }
 
 async function matmul(c: MatMulCase): Promise<CaseResult> {
-  const cache = new SessionCache({ intraOpThreads: c.threads });
+  const cache = new SessionCache({ intraOpThreads: c.threads, allowSpinning: c.spin });
   const n = c.size;
   const build = () => {
     const g = new GraphBuilder(`matmul${n}`);
@@ -84,7 +87,7 @@ export function attendedPairs(seq: number, causal: boolean): number {
 }
 
 async function attention(c: AttentionCase): Promise<CaseResult> {
-  const cache = new SessionCache({ intraOpThreads: c.threads });
+  const cache = new SessionCache({ intraOpThreads: c.threads, allowSpinning: c.spin });
   const kernel = await createAttention({ implementation: c.implementation, cache, threads: c.threads });
   const options = { causal: c.causal };
   const make = (seq: number, seed: number) => randomUniform([1, seq, c.heads, c.headDim], { seed, low: -1, high: 1 }) as Tensor<"float32">;

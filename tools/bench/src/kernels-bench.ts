@@ -4,8 +4,12 @@
  * process (kernels-bench-case.ts) so its peak RSS is its own. Prints a table
  * and writes bench-results/kernels.json. Never part of `test`.
  *
- *   pnpm bench:kernels [--quick] [--threads N] [--impl ort|custom|reference]
+ *   pnpm bench:kernels [--quick] [--threads N] [--impl ort|custom|reference] [--spin]
  *
+ * --spin keeps ONNX Runtime's spinning intra-op threads (its default); without
+ * it sessions block when idle, which the shared, oversubscribed development
+ * machine needs for meaningful multi-thread numbers (both MatMul and attention
+ * run with the same setting).
  * --quick: seq 1024 and 4096 only, fewer repeats; --impl reference runs seq
  * 1024 once (plain TypeScript is slow). Default threads: 1 and all cores. Rates are "useful" GFLOP/s: forward 4·h·pairs·d, forward+backward
  * 12·h·pairs·d (backward 8; the recomputed QK^T is not counted), pairs =
@@ -28,13 +32,14 @@ const IMPLEMENTATIONS = ["ort", "custom", "reference"] as const;
 
 interface Args {
   quick: boolean;
+  spin: boolean;
   threads: number[];
   implementation: AttentionImplementation;
   caseJson?: string;
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { quick: false, threads: [...new Set([1, os.availableParallelism()])], implementation: "ort" };
+  const args: Args = { quick: false, spin: false, threads: [...new Set([1, os.availableParallelism()])], implementation: "ort" };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
     const value = () => {
@@ -44,6 +49,7 @@ function parseArgs(argv: string[]): Args {
     };
     if (flag === "--") continue;
     else if (flag === "--quick") args.quick = true;
+    else if (flag === "--spin") args.spin = true;
     else if (flag === "--threads") {
       const n = Number(value());
       if (!Number.isInteger(n) || n < 1) throw new Error(`--threads must be a positive integer, got ${argv[i]}`);
@@ -53,7 +59,7 @@ function parseArgs(argv: string[]): Args {
       if (!(IMPLEMENTATIONS as readonly string[]).includes(impl)) throw new Error(`--impl must be one of ${IMPLEMENTATIONS.join(", ")}, got '${impl}'`);
       args.implementation = impl as AttentionImplementation;
     } else if (flag === "--case") args.caseJson = value();
-    else throw new Error(`unknown flag '${flag}'; use --quick, --threads N, --impl ${IMPLEMENTATIONS.join("|")}`);
+    else throw new Error(`unknown flag '${flag}'; use --quick, --threads N, --impl ${IMPLEMENTATIONS.join("|")}, --spin`);
   }
   return args;
 }
@@ -67,7 +73,7 @@ function attentionCases(args: Args, threads: number): AttentionCase[] {
       // 16384 runs 2 heads (not 8) to keep one bench run within minutes on 2 cores.
       const heads = seq >= 16384 ? 2 : 8;
       const repeats = args.implementation === "reference" ? 1 : seq <= 1024 ? (args.quick ? 3 : 5) : seq <= 4096 && !args.quick ? 2 : 1;
-      cases.push({ kind: "attention", threads, implementation: args.implementation, seq, heads, headDim: 64, causal, repeats });
+      cases.push({ kind: "attention", threads, implementation: args.implementation, spin: args.spin, seq, heads, headDim: 64, causal, repeats });
     }
   }
   return cases;
@@ -105,11 +111,11 @@ async function main(): Promise<void> {
   }
   const loadBefore = os.loadavg();
   const started = new Date().toISOString();
-  console.error(`kernels bench: impl ${args.implementation}, threads ${args.threads.join(", ")}${args.quick ? ", quick" : ""}; load ${loadBefore.map((l) => l.toFixed(2)).join(" ")}`);
+  console.error(`kernels bench: impl ${args.implementation}, threads ${args.threads.join(", ")}, spinning ${args.spin ? "on" : "off"}${args.quick ? ", quick" : ""}; load ${loadBefore.map((l) => l.toFixed(2)).join(" ")}`);
   const matmul: Record<number, CaseResult> = {};
   const results: (AttentionCase & CaseResult & { matmulPercentForward: number; matmulPercentTotal: number; error?: string })[] = [];
   for (const threads of args.threads) {
-    matmul[threads] = await runChild({ kind: "matmul", threads, size: 2048 });
+    matmul[threads] = await runChild({ kind: "matmul", threads, spin: args.spin, size: 2048 });
     console.error(`  MatMul 2048^3, ${threads} thread(s): ${matmul[threads]!.forwardGflops.toFixed(1)} GFLOP/s`);
     for (const c of attentionCases(args, threads)) {
       const r = await runChild(c);
@@ -122,7 +128,7 @@ async function main(): Promise<void> {
 
   const widths = [7, 6, 5, 10, 9, 6, 9, 6, 9, 9, 9, 9];
   console.log(`\nAttention (${args.implementation}), batch 1, headDim 64. Useful GFLOP/s: fwd 4·h·pairs·d, fwd+bwd 12·h·pairs·d (bwd 8, recompute not counted).`);
-  console.log(`% = of ONNX Runtime MatMul 2048^3 at the same thread count: ${args.threads.map((t) => `${t} thread(s) ${matmul[t]!.forwardGflops.toFixed(1)} GFLOP/s`).join(", ")}.`);
+  console.log(`Intra-op thread spinning ${args.spin ? "on (ONNX Runtime default)" : "off (--spin turns it on)"}. % = of ONNX Runtime MatMul 2048^3 at the same thread count: ${args.threads.map((t) => `${t} thread(s) ${matmul[t]!.forwardGflops.toFixed(1)} GFLOP/s`).join(", ")}.`);
   console.log(row(["threads", "seq", "heads", "mask", "fwd GF/s", "fwd %", "f+b GF/s", "f+b %", "fwd s", "f+b s", "peak MiB", "added MiB"], widths));
   for (const r of results) {
     console.log(
@@ -140,6 +146,7 @@ async function main(): Promise<void> {
     started,
     implementation: args.implementation,
     quick: args.quick,
+    spin: args.spin,
     cores: os.availableParallelism(),
     cpu: os.cpus()[0]?.model,
     loadBefore,

@@ -70,12 +70,15 @@ const TOLERANCE = 1e-5;
 
 describe("OrtAttention matches ReferenceAttention (relative Frobenius error <= 1e-5)", () => {
   const cache = new SessionCache({ intraOpThreads: 1 });
+  // Two threads without spinning for the batch > 1 case: the other thread count and option work too.
+  const twoThreads = new SessionCache({ intraOpThreads: 2, allowSpinning: false });
   const reference = new ReferenceAttention();
-  afterAll(() => cache.release());
+  afterAll(() => Promise.all([cache.release(), twoThreads.release()]));
 
   for (const c of cases) {
     it(c.name, async () => {
-      const attention = c.blockRows === "default" ? new OrtAttention({ cache }) : new OrtAttention({ cache, blockRows: c.blockRows ?? 32, tileKeys: 24 });
+      const runtime = c.batch > 1 ? twoThreads : cache;
+      const attention = c.blockRows === "default" ? new OrtAttention({ cache: runtime }) : new OrtAttention({ cache: runtime, blockRows: c.blockRows ?? 32, tileKeys: 24 });
       const q = randomTensor([c.batch, c.seqQ, c.heads, c.headDim], 1, 1.5);
       const k = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 2, 1.5);
       const v = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 3);
