@@ -61,14 +61,14 @@ export async function measureKernelRates(f: PaperFlags, log: (line: string) => v
   const script = fileURLToPath(new URL("./rates-case.ts", import.meta.url));
   const threads = os.availableParallelism();
   const run = async <T>(c: RateCase) => lastJson<T>(await runNode(script, [JSON.stringify(c)]));
-  const matmul = await run<{ forwardGflops: number }>({ kind: "matmul", threads, size: 2048 });
-  const one = threads > 1 ? await run<{ forwardGflops: number }>({ kind: "matmul", threads: 1, size: 2048 }) : matmul;
-  // Per-core rates (one ONNX Runtime thread): a rank of the block runs runs one thread.
+  const matmul = await run<{ forwardGflops: number }>({ kind: "matmul", threads, size: 2048, spin: true });
+  const one = threads > 1 ? await run<{ forwardGflops: number }>({ kind: "matmul", threads: 1, size: 2048, spin: true }) : matmul;
+  // Spinning as in the ranks' SessionCache (ONNX Runtime's default). Per-core rates (one thread): every rank of the block runs one thread.
   const gemm = await run<{ forwardGflops: number }>({ kind: "gemm", threads: 1, rows: f.rateRows, hidden: f.hidden, repeats: 3 });
   const attention: KernelRates["attention"] = [];
   for (const seq of f.rateSeqs) {
-    // Best of 3 (the first run also warms ONNX Runtime's buffers for this size).
-    const r = await run<{ totalGflops: number; totalSeconds: number }>({ kind: "attention", threads: 1, implementation: "ort", seq, heads: f.heads, headDim: f.hidden / f.heads, causal: true, repeats: 3 });
+    // Best of 2 (sessions are warmed on N = 1024 by the case itself; the first run also grows ONNX Runtime's buffers).
+    const r = await run<{ totalGflops: number; totalSeconds: number }>({ kind: "attention", threads: 1, implementation: "ort", seq, heads: f.heads, headDim: f.hidden / f.heads, causal: true, repeats: 2, spin: true });
     attention.push({ seq, seconds: r.totalSeconds, gflops: r.totalGflops });
   }
   const rates: KernelRates = {
