@@ -14,12 +14,12 @@ const task = { vocab: 32, seq: 22, pairs: 3, queries: 2 };
 const STEPS = 20;
 
 /** Trains STEPS steps on `sp` ranks of one local world; returns per-step losses and rank 0's final weights. */
-async function train(sp: number, options: { zero1?: boolean; tiedHead?: boolean; attention?: "ulysses" | "allgather" } = {}) {
+async function train(sp: number, options: { zero1?: boolean; tiedHead?: boolean; attention?: "ulysses" | "allgather"; checkpointing?: boolean } = {}) {
   const groups = createLocalGroups(sp);
   const ops = new ReferenceOps();
   const cfg = { ...config, tiedHead: options.tiedHead ?? false, attention: options.attention ?? "ulysses" };
   const runs = groups.map(async (group) => {
-    const model = new Gpt(cfg, { ops, localAttention: new ReferenceAttention(), group, seed: 7 });
+    const model = new Gpt(cfg, { ops, localAttention: new ReferenceAttention(), group, seed: 7, activationCheckpointing: options.checkpointing ?? false });
     const trainer = new Trainer(model, { world: group, ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: options.zero1 ?? false });
     const data = new Rng(99, 1);
     const losses: number[] = [];
@@ -56,10 +56,12 @@ describe("sequence-parallel equivalence (local backend, reference kernels)", () 
     }
   });
 
-  it("ZeRO-1, a tied head and all-gather attention keep the equivalence", async () => {
+  it("ZeRO-1, a tied head, all-gather attention and activation checkpointing keep the equivalence", async () => {
     const single = await train(1, { tiedHead: true });
-    const sharded = await train(2, { tiedHead: true, zero1: true, attention: "allgather" });
-    single.losses.forEach((loss, step) => expect(Math.abs(sharded.losses[step]! - loss) / loss).toBeLessThanOrEqual(1e-4));
-    expect(maxRelative(sharded.weights, single.weights)).toBeLessThanOrEqual(1e-4);
+    for (const options of [{ zero1: true, attention: "allgather" as const }, { checkpointing: true }]) {
+      const sharded = await train(2, { tiedHead: true, ...options });
+      single.losses.forEach((loss, step) => expect(Math.abs(sharded.losses[step]! - loss) / loss).toBeLessThanOrEqual(1e-4));
+      expect(maxRelative(sharded.weights, single.weights)).toBeLessThanOrEqual(1e-4);
+    }
   });
 });
