@@ -1,7 +1,7 @@
 /**
  * The rank side of `pnpm bench:collectives:mpi` (one process per rank, under
  * mpirun; collectives-mpi-bench.ts starts it). Every rank measures with the
- * shared collectives-measure.ts; rank 0 also times a single-thread memcpy
+ * shared collectives-measure.ts; rank 0 also times single-thread memcpys
  * (while the others wait in a barrier), gathers every rank's timings, and
  * prints the same table as `pnpm bench:collectives`, plus small-message
  * latencies. Rank 0 prints one `ULYSSES_BENCH {json}` line for the launcher.
@@ -10,7 +10,7 @@
  */
 import { fileURLToPath } from "node:url";
 import { init, type ProcessGroup } from "@ulysses/collectives";
-import { measureMemcpy, measureRank, summarize, type BenchConfig, type BenchRow, type RankTiming } from "./collectives-measure.js";
+import { measureMemcpy, measureMemcpyHot, measureRank, summarize, type BenchConfig, type BenchRow, type RankTiming } from "./collectives-measure.js";
 
 const sizesMiB = (process.argv[2] ?? "1,4,8,16,64").split(",").map(Number).filter((n) => n > 0);
 const reduction = process.argv[3] ?? "ordered";
@@ -30,7 +30,11 @@ async function latency(group: ProcessGroup, call: () => Promise<unknown>, iters 
 }
 
 let memcpy = new Map<number, number>();
-if (world.rank === 0) memcpy = measureMemcpy(sizesMiB);
+let memcpyHot = new Map<number, number>();
+if (world.rank === 0) {
+  memcpy = measureMemcpy(sizesMiB);
+  memcpyHot = measureMemcpyHot(sizesMiB);
+}
 await world.barrier();
 const config: BenchConfig = { sizesMiB, ops: ["allToAll", "allReduce"] };
 const timings = await measureRank(world, config);
@@ -48,7 +52,7 @@ const latencies = {
   allReduce16BUs: await latency(world, () => world.allReduce(tiny)),
 };
 if (world.rank === 0) {
-  const rows: BenchRow[] = summarize(`mpi (${reduction})`, perRank, memcpy, sizesMiB);
+  const rows: BenchRow[] = summarize(`mpi (${reduction})`, perRank, memcpy, sizesMiB, memcpyHot);
   console.log(`ULYSSES_BENCH ${JSON.stringify({ ranks: world.size, reduction, rows, latencies })}`);
 }
 await world.destroy();
