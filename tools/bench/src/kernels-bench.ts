@@ -72,7 +72,7 @@ function attentionCases(args: Args, threads: number): AttentionCase[] {
     for (const causal of [false, true]) {
       // 16384 runs 2 heads (not 8) to keep one bench run within minutes on 2 cores.
       const heads = seq >= 16384 ? 2 : 8;
-      const repeats = args.implementation === "reference" ? 1 : seq <= 1024 ? (args.quick ? 3 : 5) : seq <= 4096 && !args.quick ? 2 : 1;
+      const repeats = args.implementation === "reference" ? 1 : seq <= 1024 ? (args.quick ? 3 : 5) : seq <= 4096 && !args.quick ? 3 : 1;
       cases.push({ kind: "attention", threads, implementation: args.implementation, spin: args.spin, seq, heads, headDim: 64, causal, repeats });
     }
   }
