@@ -96,3 +96,12 @@ describe("model FLOPs", () => {
     expect(modelFlopsPerStep({ ...config, tiedHead: true }, 10, 5)).toBe(10 * (6 * weights + 6 * 1 * 4 * 5));
   });
 });
+
+describe("localRanksOnHost", () => {
+  it("reads mpirun's local size and falls back to 1", async () => {
+    const { localRanksOnHost } = await import("./launchers.js");
+    expect(localRanksOnHost({ OMPI_COMM_WORLD_LOCAL_SIZE: "4" })).toBe(4);
+    expect(localRanksOnHost({})).toBe(1);
+    expect(localRanksOnHost({ OMPI_COMM_WORLD_LOCAL_SIZE: "zero" })).toBe(1);
+  });
+});

@@ -23,6 +23,12 @@ async function loadMpiBackend(): Promise<void> {
   }
 }
 
+/** Ranks sharing this host's cores, from the launcher's environment (1 when unknown). */
+export function localRanksOnHost(env: NodeJS.ProcessEnv): number {
+  const value = Number(env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS ?? env.PMI_LOCAL_SIZE ?? 1);
+  return Number.isInteger(value) && value > 0 ? value : 1;
+}
+
 /** This process as one rank of a world started outside (mpirun, or a user backend). */
 async function processRank(config: TrainConfig, resumeFile: string | null): Promise<RankPool> {
   if (config.backend === "mpi") await loadMpiBackend();
@@ -30,7 +36,9 @@ async function processRank(config: TrainConfig, resumeFile: string | null): Prom
   if (world.size !== config.sp * config.dp) {
     throw new TrainerError(`backend ${config.backend} started ${world.size} ranks but --sp ${config.sp} x --dp ${config.dp} = ${config.sp * config.dp}`);
   }
-  const trainer = await RankTrainer.create({ world, config, ranksInProcess: 1, resumeFile }).catch((cause: unknown) => {
+  // Ranks that mpirun placed on this host share its cores.
+  const ranksInProcess = localRanksOnHost(process.env);
+  const trainer = await RankTrainer.create({ world, config, ranksInProcess, resumeFile }).catch((cause: unknown) => {
     throw new TrainerError(`rank ${world.rank} failed to start: ${(cause as Error).message}`, { cause });
   });
   return new InProcessPool([trainer], world.size, world.rank);
