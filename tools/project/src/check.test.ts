@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { calibrateFixedCosts, checkProjection, machineProfile, machineRun, rankProfile, type MachineMeasurements } from "./check.js";
 import { project, type GptShape } from "./cost-model.js";
+import { attentionEfficiencyAt, parseProfile } from "./profile.js";
 
 const block: GptShape = { name: "block", layers: 1, hidden: 256, heads: 8, vocab: 0, ffnMultiplier: 4 };
 const measured: MachineMeasurements = { name: "test box", cores: 2, matmulGflops: 200, shapedMatmulGflops: 150, attentionGflops: 50, memoryGiB: 16 };
@@ -61,5 +62,20 @@ describe("projection check", () => {
     expect(four!.terms.matmul).toBeCloseTo(two!.terms.matmul, 12);
     expect(four!.terms.attention).toBeCloseTo(two!.terms.attention, 12);
     expect(one!.errorPercent).toBeCloseTo(100 * (one!.predictedSeconds - 1), 9);
+  });
+
+  it("attention efficiency by sequence length: log2 interpolation, ends held, validated", () => {
+    const hw = machineProfile({ ...measured, attentionGflopsBySeq: [{ seqLen: 8192, gflops: 100 }, { seqLen: 2048, gflops: 50 }] }, "unit test");
+    expect(hw.attentionEfficiencyBySeq).toEqual([{ seqLen: 2048, efficiency: 0.25 }, { seqLen: 8192, efficiency: 0.5 }]);
+    expect(attentionEfficiencyAt(hw, 1024)).toBe(0.25);
+    expect(attentionEfficiencyAt(hw, 4096)).toBeCloseTo(0.375, 12);
+    expect(attentionEfficiencyAt(hw, 65536)).toBe(0.5);
+    expect(attentionEfficiencyAt({ ...hw, attentionEfficiencyBySeq: undefined }, 4096)).toBe(hw.attentionEfficiency);
+    // The projection's attention term follows the table.
+    const at = (seqLen: number, profile = hw) => checkProjection(block, [{ scheme: "ulysses", degree: 1, seqLen, seconds: 1 }], () => profile)[0]!.terms.attention;
+    const flat = { ...hw, attentionEfficiencyBySeq: undefined, attentionEfficiency: 0.5 };
+    expect(at(8192)).toBeCloseTo(at(8192, flat), 12);
+    expect(at(2048)).toBeCloseTo(2 * at(2048, flat), 12);
+    expect(() => parseProfile({ ...hw, attentionEfficiencyBySeq: [{ seqLen: 1024, efficiency: 2 }] }, "p.json")).toThrow(/attentionEfficiencyBySeq\[0\].efficiency.*<= 1, got 2/);
   });
 });

@@ -16,7 +16,7 @@
  * latency measured between P ranks.
  */
 import { forwardFlops, project, type GptShape, type RunShape } from "./cost-model.js";
-import { parseProfile, ProjectionError, type HardwareProfile, type LinkProfile } from "./profile.js";
+import { attentionEfficiencyAt, parseProfile, ProjectionError, type HardwareProfile, type LinkProfile } from "./profile.js";
 
 export interface MachineMeasurements {
   /** Describes the machine (CPU model, cores). */
@@ -29,6 +29,8 @@ export interface MachineMeasurements {
   shapedMatmulGflops: number;
   /** Attention forward+backward on one thread, useful GFLOP/s under the cost model's convention (causal at half). */
   attentionGflops: number;
+  /** Optional: the same at several sequence lengths (becomes the profile's attentionEfficiencyBySeq). */
+  attentionGflopsBySeq?: { seqLen: number; gflops: number }[];
   /** Memory the machine has, GiB. */
   memoryGiB: number;
 }
@@ -54,6 +56,7 @@ export function machineProfile(m: MachineMeasurements, source: string): Hardware
       interNode: { bandwidthGBs: 1e6, latencyUs: 0 },
       elementwiseNsPerTokenHidden: 0,
       perLayerOverheadUs: 0,
+      ...(m.attentionGflopsBySeq === undefined ? {} : { attentionEfficiencyBySeq: m.attentionGflopsBySeq.map((r) => ({ seqLen: r.seqLen, efficiency: Math.min(1, positive("attentionGflopsBySeq", r.gflops) / peak) })) }),
     },
     `machineProfile(${m.name})`,
   );
@@ -138,7 +141,7 @@ export function checkProjection(model: GptShape, measured: readonly MeasuredStep
     const peak = hw.peakTflops * 1e12;
     const matmul = (3 * fwd.matmul) / m.degree / (peak * hw.matmulEfficiency);
     const headShare = Math.ceil(model.heads / m.degree) / model.heads;
-    const attention = (3 * fwd.attention * (causal ? 0.5 : 1) * headShare) / (peak * hw.attentionEfficiency);
+    const attention = (3 * fwd.attention * (causal ? 0.5 : 1) * headShare) / (peak * attentionEfficiencyAt(hw, m.seqLen));
     return {
       ...m,
       predictedSeconds: p.stepSeconds,

@@ -5,7 +5,7 @@
  * package's README with its source; the code follows it term by term.
  */
 import { collectiveCost, type CollectiveKind } from "./collective-cost.js";
-import { ProjectionError, type HardwareProfile } from "./profile.js";
+import { attentionEfficiencyAt, ProjectionError, type HardwareProfile } from "./profile.js";
 
 export interface GptShape {
   name: string;
@@ -109,7 +109,7 @@ export function project(m: GptShape, r: RunShape, hw: HardwareProfile): Projecti
   const elementwise = passes * m.layers * b * (n / p) * h * hw.elementwiseNsPerTokenHidden * 1e-9;
   const overhead = m.layers * hw.perLayerOverheadUs * 1e-6 * passes;
   const computeSeconds =
-    matmulPerDevice / (peak * hw.matmulEfficiency) + attentionPerDevice / (peak * hw.attentionEfficiency) + elementwise + overhead;
+    matmulPerDevice / (peak * hw.matmulEfficiency) + attentionPerDevice / (peak * attentionEfficiencyAt(hw, n)) + elementwise + overhead;
 
   // Sequence/tensor-parallel communication per layer.
   const calls: { kind: CollectiveKind; localBytes: number; count: number }[] = [];

@@ -43,6 +43,41 @@ export interface HardwareProfile {
   elementwiseNsPerTokenHidden: number;
   /** Fixed time per layer per step (kernel launches, session runs), microseconds. */
   perLayerOverheadUs: number;
+  /**
+   * Optional: attention efficiency measured at several sequence lengths (the
+   * kernel's key length), for kernels whose efficiency varies with N (tiling
+   * chosen by the key length). When present it replaces `attentionEfficiency`,
+   * interpolated linearly in log2(N) and held constant beyond the ends.
+   */
+  attentionEfficiencyBySeq?: { seqLen: number; efficiency: number }[];
+}
+
+/** The attention efficiency at key length `seqLen`: the table's (see `attentionEfficiencyBySeq`) or the single number. */
+export function attentionEfficiencyAt(profile: HardwareProfile, seqLen: number): number {
+  const table = profile.attentionEfficiencyBySeq;
+  if (table === undefined || table.length === 0) return profile.attentionEfficiency;
+  if (seqLen <= table[0]!.seqLen) return table[0]!.efficiency;
+  for (let i = 1; i < table.length; i++) {
+    const [a, b] = [table[i - 1]!, table[i]!];
+    if (seqLen <= b.seqLen) {
+      const t = (Math.log2(seqLen) - Math.log2(a.seqLen)) / (Math.log2(b.seqLen) - Math.log2(a.seqLen));
+      return a.efficiency + t * (b.efficiency - a.efficiency);
+    }
+  }
+  return table[table.length - 1]!.efficiency;
+}
+
+function efficiencyTable(value: unknown, where: string): { seqLen: number; efficiency: number }[] | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value)) throw new ProjectionError(`${where}: 'attentionEfficiencyBySeq' must be an array of { seqLen, efficiency }, got ${JSON.stringify(value)}`);
+  const rows = value.map((row: unknown, i) => {
+    const r = (typeof row === "object" && row !== null ? row : {}) as Record<string, unknown>;
+    const seqLen = positive(`attentionEfficiencyBySeq[${i}].seqLen`, r.seqLen, where);
+    const efficiency = positive(`attentionEfficiencyBySeq[${i}].efficiency`, r.efficiency, where);
+    if (efficiency > 1) throw new ProjectionError(`${where}: 'attentionEfficiencyBySeq[${i}].efficiency' is a fraction of peak and must be <= 1, got ${efficiency}`);
+    return { seqLen, efficiency };
+  });
+  return rows.sort((a, b) => a.seqLen - b.seqLen);
 }
 
 function positive(name: string, value: unknown, where: string): number {
@@ -90,5 +125,6 @@ export function parseProfile(json: unknown, where = "profile"): HardwareProfile 
     interNode: link(p.interNode, "interNode", where),
     elementwiseNsPerTokenHidden: nonNegative("elementwiseNsPerTokenHidden", p.elementwiseNsPerTokenHidden ?? 0, where),
     perLayerOverheadUs: nonNegative("perLayerOverheadUs", p.perLayerOverheadUs ?? 0, where),
+    ...(p.attentionEfficiencyBySeq === undefined ? {} : { attentionEfficiencyBySeq: efficiencyTable(p.attentionEfficiencyBySeq, where) }),
   };
 }

@@ -1,22 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { maxRelativeDifference, quadraticRate } from "./measure-children.js";
+import { maxRelativeDifference } from "./measure-children.js";
 import { parsePaperFlags } from "./paper-flags.js";
 import { blockStepFlops, formulaForwardBytes } from "./paper-tables.js";
 
 const flags = parsePaperFlags([])!;
 
 describe("bench:paper arithmetic", () => {
-  it("fits the N² term of attention time through two points", () => {
-    const h = 256;
-    const rate = 40e9; // useful FLOP/s of the N² part
-    const A = (6 * h) / rate;
-    const B = 2e-5; // seconds per query token
-    const at = (seq: number) => ({ seq, seconds: A * seq * seq + B * seq, gflops: (6 * h * seq * seq) / (A * seq * seq + B * seq) / 1e9 });
-    expect(quadraticRate([at(2048), at(8192)], h)).toBeCloseTo(40, 9);
-    // No N² growth measured (noise): the better measured rate.
-    expect(quadraticRate([{ seq: 1024, seconds: 2, gflops: 3 }, { seq: 2048, seconds: 3, gflops: 7 }], h)).toBe(7);
-  });
-
   it("byte formulas: Ulysses constant under weak scaling, all-gather-KV growing with P", () => {
     const u = [2, 4, 8].map((p) => formulaForwardBytes("ulysses", p, 2048 * p, flags));
     const a = [2, 4, 8].map((p) => formulaForwardBytes("allgather", p, 2048 * p, flags));

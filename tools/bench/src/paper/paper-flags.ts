@@ -11,7 +11,7 @@ export interface PaperFlags {
   /** Throughput rows: SP degrees and sequence lengths. */
   ranks: number[];
   seqs: number[];
-  /** Rows with N above this run one cold timed step (no warm-up step). */
+  /** Rows with N above this time one cold step (no warm-up); rows up to 8192 take the median of 3 warm steps, longer ones one warm step. */
   warmupMaxSeq: number;
   /** Communication volume: tokens per rank (weak scaling) and the fixed N (strong scaling), P = 1, 2, 4. */
   weakPerRank: number;
@@ -26,8 +26,8 @@ export interface PaperFlags {
   /** Convergence: training steps per SP degree, and the degrees. */
   trainSteps: number;
   trainRanks: number[];
-  /** Kernel-rate measurements: the two attention sequence lengths (the N² coefficient is fitted through them) and the GEMM rows. */
-  rateSeqs: [number, number];
+  /** Kernel-rate measurements: the attention sequence lengths (one thread, 2 heads) and the GEMM rows. */
+  attentionSeqs: number[];
   rateRows: number;
   /** Sections to skip (comma-separated names: comm, throughput, maxseq, convergence, projection). */
   skip: Set<string>;
@@ -39,7 +39,7 @@ const FULL: Omit<PaperFlags, "quick" | "skip" | "out"> = {
   heads: 8,
   ranks: [2, 4],
   seqs: [4096, 8192, 16384, 32768],
-  warmupMaxSeq: 8192,
+  warmupMaxSeq: 32768,
   weakPerRank: 2048,
   strongSeq: 8192,
   scaleRanks: [1, 2, 4],
@@ -49,7 +49,7 @@ const FULL: Omit<PaperFlags, "quick" | "skip" | "out"> = {
   searchRanks: [1, 2, 4],
   trainSteps: 60,
   trainRanks: [1, 2, 4],
-  rateSeqs: [2048, 8192],
+  attentionSeqs: [2048, 4096, 8192, 16384, 32768],
   rateRows: 4096,
 };
 
@@ -61,7 +61,7 @@ const QUICK: Partial<PaperFlags> = {
   capMiB: 32,
   searchStep: 256,
   trainSteps: 12,
-  rateSeqs: [1024, 4096],
+  attentionSeqs: [1024, 2048, 4096],
   rateRows: 2048,
 };
 

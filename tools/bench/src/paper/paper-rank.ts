@@ -23,8 +23,8 @@ export interface BlockStepArgs {
   seq: number;
   /** Timed steps (the median is kept); 0 times the first (cold) step. */
   iters: number;
-  /** Run one untimed step first (sessions and buffers are created there). */
-  warmup: boolean;
+  /** Untimed steps first (sessions, buffers and JIT warm up there). */
+  warmups: number;
   /** Drop every ONNX Runtime session first (the max-sequence search visits many shapes). */
   freshSessions: boolean;
 }
@@ -112,7 +112,7 @@ export default function setup(ctx: RankContext) {
         };
       };
       const runs = [];
-      if (args.warmup || args.iters === 0) runs.push(await step());
+      for (let i = 0; i < Math.max(args.warmups, args.iters === 0 ? 1 : 0); i++) runs.push(await step());
       const timed = args.iters === 0 ? runs : [];
       for (let i = 0; i < args.iters; i++) timed.push(await step());
       const mid = [...timed].sort((a, b) => a.stepMs - b.stepMs)[Math.floor(timed.length / 2)]!;

@@ -71,11 +71,11 @@ export function throughputTable(f: PaperFlags, rows: readonly BlockRow[], rates:
         if (r === undefined) continue;
         const seconds = r.stepMs / 1000;
         const mfu = blockStepFlops(f, n) / seconds / (rates.matmulGflops * 1e9);
-        body.push([String(p), String(n), NAMES[kind], r.stepMs.toFixed(0), (n / seconds).toFixed(0), (100 * mfu).toFixed(1), r.commMs.toFixed(0), MiB(r.stepBytes), r.warm ? "warm" : "cold"]);
+        body.push([String(p), String(n), NAMES[kind], r.stepMs.toFixed(0), (n / seconds).toFixed(0), (100 * mfu).toFixed(1), r.commMs.toFixed(0), MiB(r.stepBytes), r.warmups > 0 ? `warm, ${r.iters === 1 ? "1 step" : `median of ${r.iters}`}` : "cold"]);
       }
     }
   }
-  return table(["P", "N", "scheme", "step ms", "tokens/s", "MFU %", "comm ms (mean/rank)", "attn MiB sent/rank", "timed step"], body);
+  return table(["P", "N", "scheme", "step ms", "tokens/s", "MFU %", "comm ms (mean/rank)", "attn MiB sent/rank", "timing"], body);
 }
 
 export function maxSeqTable(f: PaperFlags, results: readonly MaxSeqResult[]): string {

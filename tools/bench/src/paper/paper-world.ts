@@ -30,8 +30,9 @@ export interface BlockRow {
   commMs: number;
   /** Busiest rank's memory account. */
   memory: MemoryAccount;
-  /** Whether a warm-up step ran before the timed one. */
-  warm: boolean;
+  /** Warm-up steps before the timed ones, and timed steps (median kept). */
+  warmups: number;
+  iters: number;
 }
 
 export class PaperWorld {
@@ -65,7 +66,8 @@ export class PaperWorld {
       gradBytes: max((r) => r.gradBytes),
       commMs: results.reduce((n, r) => n + r.attentionCommMs + r.gradCommMs, 0) / results.length,
       memory: busiest.memory,
-      warm: options.warmup,
+      warmups: options.warmups,
+      iters: options.iters,
     };
   }
 

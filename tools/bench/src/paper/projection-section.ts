@@ -41,8 +41,8 @@ export function mappingText(cores: number): string {
   return (
     `This machine is one node of ${cores} devices, each device one core: peakTflops = the ONNX Runtime MatMul 2048^3 rate of one thread ` +
     `(the machine rate is ${cores} times that); matmulEfficiency = (the block's forward GEMMs at its shapes, one thread) / that rate; ` +
-    `attentionEfficiency = (the N² term of OrtAttention's causal forward+backward time on one thread, t = A·N² + B·N fitted through two measured N, as a useful rate) / that rate ` +
-    `(the per-query term B·N is linear in tokens and lands in the calibration of elementwiseNsPerTokenHidden); ` +
+    `attentionEfficiencyBySeq = (OrtAttention's causal forward+backward useful rate on one thread, measured at each listed N) / that rate ` +
+    `(its tiling follows the key length, so its efficiency varies with N; interpolated in log2 N); ` +
     `elementwiseNsPerTokenHidden and perLayerOverheadUs calibrated on one configuration, P = 1 (one rank, one ONNX Runtime thread: one device), at two sequence lengths. ` +
     `Every rank runs one ONNX Runtime thread, so P <= ${cores} ranks are P such devices; P > ${cores} ranks time-share the cores: each is a device with peak = machine rate / P ` +
     `and fixed costs x P/${cores}. Link: all ranks on one node, at the all-to-all bandwidth and latency measured between P ranks in this run.`
@@ -67,9 +67,9 @@ export function runProjectionCheck(
   const source =
     `Measured by '${command}' on ${new Date().toISOString().slice(0, 16)}Z: ${info.cores} cores (${info.cpuModel}), onnxruntime-node ${info.onnxruntime}, ` +
     `one thread: MatMul 2048^3 ${rates.matmulOneThreadGflops.toFixed(1)} GFLOP/s, block GEMMs (${rates.gemmRows} rows) ${rates.gemmGflops.toFixed(1)}, ` +
-    `attention ${rates.attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")} (N² term ${rates.attentionGflops.toFixed(1)}). ${mappingText(info.cores)}`;
+    `attention (2 heads) ${rates.attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")}. ${mappingText(info.cores)}`;
   const base = machineProfile(
-    { name: `this machine (one of ${info.cores} x ${info.cpuModel} cores)`, cores: info.cores, matmulGflops: rates.matmulOneThreadGflops, shapedMatmulGflops: rates.gemmGflops, attentionGflops: rates.attentionGflops, memoryGiB: info.memoryGiB },
+    { name: `this machine (one of ${info.cores} x ${info.cpuModel} cores)`, cores: info.cores, matmulGflops: rates.matmulOneThreadGflops, shapedMatmulGflops: rates.gemmGflops, attentionGflops: rates.attentionGflops, attentionGflopsBySeq: rates.attention.map((a) => ({ seqLen: a.seq, gflops: a.gflops })), memoryGiB: info.memoryGiB },
     source,
   );
   const calibration = calibrateFixedCosts(model, base, points);
