@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { calibrateFixedCosts, checkProjection, machineProfile, machineRun, rankProfile, type MachineMeasurements } from "./check.js";
+import { calibrateFixedCosts, checkProjection, machineProfile, machineRun, rankProfile, rankSpeed, type MachineMeasurements } from "./check.js";
 import { project, type GptShape } from "./cost-model.js";
 import { attentionEfficiencyAt, parseProfile } from "./profile.js";
 
@@ -77,5 +77,18 @@ describe("projection check", () => {
     expect(at(8192)).toBeCloseTo(at(8192, flat), 12);
     expect(at(2048)).toBeCloseTo(2 * at(2048, flat), 12);
     expect(() => parseProfile({ ...hw, attentionEfficiencyBySeq: [{ seqLen: 1024, efficiency: 2 }] }, "p.json")).toThrow(/attentionEfficiencyBySeq\[0\].efficiency.*<= 1, got 2/);
+  });
+
+  it("contention: a rank keeps `shared` of one thread's speed when every core is busy, and C/P of a core beyond", () => {
+    expect(rankSpeed(1, 2, 0.7)).toBe(1);
+    expect(rankSpeed(2, 2, 0.7)).toBeCloseTo(0.7, 12);
+    expect(rankSpeed(4, 2, 0.7)).toBeCloseTo(0.35, 12);
+    expect(rankSpeed(3, 5, 0.6)).toBeCloseTo(0.8, 12);
+    const core = { ...machineProfile(measured, "unit test"), perLayerOverheadUs: 70 };
+    const p4 = rankProfile(core, 4, 2, { bandwidthGBs: 1, latencyUs: 0 }, 0.7);
+    // peak = machine rate / P, the machine rate being 2 x 0.7 x the one-thread rate
+    expect(p4.peakTflops).toBeCloseTo((2 * 0.7 * core.peakTflops) / 4, 12);
+    expect(p4.perLayerOverheadUs).toBeCloseTo(200, 9);
+    expect(() => rankSpeed(2, 2, 1.5)).toThrow(/shared must be in \(0, 1\], got 1.5/);
   });
 });

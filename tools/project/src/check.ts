@@ -6,14 +6,18 @@
  * this module is arithmetic only.
  *
  * How one shared-memory machine maps onto the cost model's devices: the
- * machine is one node of C devices, each device one core (peak = the MatMul
- * rate of one ONNX Runtime thread; the machine rate is C times that). A rank
- * runs one ONNX Runtime thread and its JavaScript on one thread, so P ranks
- * with P <= C are P such devices, and P > C ranks time-share the cores: each
- * gets C/P of a core, so its peak is machine rate / P and its fixed costs
- * (calibrated on one rank on one core, P = 1) grow by P/C. Efficiencies are
- * unchanged. Links: all ranks on one node, at the all-to-all bandwidth and
- * latency measured between P ranks.
+ * machine is one node of C devices, each device one core; its profile (peak =
+ * the MatMul rate of one ONNX Runtime thread, fixed costs calibrated on one
+ * rank on one core, P = 1) describes a core running alone. A rank runs one
+ * ONNX Runtime thread and its JavaScript on one thread. When all C cores are
+ * busy a thread keeps only `shared` = (MatMul rate with C threads) / (C x the
+ * one-thread rate) of its solo speed (shared caches, memory bandwidth, SMT
+ * siblings on VMs); between 1 and C busy threads the factor is interpolated
+ * linearly. P > C ranks time-share the cores, each getting C/P of one. So a
+ * rank's device runs at speed s(P) = shared(min(P, C)) x min(1, C/P): peak x
+ * s(P) (= machine rate / P when P >= C) and fixed costs / s(P). Efficiencies
+ * are unchanged. Links: all ranks on one node, at the all-to-all bandwidth
+ * and latency measured between P ranks.
  */
 import { forwardFlops, project, type GptShape, type RunShape } from "./cost-model.js";
 import { attentionEfficiencyAt, parseProfile, ProjectionError, type HardwareProfile, type LinkProfile } from "./profile.js";
@@ -100,20 +104,32 @@ export function calibrateFixedCosts(model: GptShape, machine: HardwareProfile, p
   return { elementwiseNsPerTokenHidden: ns, perLayerOverheadUs: overheadUs, residuals };
 }
 
-/** The device profile of one of P ranks sharing the machine, from the one-core device profile (see the module comment). */
-export function rankProfile(core: HardwareProfile, degree: number, cores: number, link: LinkProfile): HardwareProfile {
+/** The speed of one of P ranks relative to one thread running alone (see the module comment). */
+export function rankSpeed(degree: number, cores: number, shared: number): number {
+  if (!(shared > 0 && shared <= 1)) throw new ProjectionError(`rankSpeed: shared must be in (0, 1], got ${shared}`);
+  const busy = Math.min(degree, cores);
+  const contention = cores === 1 ? 1 : 1 + ((shared - 1) * (busy - 1)) / (cores - 1);
+  return contention * Math.min(1, cores / degree);
+}
+
+/**
+ * The device profile of one of P ranks sharing the machine, from the one-core
+ * device profile; `shared` as in the module comment (1: threads do not slow
+ * each other).
+ */
+export function rankProfile(core: HardwareProfile, degree: number, cores: number, link: LinkProfile, shared = 1): HardwareProfile {
   if (!Number.isInteger(degree) || degree < 1) throw new ProjectionError(`rankProfile: degree must be a positive integer, got ${degree}`);
   if (!Number.isInteger(cores) || cores < 1) throw new ProjectionError(`rankProfile: cores must be a positive integer, got ${cores}`);
-  const oversubscription = Math.max(1, degree / cores);
+  const speed = rankSpeed(degree, cores, shared);
   return {
     ...core,
     name: degree <= cores ? `${core.name}, ${degree} ranks on ${cores} cores (one core each)` : `${core.name}, ${degree} ranks time-sharing ${cores} cores`,
     devicesPerNode: Math.max(degree, cores),
-    peakTflops: core.peakTflops / oversubscription,
+    peakTflops: core.peakTflops * speed,
     intraNode: { ...link },
     interNode: { ...link },
-    elementwiseNsPerTokenHidden: core.elementwiseNsPerTokenHidden * oversubscription,
-    perLayerOverheadUs: core.perLayerOverheadUs * oversubscription,
+    elementwiseNsPerTokenHidden: core.elementwiseNsPerTokenHidden / speed,
+    perLayerOverheadUs: core.perLayerOverheadUs / speed,
   };
 }
 

@@ -7,6 +7,7 @@ export {
   machineRun,
   calibrateFixedCosts,
   rankProfile,
+  rankSpeed,
   checkProjection,
   type MachineMeasurements,
   type CalibrationPoint,

@@ -69,9 +69,9 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
     const world = await PaperWorld.start(p);
     try {
       for (const [i, { seq, kind }] of rows.entries()) {
-        // The first row of a world warms twice (JIT, ONNX Runtime arenas); short rows take the median of 3.
+        // The first row of a world warms twice (JIT, ONNX Runtime arenas); rows up to 16K take the median of 3 (the machine is shared).
         const warmups = seq > f.warmupMaxSeq ? 0 : i === 0 ? 2 : 1;
-        const row = await world.blockRow(config(kind), seq, { iters: seq <= 8192 ? 3 : 1, warmups, freshSessions: false });
+        const row = await world.blockRow(config(kind), seq, { iters: seq <= 16384 ? 3 : 1, warmups, freshSessions: false });
         out.rows.push(row);
         log(`  P=${p} N=${seq} ${kind}: ${row.stepMs.toFixed(0)} ms${warmups > 0 ? "" : " (cold)"}, ${(row.stepBytes / 2 ** 20).toFixed(2)} MiB sent`);
       }

@@ -11,7 +11,7 @@ export interface PaperFlags {
   /** Throughput rows: SP degrees and sequence lengths. */
   ranks: number[];
   seqs: number[];
-  /** Rows with N above this time one cold step (no warm-up); rows up to 8192 take the median of 3 warm steps, longer ones one warm step. */
+  /** Rows with N above this time one cold step (no warm-up); rows up to 16384 take the median of 3 warm steps, longer ones one warm step. */
   warmupMaxSeq: number;
   /** Communication volume: tokens per rank (weak scaling) and the fixed N (strong scaling), P = 1, 2, 4. */
   weakPerRank: number;

@@ -25,6 +25,8 @@ import { REPO_ROOT } from "./measure-children.js";
 
 export interface ProjectionCheck {
   model: GptShape;
+  /** A thread's speed with every core busy relative to alone (from the two MatMul rates). */
+  shared: number;
   machine: HardwareProfile;
   calibration: Calibration;
   calibrationPoints: { seqLen: number; seconds: number }[];
@@ -44,8 +46,10 @@ export function mappingText(cores: number): string {
     `attentionEfficiencyBySeq = (OrtAttention's causal forward+backward useful rate on one thread, measured at each listed N) / that rate ` +
     `(its tiling follows the key length, so its efficiency varies with N; interpolated in log2 N); ` +
     `elementwiseNsPerTokenHidden and perLayerOverheadUs calibrated on one configuration, P = 1 (one rank, one ONNX Runtime thread: one device), at two sequence lengths. ` +
-    `Every rank runs one ONNX Runtime thread, so P <= ${cores} ranks are P such devices; P > ${cores} ranks time-share the cores: each is a device with peak = machine rate / P ` +
-    `and fixed costs x P/${cores}. Link: all ranks on one node, at the all-to-all bandwidth and latency measured between P ranks in this run.`
+    `Every rank runs one ONNX Runtime thread. When all ${cores} cores are busy a thread keeps shared = (MatMul rate with ${cores} threads) / (${cores} x the one-thread rate) of its solo speed ` +
+    `(shared caches and memory bandwidth, SMT siblings on a VM); P > ${cores} ranks time-share the cores. A rank's speed is s(P) = shared x min(1, ${cores}/P) for P >= ${cores} ` +
+    `(so its peak is the machine rate / P) and 1 at P = 1; its device has peak x s(P) and fixed costs / s(P). ` +
+    `Link: all ranks on one node, at the all-to-all bandwidth and latency measured between P ranks in this run.`
   );
 }
 
@@ -79,10 +83,11 @@ export function runProjectionCheck(
     perLayerOverheadUs: calibration.perLayerOverheadUs,
     source: `${source} Fixed costs from P = 1 at N = ${points.map((p) => p.seqLen).join(" and ")} (${points.map((p) => `${p.seconds.toFixed(3)} s`).join(", ")}).`,
   };
+  const shared = Math.min(1, rates.matmulGflops / (info.cores * rates.matmulOneThreadGflops));
   const profiles: Record<number, HardwareProfile> = {};
   for (const rate of allToAll) {
-    profiles[rate.ranks] = rankProfile(machine, rate.ranks, info.cores, { bandwidthGBs: rate.bandwidthGBs, latencyUs: rate.latencyUs });
-    profiles[rate.ranks]!.source = `${machine.source} All-to-all between ${rate.ranks} ranks: ${(rate.bytes / 2 ** 20).toFixed(1)} MiB per rank in ${(rate.seconds * 1e3).toFixed(2)} ms (${rate.bandwidthGBs.toFixed(2)} GB/s sent per rank), 16 floats per peer in ${rate.latencyUs.toFixed(0)} µs.`;
+    profiles[rate.ranks] = rankProfile(machine, rate.ranks, info.cores, { bandwidthGBs: rate.bandwidthGBs, latencyUs: rate.latencyUs }, shared);
+    profiles[rate.ranks]!.source = `${machine.source} shared = ${rates.matmulGflops.toFixed(1)} / (${info.cores} x ${rates.matmulOneThreadGflops.toFixed(1)}) = ${shared.toFixed(3)}. All-to-all between ${rate.ranks} ranks: ${(rate.bytes / 2 ** 20).toFixed(1)} MiB per rank in ${(rate.seconds * 1e3).toFixed(2)} ms (${rate.bandwidthGBs.toFixed(2)} GB/s sent per rank), 16 floats per peer in ${rate.latencyUs.toFixed(0)} µs.`;
   }
   const dir = path.join(REPO_ROOT, "tools/project/profiles");
   const profileFiles: string[] = [];
@@ -99,5 +104,5 @@ export function runProjectionCheck(
     .filter((r) => r.kind === "ulysses" && r.ranks > 1 && f.ranks.includes(r.ranks) && f.seqs.includes(r.seq) && profiles[r.ranks] !== undefined)
     .map((r) => ({ scheme: "ulysses" as const, degree: r.ranks, seqLen: r.seq, seconds: r.stepMs / 1000 }));
   const checked = checkProjection(model, measured, (p) => profiles[p]!);
-  return { model, machine, calibration, calibrationPoints: points, profiles, profileFiles, rows: checked };
+  return { model, shared, machine, calibration, calibrationPoints: points, profiles, profileFiles, rows: checked };
 }
