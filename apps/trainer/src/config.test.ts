@@ -105,3 +105,24 @@ describe("localRanksOnHost", () => {
     expect(localRanksOnHost({ OMPI_COMM_WORLD_LOCAL_SIZE: "zero" })).toBe(1);
   });
 });
+
+describe("--kernel", () => {
+  const problems = (overrides: Partial<TrainConfig>) => {
+    try {
+      validateConfig({ ...DEFAULTS, ...overrides }, {});
+      return "";
+    } catch (error) {
+      return (error as Error).message;
+    }
+  };
+  it("accepts auto, fused and ort and names a bad value", () => {
+    expect(problems({ kernel: "ort" })).toBe("");
+    expect(problems({ kernel: "flash" as never })).toMatch(/--kernel must be auto, fused or ort, got 'flash'/);
+  });
+  it("auto resolves to a kernel this machine has, and ort is always ort", async () => {
+    const { resolveKernel } = await import("./kernels.js");
+    const { fusedAttentionStatus } = await import("@ulysses/fused-attention");
+    expect(resolveKernel("ort").kernel).toBe("ort");
+    expect(resolveKernel("auto").kernel).toBe(fusedAttentionStatus().available ? "fused" : "ort");
+  });
+});

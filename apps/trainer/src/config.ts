@@ -50,6 +50,8 @@ export interface TrainConfig {
   export: boolean;
   /** ONNX Runtime threads per rank (default max(1, floor(cores / ranks per process))). */
   threads: number | null;
+  /** Local attention kernel: auto (fused when its addon is built, else ort) | fused | ort. */
+  kernel: "auto" | "fused" | "ort";
 }
 
 export const DEFAULTS: TrainConfig = {
@@ -86,6 +88,7 @@ export const DEFAULTS: TrainConfig = {
   logEvery: 10,
   export: true,
   threads: null,
+  kernel: "auto",
 };
 
 export const BACKENDS = ["threads", "local", "mpi"] as const;
@@ -133,6 +136,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (config.threads !== null && (!Number.isInteger(config.threads) || config.threads < 1)) problems.push(`--threads must be a positive integer, got ${config.threads}`);
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!["gelu", "swiglu"].includes(config.mlp)) problems.push(`--mlp must be gelu or swiglu, got '${config.mlp}'`);
+  if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);
   if (!["ulysses", "allgather"].includes(config.attention)) problems.push(`--attention must be ulysses or allgather, got '${config.attention}'`);
   if (!(BACKENDS as readonly string[]).includes(config.backend) && !isModulePath(config.backend)) {
     problems.push(`unknown backend '${config.backend}': use ${BACKENDS.join(", ")} or a module path (./my-backend.js)`);

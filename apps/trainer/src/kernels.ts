@@ -1,8 +1,14 @@
 /**
- * The kernels one rank trains with: BlockOps and a local attention kernel
- * sharing one ONNX Runtime session cache with `threads` intra-op threads.
+ * The kernels one rank trains with: BlockOps and a local attention kernel.
+ * Ops run as ONNX graphs in one ONNX Runtime session cache with `threads`
+ * intra-op threads; attention is the fused custom op of
+ * @ulysses/fused-attention (faster in `pnpm bench:kernels`) or OrtAttention.
+ * "auto" picks fused when its native addon is built and says which it used.
  */
-import { OrtAttention, SessionCache, createOrtOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+import { fusedAttentionStatus } from "@ulysses/fused-attention";
+import { SessionCache, createAttention, createOrtOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+import type { TrainConfig } from "./config.js";
+import { TrainerError } from "./errors.js";
 
 export interface RankKernels {
   ops: BlockOps;
@@ -12,12 +18,32 @@ export interface RankKernels {
   release(): Promise<void>;
 }
 
-export function createRankKernels(threads: number): RankKernels {
+/** The attention kernel "auto" resolves to on this machine, with the reason. */
+export function resolveKernel(kernel: TrainConfig["kernel"]): { kernel: "fused" | "ort"; note: string } {
+  if (kernel === "ort") return { kernel, note: "" };
+  const status = fusedAttentionStatus();
+  if (status.available) return { kernel: "fused", note: "" };
+  if (kernel === "fused") throw new TrainerError(`--kernel fused: the fused attention addon is not available: ${status.reason}`);
+  return { kernel: "ort", note: ` (fused attention unavailable: ${status.reason.split("\n")[0]})` };
+}
+
+export async function createRankKernels(threads: number, kernel: TrainConfig["kernel"] = "auto"): Promise<RankKernels> {
+  const chosen = resolveKernel(kernel);
   const cache = new SessionCache({ intraOpThreads: threads });
+  const attention = await createAttention({
+    implementation: chosen.kernel === "fused" ? "custom" : "ort",
+    cache,
+    load: () => import("@ulysses/fused-attention"),
+  });
+  const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
+  const name = chosen.kernel === "fused" ? "FusedAttention (C++ custom op)" : "OrtAttention";
   return {
     ops: createOrtOps(cache),
-    attention: new OrtAttention({ cache }),
-    description: `OrtOps + OrtAttention (${threads} ORT thread${threads === 1 ? "" : "s"} per rank)`,
-    release: () => cache.release(),
+    attention,
+    description: `OrtOps + ${name}${chosen.note} (${threadNote})`,
+    release: async () => {
+      (attention as { release?: () => unknown }).release?.();
+      await cache.release();
+    },
   };
 }

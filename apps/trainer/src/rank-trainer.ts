@@ -102,7 +102,7 @@ export class RankTrainer {
     }
     const sp = await spGroupOf(world, config.sp, config.dp);
     const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
-    const kernels = createRankKernels(threads);
+    const kernels = await createRankKernels(threads, config.kernel);
     const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile);
     const gptConfig = checkpoint?.config ?? gptConfigOf(config);
     const model = new Gpt(gptConfig, {

@@ -88,7 +88,7 @@ export function attendedPairs(seq: number, causal: boolean): number {
 
 async function attention(c: AttentionCase): Promise<CaseResult> {
   const cache = new SessionCache({ intraOpThreads: c.threads, allowSpinning: c.spin });
-  const kernel = await createAttention({ implementation: c.implementation, cache, threads: c.threads });
+  const kernel = await createAttention({ implementation: c.implementation, cache, threads: c.threads, load: () => import("@ulysses/fused-attention") });
   const options = { causal: c.causal };
   const make = (seq: number, seed: number) => randomUniform([1, seq, c.heads, c.headDim], { seed, low: -1, high: 1 }) as Tensor<"float32">;
   // Warm-up on a short sequence: creates every session shape the long run uses.

@@ -15,17 +15,35 @@ describe("createAttention", () => {
     expect(await createAttention({ implementation: "reference" })).toBeInstanceOf(ReferenceAttention);
   });
 
-  it("loads the fused package for 'custom', or says how to build it", async () => {
-    let attention;
-    try {
-      attention = await createAttention({ implementation: "custom", threads: 1 });
-    } catch (error) {
-      expect(error).toBeInstanceOf(KernelError);
-      expect((error as Error).message).toMatch(/@ulysses\/fused-attention.*build:native.*dependency/s);
-      return;
+  it("builds 'custom' from the module the caller's loader returns, with the thread count", async () => {
+    const made: { threads?: number }[] = [];
+    class FusedAttention {
+      readonly name = "fake-fused";
+      constructor(options: { threads?: number }) {
+        made.push(options);
+      }
+      forward(): never {
+        throw new Error("not called");
+      }
+      backward(): never {
+        throw new Error("not called");
+      }
     }
-    expect(typeof attention.forward).toBe("function");
-    expect(typeof attention.backward).toBe("function");
+    const attention = await createAttention({ implementation: "custom", threads: 3, load: async () => ({ FusedAttention }) });
+    expect(attention.name).toBe("fake-fused");
+    expect(made).toEqual([{ threads: 3 }]);
+  });
+
+  it("says how to build and wire @ulysses/fused-attention when it cannot be loaded", async () => {
+    const failing = createAttention({ implementation: "custom", threads: 1, load: () => Promise.reject(new Error("Cannot find package")) });
+    await expect(failing).rejects.toBeInstanceOf(KernelError);
+    await expect(createAttention({ implementation: "custom", threads: 1, load: () => Promise.reject(new Error("Cannot find package")) })).rejects.toThrow(
+      /@ulysses\/fused-attention.*Cannot find package.*build:native.*load: \(\) => import/s,
+    );
+  });
+
+  it("names the exports when the loaded module has no FusedAttention", async () => {
+    await expect(createAttention({ implementation: "custom", load: async () => ({ Other: 1 }) })).rejects.toThrow(/exports no FusedAttention class \(exports: Other\)/);
   });
 
   it("rejects unknown implementations by name", async () => {

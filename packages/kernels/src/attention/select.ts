@@ -24,6 +24,13 @@ export interface CreateAttentionOptions {
   threads?: number;
   /** Query rows per session run for "ort" (see OrtAttentionOptions). */
   blockRows?: number;
+  /**
+   * Loads @ulysses/fused-attention for "custom". Pass `() => import("@ulysses/fused-attention")`
+   * from a package that depends on it: module resolution then starts from the
+   * caller, and this package keeps no dependency on the native one (which
+   * itself tests against this package).
+   */
+  load?: () => Promise<unknown>;
 }
 
 const FUSED_PACKAGE = "@ulysses/fused-attention";
@@ -32,17 +39,17 @@ interface FusedModule {
   FusedAttention: new (options: { threads?: number }) => LocalAttention;
 }
 
-async function loadFused(threads: number): Promise<LocalAttention> {
+async function loadFused(threads: number, load?: () => Promise<unknown>): Promise<LocalAttention> {
   let module: Partial<FusedModule>;
   try {
     // A variable specifier: this package has no dependency on the fused one.
     const specifier: string = FUSED_PACKAGE;
-    module = (await import(specifier)) as Partial<FusedModule>;
+    module = (await (load ? load() : import(specifier))) as Partial<FusedModule>;
   } catch (cause) {
     throw new KernelError(
       `attention implementation 'custom' needs ${FUSED_PACKAGE}, which could not be loaded (${(cause as Error).message ?? cause}). ` +
         `Build it with \`npx pnpm@12.4.2 --filter ${FUSED_PACKAGE} build:native\` (C++ toolchain and the ONNX Runtime C API headers, see its README), ` +
-        `make it resolvable from @ulysses/kernels (a dependency, optional or peer, in packages/kernels/package.json) and run \`npx pnpm@12.4.2 install\`; or choose implementation 'ort'.`,
+        `make it a dependency of the package that calls createAttention and pass \`load: () => import("${FUSED_PACKAGE}")\`; or choose implementation 'ort'.`,
       { cause },
     );
   }
@@ -61,7 +68,7 @@ export async function createAttention(options: CreateAttentionOptions = {}): Pro
     case "reference":
       return new ReferenceAttention();
     case "custom":
-      return loadFused(options.cache?.intraOpThreads ?? options.threads ?? new SessionCache().intraOpThreads);
+      return loadFused(options.cache?.intraOpThreads ?? options.threads ?? new SessionCache().intraOpThreads, options.load);
     default:
       throw new KernelError(`unknown attention implementation '${String(implementation)}'; use one of ${ATTENTION_IMPLEMENTATIONS.join(", ")}`);
   }
