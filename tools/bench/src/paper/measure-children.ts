@@ -74,6 +74,23 @@ export async function measureKernelRates(f: PaperFlags, log: (line: string) => v
   return rates;
 }
 
+/**
+ * The better of two measurements of the kernel rates, field by field (the
+ * suite measures them before and after the block steps: on a shared machine a
+ * rate is only ever lowered by other work, so the best is the machine's).
+ */
+export function bestRates(a: KernelRates, b: KernelRates): KernelRates {
+  const attention = a.attention.map((x, i) => { const y = b.attention[i]; return y !== undefined && y.gflops > x.gflops ? y : x; });
+  return {
+    ...a,
+    matmulGflops: Math.max(a.matmulGflops, b.matmulGflops),
+    matmulOneThreadGflops: Math.max(a.matmulOneThreadGflops, b.matmulOneThreadGflops),
+    gemmGflops: Math.max(a.gemmGflops, b.gemmGflops),
+    attention,
+    attentionGflops: attention.at(-1)!.gflops,
+  };
+}
+
 export interface ConvergenceRun {
   sp: number;
   losses: number[];

@@ -33,3 +33,15 @@ describe("bench:paper arithmetic", () => {
     expect(() => parsePaperFlags(["--bogus"])).toThrow(/unknown flag '--bogus'/);
   });
 });
+
+describe("bestRates", () => {
+  it("keeps the better measurement of every rate", async () => {
+    const { bestRates } = await import("./measure-children.js");
+    const base = { threads: 2, matmulGflops: 100, matmulOneThreadGflops: 60, gemmGflops: 30, gemmRows: 4096, attention: [{ seq: 2048, seconds: 1, gflops: 10 }, { seq: 4096, seconds: 2, gflops: 20 }], attentionGflops: 20 };
+    const other = { ...base, matmulGflops: 90, matmulOneThreadGflops: 70, attention: [{ seq: 2048, seconds: 0.5, gflops: 20 }, { seq: 4096, seconds: 3, gflops: 15 }], attentionGflops: 15 };
+    const best = bestRates(base, other);
+    expect([best.matmulGflops, best.matmulOneThreadGflops, best.gemmGflops]).toEqual([100, 70, 30]);
+    expect(best.attention.map((a) => a.gflops)).toEqual([20, 20]);
+    expect(best.attentionGflops).toBe(20);
+  });
+});

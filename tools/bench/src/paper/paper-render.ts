@@ -41,7 +41,7 @@ export function renderPaper(data: PaperData, f: PaperFlags, check: ProjectionChe
     "",
     `Model unit: one TransformerBlock (hidden ${f.hidden}, ${f.heads} heads of ${f.hidden / f.heads}, MLP 4h GELU, LayerNorm, causal, float32, batch 1), forward + backward with weight-gradient all-reduce, ` +
       `threads backend (ranks are worker threads sharing the ${info.cores} cores), ONNX Runtime kernels (OrtAttention), one ONNX Runtime thread per rank (P = 1 is therefore one core: the calibration configuration of section 5). ` +
-      `Kernel rates measured in this run: ONNX Runtime MatMul 2048^3 ${rates.matmulGflops.toFixed(1)} GFLOP/s with all ${rates.threads} cores, ${rates.matmulOneThreadGflops.toFixed(1)} with one thread; ` +
+      `Kernel rates measured in this run (before and after the block steps; the better of the two per rate): ONNX Runtime MatMul 2048^3 ${rates.matmulGflops.toFixed(1)} GFLOP/s with all ${rates.threads} cores, ${rates.matmulOneThreadGflops.toFixed(1)} with one thread; ` +
       `one thread: the block's forward GEMMs at ${rates.gemmRows} rows ${rates.gemmGflops.toFixed(1)}, causal attention forward+backward (OrtAttention, 2 heads of ${f.hidden / f.heads}) ${rates.attention.map((a) => `${a.gflops.toFixed(1)} useful GFLOP/s at N = ${a.seq}`).join(", ")}.`,
     "",
   ];
