@@ -19,7 +19,7 @@ export function modelFlopsPerStep(config: GptConfig, tokens: number, seq: number
 }
 
 /** FLOP/s of an n x n x n float32 MatMul in ONNX Runtime with `threads` threads (best of a few runs). */
-export async function measureMatmulRate(threads = os.availableParallelism(), n = 512): Promise<number> {
+export async function measureMatmulRate(threads = os.availableParallelism(), n = 1024): Promise<number> {
   const cache = new SessionCache({ intraOpThreads: threads });
   try {
     const build = () => {
@@ -37,7 +37,7 @@ export async function measureMatmulRate(threads = os.availableParallelism(), n =
     }
     await cache.run(`matmul-rate-${n}`, build, { a, b });
     let best = Infinity;
-    for (let round = 0; round < 5; round++) {
+    for (let round = 0; round < 8; round++) {
       const reps = 4;
       const started = performance.now();
       for (let r = 0; r < reps; r++) await cache.run(`matmul-rate-${n}`, build, { a, b });
