@@ -101,7 +101,7 @@ export function renderPaper(data: PaperData, f: PaperFlags, check: ProjectionChe
       "",
       stamp,
       "",
-      `The trainer CLI's default model (recall task, seq 256, 2 layers, hidden 64, 4 heads, batch 8, seed 1234) for ${f.trainSteps} steps at SP = ${f.trainRanks.join(", ")} (same seed, same global batch). ` +
+      `The trainer CLI's default model and data (its settings: config.json in bench-results/paper-train/sp*/) for ${f.trainSteps} steps at SP = ${f.trainRanks.join(", ")} (same seed, same global batch). ` +
         `Commands: ${runs.map((r) => `\`${r.command}\``).join(", ")}. Max relative loss difference to SP = 1 over all steps: **${convergence.maxRelDiff.toExponential(2)}**.`,
       "",
       convergence.markdown,
