@@ -5,19 +5,19 @@
  * measured step times. The measuring is the caller's (tools/bench `bench:paper`);
  * this module is arithmetic only.
  *
- * How one shared-memory machine maps onto the cost model's devices: the
- * machine is one node of C devices, each device one core; its profile (peak =
- * the MatMul rate of one ONNX Runtime thread, fixed costs calibrated on one
- * rank on one core, P = 1) describes a core running alone. A rank runs one
- * ONNX Runtime thread and its JavaScript on one thread. When all C cores are
- * busy a thread keeps only `shared` = (MatMul rate with C threads) / (C x the
- * one-thread rate) of its solo speed (shared caches, memory bandwidth, SMT
- * siblings on VMs); between 1 and C busy threads the factor is interpolated
- * linearly. P > C ranks time-share the cores, each getting C/P of one. So a
- * rank's device runs at speed s(P) = shared(min(P, C)) x min(1, C/P): peak x
- * s(P) (= machine rate / P when P >= C) and fixed costs / s(P). Efficiencies
- * are unchanged. Links: all ranks on one node, at the all-to-all bandwidth
- * and latency measured between P ranks.
+ * How one shared-memory machine maps onto the cost model's devices: a rank
+ * (one ONNX Runtime thread and its JavaScript thread) is a device. Its
+ * profile keeps the peak of one core (the MatMul rate of one ONNX Runtime
+ * thread running alone) and takes its efficiencies from kernel rates measured
+ * on the P ranks themselves, every rank running the kernel at once at the
+ * shape it has in the model (the model's GEMMs; attention on the heads one
+ * rank holds): the cores' sharing (caches, memory bandwidth, SMT siblings,
+ * time-sharing when P exceeds the cores) is in those measured rates, not in a
+ * formula. The fixed costs (elementwise ns by tokens per rank) are
+ * calibrated on P = 1 (one rank alone, `calibrateFixedCosts`) and divided by
+ * the rank's speed s(P) = (its GEMM rate with P ranks at once) / (the GEMM
+ * rate of one rank alone), capped at 1. Links: all ranks on one node, at the
+ * all-to-all bandwidth and latency measured between P ranks.
  */
 import { forwardFlops, project, type GptShape, type RunShape } from "./cost-model.js";
 import { attentionEfficiencyAt, parseProfile, ProjectionError, type HardwareProfile, type LinkProfile } from "./profile.js";
@@ -66,71 +66,103 @@ export function machineProfile(m: MachineMeasurements, source: string): Hardware
   );
 }
 
-/** One training step of `model` on P ranks of one machine (micro-batch 1, no ZeRO, no checkpointing). */
+/** One training step of `model` on P ranks of one machine (micro-batch 1, no ZeRO, no checkpointing; q, k, v in one all-to-all as @ulysses/block sends them). */
 export function machineRun(scheme: RunShape["scheme"], degree: number, seqLen: number, causal = true): RunShape {
-  return { scheme, devices: degree, degree, seqLen, microBatch: 1, globalBatchTokens: seqLen, zeroStage: 0, activationCheckpointing: false, causal };
+  return { scheme, devices: degree, degree, seqLen, microBatch: 1, globalBatchTokens: seqLen, zeroStage: 0, activationCheckpointing: false, causal, fusedQkv: true };
 }
 
 export interface CalibrationPoint {
   seqLen: number;
   /** Measured step time at P = 1, seconds. */
   seconds: number;
+  /** Optional: the time the step spent in its attention kernel, measured in the same step, seconds; replaces the profile's attention term. */
+  attentionSeconds?: number;
 }
 
 export interface Calibration {
-  elementwiseNsPerTokenHidden: number;
-  perLayerOverheadUs: number;
+  /** The memory-bound ops' cost at each point's token count (the profile's `elementwiseNsByTokens`). */
+  elementwiseNsByTokens: { tokens: number; nsPerTokenHidden: number }[];
   /** Step time minus the matmul and attention terms at each point, seconds. */
   residuals: number[];
 }
 
 /**
- * Solves the two fixed-cost keys from two P = 1 measurements: the residual
- * (measured minus matmul and attention terms) is passes·L·N·h·ns + passes·L·overhead,
- * linear in N. Negative solutions (the two rate terms already explain the
- * time) are clamped to 0.
+ * The fixed costs from P = 1 measurements at several sequence lengths: at
+ * each point the residual (step time minus the matmul term, minus the
+ * attention kernel's measured time or else the attention term) is spread
+ * over passes·L·N·h token-hidden units: `elementwiseNsByTokens` at N tokens
+ * (negative residuals, the rate terms already explaining the step, count as
+ * 0). `perLayerOverheadUs` stays 0: the table's short end holds the per-call
+ * overheads.
  */
-export function calibrateFixedCosts(model: GptShape, machine: HardwareProfile, points: readonly [CalibrationPoint, CalibrationPoint], causal = true): Calibration {
-  const [a, b] = points;
-  if (a.seqLen === b.seqLen) throw new ProjectionError(`calibrateFixedCosts: the two points need different sequence lengths, got ${a.seqLen} twice`);
-  const bare = { ...machine, elementwiseNsPerTokenHidden: 0, perLayerOverheadUs: 0 };
-  const residuals = points.map((p) => p.seconds - project(model, machineRun("ulysses", 1, p.seqLen, causal), bare).stepSeconds);
+export function calibrateFixedCosts(model: GptShape, machine: HardwareProfile, points: readonly CalibrationPoint[], causal = true): Calibration {
+  if (points.length === 0) throw new ProjectionError("calibrateFixedCosts: needs at least one P = 1 point");
+  const seen = new Set<number>();
+  for (const p of points) {
+    if (seen.has(p.seqLen)) throw new ProjectionError(`calibrateFixedCosts: each point needs its own sequence length, got ${p.seqLen} twice`);
+    seen.add(p.seqLen);
+  }
+  const { elementwiseNsByTokens: _table, ...rest } = machine;
+  const bare: HardwareProfile = { ...rest, elementwiseNsPerTokenHidden: 0, perLayerOverheadUs: 0 };
   const passes = 3;
-  const perToken = passes * model.layers * model.hidden;
-  const slope = (residuals[1]! - residuals[0]!) / (b.seqLen - a.seqLen); // seconds per token
-  const ns = Math.max(0, slope / perToken) * 1e9;
-  const fixed = residuals[0]! - perToken * a.seqLen * ns * 1e-9;
-  const overheadUs = Math.max(0, fixed / (passes * model.layers)) * 1e6;
-  return { elementwiseNsPerTokenHidden: ns, perLayerOverheadUs: overheadUs, residuals };
+  const residuals = points.map((p) => {
+    const terms = checkProjection(model, [{ scheme: "ulysses", degree: 1, seqLen: p.seqLen, seconds: p.seconds }], () => bare, causal)[0]!.terms;
+    return p.seconds - terms.matmul - (p.attentionSeconds ?? terms.attention);
+  });
+  const elementwiseNsByTokens = points
+    .map((p, i) => ({ tokens: p.seqLen, nsPerTokenHidden: (Math.max(0, residuals[i]!) / (passes * model.layers * p.seqLen * model.hidden)) * 1e9 }))
+    .sort((a, b) => a.tokens - b.tokens);
+  return { elementwiseNsByTokens, residuals };
 }
 
-/** The speed of one of P ranks relative to one thread running alone (see the module comment). */
-export function rankSpeed(degree: number, cores: number, shared: number): number {
-  if (!(shared > 0 && shared <= 1)) throw new ProjectionError(`rankSpeed: shared must be in (0, 1], got ${shared}`);
-  const busy = Math.min(degree, cores);
-  const contention = cores === 1 ? 1 : 1 + ((shared - 1) * (busy - 1)) / (cores - 1);
-  return contention * Math.min(1, cores / degree);
+/** Kernel rates one of P ranks gets while all P ranks run them (measured on the ranks, every rank at once). */
+export interface RankRates {
+  /** The model's GEMMs at its shapes, GFLOP/s per rank. */
+  shapedMatmulGflops: number;
+  /** Attention forward + backward on the heads one rank holds, useful GFLOP/s per rank (causal at half), by sequence length. */
+  attentionGflopsBySeq: { seqLen: number; gflops: number }[];
+}
+
+/** A rank's speed for the fixed costs: its GEMM rate with P ranks at once over one rank's alone, capped at 1. */
+export function rankSpeed(rankShapedMatmulGflops: number, soloShapedMatmulGflops: number): number {
+  if (!(rankShapedMatmulGflops > 0) || !(soloShapedMatmulGflops > 0)) throw new ProjectionError(`rankSpeed: GEMM rates must be positive, got ${rankShapedMatmulGflops} and ${soloShapedMatmulGflops}`);
+  return Math.min(1, rankShapedMatmulGflops / soloShapedMatmulGflops);
 }
 
 /**
- * The device profile of one of P ranks sharing the machine, from the one-core
- * device profile; `shared` as in the module comment (1: threads do not slow
- * each other).
+ * The device profile of one of P ranks sharing the machine (see the module
+ * comment): the one-core profile `core` (its peak and calibrated fixed costs)
+ * with the efficiencies of `rates`, the fixed costs divided by the rank's
+ * speed, and `link` as both links. `soloShapedMatmulGflops`: the GEMM rate of
+ * one rank alone, measured as `rates.shapedMatmulGflops` is.
  */
-export function rankProfile(core: HardwareProfile, degree: number, cores: number, link: LinkProfile, shared = 1): HardwareProfile {
+export function rankProfile(core: HardwareProfile, degree: number, cores: number, link: LinkProfile, rates: RankRates, soloShapedMatmulGflops: number): HardwareProfile {
   if (!Number.isInteger(degree) || degree < 1) throw new ProjectionError(`rankProfile: degree must be a positive integer, got ${degree}`);
   if (!Number.isInteger(cores) || cores < 1) throw new ProjectionError(`rankProfile: cores must be a positive integer, got ${cores}`);
-  const speed = rankSpeed(degree, cores, shared);
-  return {
-    ...core,
-    name: degree <= cores ? `${core.name}, ${degree} ranks on ${cores} cores (one core each)` : `${core.name}, ${degree} ranks time-sharing ${cores} cores`,
-    devicesPerNode: Math.max(degree, cores),
-    peakTflops: core.peakTflops * speed,
-    intraNode: { ...link },
-    interNode: { ...link },
-    elementwiseNsPerTokenHidden: core.elementwiseNsPerTokenHidden / speed,
-    perLayerOverheadUs: core.perLayerOverheadUs / speed,
+  if (rates.attentionGflopsBySeq.length === 0) throw new ProjectionError(`rankProfile: rates.attentionGflopsBySeq is empty (degree ${degree})`);
+  const speed = rankSpeed(rates.shapedMatmulGflops, soloShapedMatmulGflops);
+  const peak = core.peakTflops * 1000;
+  const efficiency = (name: string, gflops: number) => {
+    if (!(gflops > 0) || !Number.isFinite(gflops)) throw new ProjectionError(`rankProfile: ${name} must be a positive measured rate, got ${gflops}`);
+    return Math.min(1, gflops / peak);
   };
+  const bySeq = rates.attentionGflopsBySeq.map((r) => ({ seqLen: r.seqLen, efficiency: efficiency(`attention rate at N = ${r.seqLen}`, r.gflops) })).sort((a, b) => a.seqLen - b.seqLen);
+  return parseProfile(
+    {
+      ...core,
+      name: degree <= cores ? `${core.name}, ${degree} ranks on ${cores} cores (one core each)` : `${core.name}, ${degree} ranks time-sharing ${cores} cores`,
+      devicesPerNode: Math.max(degree, cores),
+      matmulEfficiency: efficiency("shapedMatmulGflops", rates.shapedMatmulGflops),
+      attentionEfficiency: bySeq.at(-1)!.efficiency,
+      attentionEfficiencyBySeq: bySeq,
+      intraNode: { ...link },
+      interNode: { ...link },
+      elementwiseNsPerTokenHidden: core.elementwiseNsPerTokenHidden / speed,
+      perLayerOverheadUs: core.perLayerOverheadUs / speed,
+      ...(core.elementwiseNsByTokens === undefined ? {} : { elementwiseNsByTokens: core.elementwiseNsByTokens.map((r) => ({ tokens: r.tokens, nsPerTokenHidden: r.nsPerTokenHidden / speed })) }),
+    },
+    `rankProfile(${degree})`,
+  );
 }
 
 export interface MeasuredStep {

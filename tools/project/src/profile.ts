@@ -50,21 +50,52 @@ export interface HardwareProfile {
    * interpolated linearly in log2(N) and held constant beyond the ends.
    */
   attentionEfficiencyBySeq?: { seqLen: number; efficiency: number }[];
+  /**
+   * Optional: `elementwiseNsPerTokenHidden` measured at several token counts
+   * per device and micro-step (b·N/d), for devices whose memory-bound ops slow
+   * down per element as tensors outgrow the caches (a CPU core: the project's
+   * machine pays about 2.5x more per token at 16K tokens than at 2K). When
+   * present it replaces the single number, interpolated linearly in
+   * log2(tokens) and held constant beyond the ends.
+   */
+  elementwiseNsByTokens?: { tokens: number; nsPerTokenHidden: number }[];
+}
+
+/** Linear interpolation in log2(x) over a table sorted by x; the end values beyond the ends. */
+function interpolateLog2<T>(table: readonly T[], x: number, key: (row: T) => number, value: (row: T) => number): number {
+  if (x <= key(table[0]!)) return value(table[0]!);
+  for (let i = 1; i < table.length; i++) {
+    const [a, b] = [table[i - 1]!, table[i]!];
+    if (x <= key(b)) {
+      const t = (Math.log2(x) - Math.log2(key(a))) / (Math.log2(key(b)) - Math.log2(key(a)));
+      return value(a) + t * (value(b) - value(a));
+    }
+  }
+  return value(table[table.length - 1]!);
 }
 
 /** The attention efficiency at key length `seqLen`: the table's (see `attentionEfficiencyBySeq`) or the single number. */
 export function attentionEfficiencyAt(profile: HardwareProfile, seqLen: number): number {
   const table = profile.attentionEfficiencyBySeq;
   if (table === undefined || table.length === 0) return profile.attentionEfficiency;
-  if (seqLen <= table[0]!.seqLen) return table[0]!.efficiency;
-  for (let i = 1; i < table.length; i++) {
-    const [a, b] = [table[i - 1]!, table[i]!];
-    if (seqLen <= b.seqLen) {
-      const t = (Math.log2(seqLen) - Math.log2(a.seqLen)) / (Math.log2(b.seqLen) - Math.log2(a.seqLen));
-      return a.efficiency + t * (b.efficiency - a.efficiency);
-    }
-  }
-  return table[table.length - 1]!.efficiency;
+  return interpolateLog2(table, seqLen, (r) => r.seqLen, (r) => r.efficiency);
+}
+
+/** The memory-bound ops' ns per token per hidden unit at `tokens` per device: the table's (see `elementwiseNsByTokens`) or the single number. */
+export function elementwiseNsAt(profile: HardwareProfile, tokens: number): number {
+  const table = profile.elementwiseNsByTokens;
+  if (table === undefined || table.length === 0) return profile.elementwiseNsPerTokenHidden;
+  return interpolateLog2(table, tokens, (r) => r.tokens, (r) => r.nsPerTokenHidden);
+}
+
+function nsTable(value: unknown, where: string): { tokens: number; nsPerTokenHidden: number }[] | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value)) throw new ProjectionError(`${where}: 'elementwiseNsByTokens' must be an array of { tokens, nsPerTokenHidden }, got ${JSON.stringify(value)}`);
+  const rows = value.map((row: unknown, i) => {
+    const r = (typeof row === "object" && row !== null ? row : {}) as Record<string, unknown>;
+    return { tokens: positive(`elementwiseNsByTokens[${i}].tokens`, r.tokens, where), nsPerTokenHidden: nonNegative(`elementwiseNsByTokens[${i}].nsPerTokenHidden`, r.nsPerTokenHidden, where) };
+  });
+  return rows.sort((a, b) => a.tokens - b.tokens);
 }
 
 function efficiencyTable(value: unknown, where: string): { seqLen: number; efficiency: number }[] | undefined {
@@ -126,5 +157,6 @@ export function parseProfile(json: unknown, where = "profile"): HardwareProfile 
     elementwiseNsPerTokenHidden: nonNegative("elementwiseNsPerTokenHidden", p.elementwiseNsPerTokenHidden ?? 0, where),
     perLayerOverheadUs: nonNegative("perLayerOverheadUs", p.perLayerOverheadUs ?? 0, where),
     ...(p.attentionEfficiencyBySeq === undefined ? {} : { attentionEfficiencyBySeq: efficiencyTable(p.attentionEfficiencyBySeq, where) }),
+    ...(p.elementwiseNsByTokens === undefined ? {} : { elementwiseNsByTokens: nsTable(p.elementwiseNsByTokens, where) }),
   };
 }

@@ -5,6 +5,7 @@
  * projection profile, and the maximum-sequence search under the memory cap.
  */
 import type { AttentionKind, BlockConfig } from "@ulysses/block";
+import { attendedPairs } from "../kernels-bench-case.js";
 import { searchMaximum } from "./max-seq-search.js";
 import type { MemoryAccount } from "./memory-account.js";
 import type { PaperFlags } from "./paper-flags.js";
@@ -20,8 +21,14 @@ export interface AllToAllRate {
   bytesSent: number;
   /** Bytes sent per rank / seconds, GB/s. */
   bandwidthGBs: number;
-  /** Seconds of a tiny all-to-all (16 floats per peer), microseconds. */
+  /**
+   * Latency of the projection profile, microseconds: what a tiny all-to-all
+   * (16 floats per peer) adds when every rank runs a block GEMM before each
+   * one, as the ranks compute between the messages of a block step.
+   */
   latencyUs: number;
+  /** A tiny all-to-all between idle ranks, microseconds (for comparison). */
+  idleLatencyUs: number;
 }
 
 export interface MaxSeqResult {
@@ -35,10 +42,25 @@ export interface MaxSeqResult {
   probes: { seq: number; peakBytes: number; ok: boolean; stepMs: number }[];
 }
 
+/**
+ * The kernels of the block timed on the ranks of one world, every rank at
+ * once (paper-rank.ts `gemmRate`, `attentionRate`): what one of P ranks gets
+ * while the others work, for the projection check's rank profiles.
+ */
+export interface WorldRates {
+  ranks: number;
+  /** The block's forward GEMMs at `gemmRows` rows: GFLOP/s per rank. */
+  gemmRows: number;
+  gemmGflops: number;
+  /** Causal attention forward + backward at the heads one rank holds (ceil(H/P)): useful GFLOP/s per rank (12·heads·pairs·d). */
+  attention: { seq: number; heads: number; seconds: number; gflops: number }[];
+}
+
 export interface BlockMeasurements {
   rows: BlockRow[];
   allToAll: AllToAllRate[];
   maxSeq: MaxSeqResult[];
+  worldRates: WorldRates[];
 }
 
 export const rowKey = (ranks: number, seq: number, kind: AttentionKind) => `${ranks}/${seq}/${kind}`;
@@ -63,15 +85,17 @@ export function plannedRows(f: PaperFlags): Map<number, { seq: number; kind: Att
 }
 
 export async function measureBlocks(f: PaperFlags, log: (line: string) => void): Promise<BlockMeasurements> {
-  const out: BlockMeasurements = { rows: [], allToAll: [], maxSeq: [] };
+  const out: BlockMeasurements = { rows: [], allToAll: [], maxSeq: [], worldRates: [] };
   const config = (kind: AttentionKind): BlockConfig & { attention: AttentionKind } => ({ hidden: f.hidden, heads: f.heads, attention: kind, causal: true });
   for (const [p, rows] of plannedRows(f)) {
     const world = await PaperWorld.start(p);
     try {
+      const rateSeqs = f.skip.has("projection") ? [] : p === 1 ? f.calibrationSeqs : f.ranks.includes(p) ? f.seqs : [];
+      if (rateSeqs.length > 0) out.worldRates.push(await measureWorldRates(world, p, rateSeqs, f, log));
       for (const [i, { seq, kind }] of rows.entries()) {
-        // The first row of a world warms twice (JIT, ONNX Runtime arenas); rows up to 16K take the median of 3 (the machine is shared).
+        // The first row of a world warms twice (JIT, ONNX Runtime arenas); every row reports the median of `timedSteps` (the machine is shared).
         const warmups = seq > f.warmupMaxSeq ? 0 : i === 0 ? 2 : 1;
-        const row = await world.blockRow(config(kind), seq, { iters: seq <= 16384 ? 3 : 1, warmups, freshSessions: false });
+        const row = await world.blockRow(config(kind), seq, { iters: f.timedSteps, warmups, freshSessions: false });
         out.rows.push(row);
         log(`  P=${p} N=${seq} ${kind}: ${row.stepMs.toFixed(0)} ms${warmups > 0 ? "" : " (cold)"}, ${(row.stepBytes / 2 ** 20).toFixed(2)} MiB sent`);
       }
@@ -79,9 +103,10 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
         const bytes = (f.strongSeq / p) * 3 * f.hidden * 4; // the q, k, v exchange of the strong-scaling row
         const big = await world.allToAll(bytes, 5);
         const tiny = await world.allToAll(p * 16 * 4, 9);
-        const rate = { ranks: p, bytes, seconds: big.seconds, bytesSent: big.bytesSent, bandwidthGBs: big.bytesSent / big.seconds / 1e9, latencyUs: tiny.seconds * 1e6 };
+        const loaded = await world.loadedLatency({ rows: 1024, hidden: f.hidden, iters: 16 });
+        const rate = { ranks: p, bytes, seconds: big.seconds, bytesSent: big.bytesSent, bandwidthGBs: big.bytesSent / big.seconds / 1e9, latencyUs: loaded * 1e6, idleLatencyUs: tiny.seconds * 1e6 };
         out.allToAll.push(rate);
-        log(`  P=${p} all-to-all ${(bytes / 2 ** 20).toFixed(1)} MiB per rank: ${(big.seconds * 1e3).toFixed(2)} ms, ${rate.bandwidthGBs.toFixed(2)} GB/s sent per rank; tiny: ${rate.latencyUs.toFixed(0)} µs`);
+        log(`  P=${p} all-to-all ${(bytes / 2 ** 20).toFixed(1)} MiB per rank: ${(big.seconds * 1e3).toFixed(2)} ms, ${rate.bandwidthGBs.toFixed(2)} GB/s sent per rank; tiny: ${rate.idleLatencyUs.toFixed(0)} µs idle, ${rate.latencyUs.toFixed(0)} µs between GEMMs`);
       }
       if (f.searchRanks.includes(p) && !f.skip.has("maxseq")) {
         for (const kind of KINDS) out.maxSeq.push(await searchMaxSeq(world, p, kind, config(kind), f, log));
@@ -91,6 +116,20 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
     }
   }
   return out;
+}
+
+async function measureWorldRates(world: PaperWorld, p: number, seqs: readonly number[], f: PaperFlags, log: (line: string) => void): Promise<WorldRates> {
+  const gemmSeconds = await world.gemmSeconds({ rows: f.rateRows, hidden: f.hidden, repeats: 5 });
+  const gemmGflops = (24 * f.rateRows * f.hidden * f.hidden) / gemmSeconds / 1e9;
+  const heads = Math.ceil(f.heads / p);
+  const headDim = f.hidden / f.heads;
+  const attention: WorldRates["attention"] = [];
+  for (const seq of seqs) {
+    const seconds = await world.attentionSeconds({ seq, heads, headDim, causal: true, repeats: seq <= 8192 ? 3 : seq <= 16384 ? 2 : 1 });
+    attention.push({ seq, heads, seconds, gflops: (12 * heads * attendedPairs(seq, true) * headDim) / seconds / 1e9 });
+  }
+  log(`  P=${p} kernels on every rank at once: block GEMMs (${f.rateRows} rows) ${gemmGflops.toFixed(1)} GFLOP/s per rank; attention (${heads} heads) ${attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")}`);
+  return { ranks: p, gemmRows: f.rateRows, gemmGflops, attention };
 }
 
 async function searchMaxSeq(world: PaperWorld, p: number, kind: AttentionKind, config: BlockConfig & { attention: AttentionKind }, f: PaperFlags, log: (line: string) => void): Promise<MaxSeqResult> {

@@ -52,21 +52,28 @@ export function recordingGroup(group: ProcessGroup, record: ExchangeRecord): Pro
   });
 }
 
-/** Records the bytes of the local kernel's backward inputs (dOut) and outputs (dq, dk, dv). */
+/** Records the bytes of the local kernel's backward inputs (dOut) and outputs (dq, dk, dv), and the time spent in the kernel. */
 export class RecordingLocalAttention implements LocalAttention {
   readonly name: string;
   backwardIoBytes = 0;
+  /** Wall time inside the kernel's forward and backward since the last reset, ms. */
+  kernelMs = 0;
 
   constructor(readonly inner: LocalAttention) {
     this.name = inner.name;
   }
 
-  forward(q: F32, k: F32, v: F32, options: AttentionOptions) {
-    return this.inner.forward(q, k, v, options);
+  async forward(q: F32, k: F32, v: F32, options: AttentionOptions) {
+    const t0 = performance.now();
+    const r = await this.inner.forward(q, k, v, options);
+    this.kernelMs += performance.now() - t0;
+    return r;
   }
 
   async backward(q: F32, k: F32, v: F32, out: F32, dOut: F32, logSumExp: F32, options: AttentionOptions): Promise<AttentionGradients> {
+    const t0 = performance.now();
     const g = await this.inner.backward(q, k, v, out, dOut, logSumExp, options);
+    this.kernelMs += performance.now() - t0;
     this.backwardIoBytes = Math.max(this.backwardIoBytes, dOut.byteLength + g.dq.byteLength + g.dk.byteLength + g.dv.byteLength);
     return g;
   }

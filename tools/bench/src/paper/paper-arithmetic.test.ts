@@ -1,3 +1,4 @@
+import { slowestThenBest } from "./paper-world.js";
 import { describe, expect, it } from "vitest";
 import { maxRelativeDifference } from "./measure-children.js";
 import { parsePaperFlags } from "./paper-flags.js";
@@ -43,5 +44,13 @@ describe("bestRates", () => {
     expect([best.matmulGflops, best.matmulOneThreadGflops, best.gemmGflops]).toEqual([100, 70, 30]);
     expect(best.attention.map((a) => a.gflops)).toEqual([20, 20]);
     expect(best.attentionGflops).toBe(20);
+  });
+});
+
+describe("kernels timed on every rank at once", () => {
+  it("takes each repetition's slowest rank, then the fastest repetition", () => {
+    expect(slowestThenBest([[3, 1, 2], [1, 4, 2.5]])).toBe(2.5);
+    expect(slowestThenBest([[7]])).toBe(7);
+    expect(() => slowestThenBest([[1], []])).toThrow(/at least one repetition, got 1, 0/);
   });
 });

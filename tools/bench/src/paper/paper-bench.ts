@@ -41,7 +41,7 @@ async function attempt<T>(failures: string[], section: string, fn: () => Promise
 async function writePaper(data: PaperData, f: PaperFlags, outDir: string): Promise<void> {
   const check: ProjectionCheck | null = f.skip.has("projection")
     ? null
-    : await attempt(data.failures, "projection check", () => runProjectionCheck(f, data.machine, data.rates, data.blocks.rows, data.blocks.allToAll, data.command));
+    : await attempt(data.failures, "projection check", () => runProjectionCheck(f, data.machine, data.rates, data.blocks.rows, data.blocks.allToAll, data.blocks.worldRates ?? [], data.command));
   const charts = paperCharts(f, data.blocks.rows, data.blocks.maxSeq, data.convergence, check);
   for (const [name, svg] of Object.entries(charts)) fs.writeFileSync(path.join(outDir, name), svg);
   const markdown = renderPaper(data, f, check);

@@ -11,14 +11,16 @@ export interface PaperFlags {
   /** Throughput rows: SP degrees and sequence lengths. */
   ranks: number[];
   seqs: number[];
-  /** Rows with N above this time one cold step (no warm-up); rows up to 16384 take the median of 3 warm steps, longer ones one warm step. */
+  /** Rows with N above this run no warm-up step. */
   warmupMaxSeq: number;
+  /** Timed steps per throughput row (the median is reported). */
+  timedSteps: number;
   /** Communication volume: tokens per rank (weak scaling) and the fixed N (strong scaling), P = 1, 2, 4. */
   weakPerRank: number;
   strongSeq: number;
   scaleRanks: number[];
-  /** P = 1 calibration points of the projection check. */
-  calibrationSeqs: [number, number];
+  /** P = 1 calibration points of the projection check (the token counts per rank of the checked rows). */
+  calibrationSeqs: number[];
   /** Maximum sequence: per-rank cap (MiB), search granularity (tokens per rank), ranks. */
   capMiB: number;
   searchStep: number;
@@ -40,10 +42,11 @@ const FULL: Omit<PaperFlags, "quick" | "skip" | "out"> = {
   ranks: [2, 4],
   seqs: [4096, 8192, 16384, 32768],
   warmupMaxSeq: 32768,
+  timedSteps: 3,
   weakPerRank: 2048,
   strongSeq: 8192,
   scaleRanks: [1, 2, 4],
-  calibrationSeqs: [2048, 8192],
+  calibrationSeqs: [1024, 2048, 4096, 8192, 16384],
   capMiB: 64,
   searchStep: 512,
   searchRanks: [1, 2, 4],
@@ -57,7 +60,7 @@ const QUICK: Partial<PaperFlags> = {
   seqs: [2048, 4096],
   weakPerRank: 1024,
   strongSeq: 4096,
-  calibrationSeqs: [1024, 4096],
+  calibrationSeqs: [512, 1024, 2048],
   capMiB: 32,
   searchStep: 256,
   trainSteps: 12,
@@ -78,6 +81,7 @@ paper.json, paper-*.svg and tools/project/profiles/this-machine*.json.
   --hidden N --heads N block size (default 256, 8)
   --cap-mib N          per-rank memory cap of the max-sequence search (full 64, quick 32)
   --train-steps N      convergence steps per SP degree (full 60, quick 12)
+  --timed-steps N      timed steps per throughput row, median reported (default 3)
   --skip LIST          sections to skip: comm,throughput,maxseq,convergence,projection
   --out DIR            output folder (default bench-results)
 `;
@@ -113,6 +117,7 @@ export function parsePaperFlags(argv: readonly string[]): PaperFlags | null {
       case "--heads": flags.heads = count(); break;
       case "--cap-mib": flags.capMiB = count(); break;
       case "--train-steps": flags.trainSteps = count(); break;
+      case "--timed-steps": flags.timedSteps = count(); break;
       case "--skip": for (const s of value().split(",")) flags.skip.add(s.trim()); break;
       case "--out": flags.out = value(); break;
       default:

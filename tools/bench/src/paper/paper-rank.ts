@@ -9,13 +9,22 @@
  *   the gradient all-reduce, and the memory account of `memory-account.ts`.
  * - `allToAll`: time of one all-to-all of a given size (bandwidth and latency
  *   for the projection's profile).
+ * - `loadedLatency`: the time a tiny all-to-all adds when the ranks compute
+ *   between messages (a block GEMM before each), as in a block step: the
+ *   all-to-all's latency including waiting for ranks the scheduler put aside.
+ * - `gemmRate`, `attentionRate`: the kernels of the block alone, timed on
+ *   every rank at once (a barrier before each repetition), so that each rank
+ *   shares the cores as it does in the block steps: the block's forward GEMMs
+ *   (block-gemm.ts) and the local attention kernel's forward + backward on
+ *   [1, N, heads, headDim] (the shape a rank's kernel sees under Ulysses).
  *
  * Tables are made by the orchestrator (paper-bench.ts).
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import { createOrtOps, OrtAttention, SessionCache, type BlockOps } from "@ulysses/kernels";
 import { AllGatherKVAttention, TransformerBlock, UlyssesAttention, type BlockConfig } from "@ulysses/block";
-import { evenSplitSizes, Rng, Tensor } from "@ulysses/tensors";
+import { evenSplitSizes, randomUniform, Rng, Tensor } from "@ulysses/tensors";
+import { blockGemm } from "./block-gemm.js";
 import { memoryAccount, recordingGroup, RecordingLocalAttention, RecordingShardedAttention, type ExchangeRecord, type MemoryAccount } from "./memory-account.js";
 
 export interface BlockStepArgs {
@@ -40,7 +49,30 @@ export interface BlockStepResult {
   /** Time inside the attention collectives and the all-reduce (includes waiting for peers), ms. */
   attentionCommMs: number;
   gradCommMs: number;
+  /** Time inside the local attention kernel (forward + backward), ms. */
+  attentionKernelMs: number;
   memory: MemoryAccount;
+}
+
+export interface GemmRateArgs {
+  rows: number;
+  hidden: number;
+  repeats: number;
+}
+
+export interface AttentionRateArgs {
+  seq: number;
+  heads: number;
+  headDim: number;
+  causal: boolean;
+  repeats: number;
+}
+
+export interface LoadedLatencyArgs {
+  /** Rows of the block GEMMs each rank runs between two messages. */
+  rows: number;
+  hidden: number;
+  iters: number;
 }
 
 export interface AllToAllArgs {
@@ -60,6 +92,16 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
 
 export default function setup(ctx: RankContext) {
   const { group } = ctx;
+  const timedRepeats = async (repeats: number, run: () => Promise<unknown>): Promise<number[]> => {
+    const times: number[] = [];
+    for (let i = 0; i < repeats; i++) {
+      await group.barrier();
+      const t0 = performance.now();
+      await run();
+      times.push((performance.now() - t0) / 1000);
+    }
+    return times;
+  };
   let cache = new SessionCache({ intraOpThreads: ctx.ortThreads });
   let ops: BlockOps = createOrtOps(cache);
   let kernel = new OrtAttention({ cache });
@@ -92,6 +134,7 @@ export default function setup(ctx: RankContext) {
       const step = async () => {
         await group.barrier();
         group.resetStats();
+        local.kernelMs = 0;
         const t0 = performance.now();
         const { context } = await block.forward(x, { seqLength: args.seq });
         const t1 = performance.now();
@@ -109,6 +152,7 @@ export default function setup(ctx: RankContext) {
           gradBytes: s.allReduce.bytesSent,
           attentionCommMs: attentionOps().reduce((n, o) => n + o.timeMs, 0),
           gradCommMs: s.allReduce.timeMs,
+          attentionKernelMs: local.kernelMs,
         };
       };
       const runs = [];
@@ -124,7 +168,51 @@ export default function setup(ctx: RankContext) {
         upstreamGradientBytes: dy.byteLength,
         weightBytes,
       });
-      return { ...mid, forwardMs: median(timed.map((r) => r.forwardMs)), memory };
+      return { ...mid, forwardMs: median(timed.map((r) => r.forwardMs)), attentionKernelMs: median(timed.map((r) => r.attentionKernelMs)), memory };
+    },
+
+    /** Seconds of each repetition of the block's forward GEMMs (after untimed warm-up runs). */
+    async gemmRate(args: GemmRateArgs): Promise<number[]> {
+      const g = blockGemm(cache, args.rows, args.hidden);
+      await g.warm();
+      return timedRepeats(args.repeats, () => g.run());
+    },
+
+    /** Seconds of each repetition of the attention kernel's forward + backward (sessions made on a short warm-up first). */
+    async attentionRate(args: AttentionRateArgs): Promise<number[]> {
+      const options = { causal: args.causal };
+      const make = (seq: number, seed: number) => randomUniform([1, seq, args.heads, args.headDim], { seed: seed + 16 * group.rank, low: -1, high: 1 }) as Tensor<"float32">;
+      const fwdBwd = async (seq: number, seed: number) => {
+        const [q, k, v, dOut] = [0, 1, 2, 3].map((i) => make(seq, seed + i)) as [Tensor<"float32">, Tensor<"float32">, Tensor<"float32">, Tensor<"float32">];
+        return async () => {
+          const f = await kernel.forward(q, k, v, options);
+          await kernel.backward(q, k, v, f.out, dOut, f.logSumExp, options);
+        };
+      };
+      await (await fwdBwd(Math.min(args.seq, 1024), 1))();
+      return timedRepeats(args.repeats, await fwdBwd(args.seq, 5));
+    },
+
+    /** Seconds of `iters` GEMMs alone and of `iters` (GEMM, tiny all-to-all) pairs. */
+    async loadedLatency(args: LoadedLatencyArgs): Promise<{ computeSeconds: number; withMessagesSeconds: number }> {
+      const g = blockGemm(cache, args.rows, args.hidden);
+      await g.warm();
+      const floats = 16 * group.size;
+      const input = new Tensor("float32", [floats]);
+      const output = new Tensor("float32", [floats]);
+      await group.allToAll(input, { output });
+      const timed = async (withMessages: boolean) => {
+        await group.barrier();
+        const t0 = performance.now();
+        for (let i = 0; i < args.iters; i++) {
+          await g.run();
+          if (withMessages) await group.allToAll(input, { output });
+        }
+        return (performance.now() - t0) / 1000;
+      };
+      const computeSeconds = await timed(false);
+      const withMessagesSeconds = await timed(true);
+      return { computeSeconds, withMessagesSeconds };
     },
 
     async allToAll(args: AllToAllArgs): Promise<{ seconds: number; bytesSent: number }> {

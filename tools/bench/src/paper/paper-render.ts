@@ -68,8 +68,8 @@ export function renderPaper(data: PaperData, f: PaperFlags, check: ProjectionChe
       stamp,
       "",
       `Tokens per second of one block step (forward + backward, the slowest rank's wall time) and model FLOPs utilisation = model FLOPs (3 x forward: 24·N·h² + 4·N²·h with causal attention at half) / step time / ` +
-        `the ONNX Runtime MatMul 2048^3 rate with all cores measured in this run (${rates.matmulGflops.toFixed(1)} GFLOP/s). Every row runs warm-up steps first (two in the first row of each world, one after); rows with N <= 16384 report the median of 3 timed steps, longer rows one timed step` +
-        `${f.warmupMaxSeq < Math.max(...f.seqs) ? `; rows with N > ${f.warmupMaxSeq} time one cold step (no warm-up)` : ""}.`,
+        `the ONNX Runtime MatMul 2048^3 rate with all cores measured in this run (${rates.matmulGflops.toFixed(1)} GFLOP/s). Every row runs warm-up steps first (two in the first row of each world, one after); every row reports the median of ${f.timedSteps} timed steps` +
+        `${f.warmupMaxSeq < Math.max(...f.seqs) ? `; rows with N > ${f.warmupMaxSeq} run no warm-up step` : ""}.`,
       "",
       throughputTable(f, blocks.rows, rates),
       "",
@@ -118,9 +118,9 @@ export function renderPaper(data: PaperData, f: PaperFlags, check: ProjectionChe
       stamp,
       "",
       `The lead's cost model (tools/project, \`project(...)\`) predicts the Ulysses rows of section 2 at P >= 2 from profiles written by this run (${check.profileFiles.map((p) => `\`${p}\``).join(", ")}). ` +
-        `${mappingText(info.cores)} Calibrated on ONE configuration, P = 1 (N = ${check.calibrationPoints.map((p) => `${p.seqLen}: ${(p.seconds * 1000).toFixed(0)} ms`).join(", ")}): ` +
-        `elementwiseNsPerTokenHidden = ${check.calibration.elementwiseNsPerTokenHidden.toFixed(3)}, perLayerOverheadUs = ${check.calibration.perLayerOverheadUs.toFixed(0)}. ` +
-        `shared = ${check.shared.toFixed(3)}. One-core profile: peak ${(check.machine.peakTflops * 1000).toFixed(1)} GFLOP/s, matmulEfficiency ${check.machine.matmulEfficiency.toFixed(3)}, attentionEfficiencyBySeq ${(check.machine.attentionEfficiencyBySeq ?? []).map((r) => `${r.seqLen}: ${r.efficiency.toFixed(3)}`).join(", ")}. ` +
+        `${mappingText(info.cores)} Calibration, P = 1: ${check.calibrationPoints.map((p, i) => `N = ${p.seqLen}: step ${(p.seconds * 1000).toFixed(0)} ms, attention kernel ${p.attentionSeconds === undefined ? "?" : (p.attentionSeconds * 1000).toFixed(0)} ms, residual ${(check.calibration.residuals[i]! * 1000).toFixed(0)} ms`).join("; ")}; ` +
+        `elementwiseNsByTokens ${check.calibration.elementwiseNsByTokens.map((r) => `${r.tokens}: ${r.nsPerTokenHidden.toFixed(1)}`).join(", ")}. ` +
+        `Profiles: ${[check.machine, ...Object.values(check.profiles)].map((p, i) => `${i === 0 ? "P=1 (one rank alone)" : `P=${Object.keys(check.profiles)[i - 1]} (s = ${check.speeds[Number(Object.keys(check.profiles)[i - 1])]!.toFixed(3)})`}: matmulEfficiency ${p.matmulEfficiency.toFixed(3)}, attentionEfficiencyBySeq ${(p.attentionEfficiencyBySeq ?? []).map((r) => `${r.seqLen}: ${r.efficiency.toFixed(3)}`).join(", ")}`).join("; ")} (peak ${(check.machine.peakTflops * 1000).toFixed(1)} GFLOP/s). ` +
         `All-to-all: ${Object.values(check.profiles).map((p) => `P=${p.devicesPerNode} ${p.intraNode.bandwidthGBs.toFixed(2)} GB/s, ${p.intraNode.latencyUs.toFixed(0)} µs`).join("; ")}. ` +
         `The all-gather-KV rows are not predicted (the cost model has Ulysses and Megatron-SP, not all-gather-KV). Largest |error|: **${worst.toFixed(1)}%**.`,
       "",

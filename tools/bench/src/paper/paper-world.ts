@@ -8,10 +8,13 @@
 import { launch, type LaunchedWorld } from "@ulysses/collectives";
 import type { AttentionKind, BlockConfig } from "@ulysses/block";
 import type { MemoryAccount } from "./memory-account.js";
-import type { BlockStepArgs, BlockStepResult, AllToAllArgs } from "./paper-rank.js";
+import type { BlockStepArgs, BlockStepResult, AllToAllArgs, GemmRateArgs, AttentionRateArgs, LoadedLatencyArgs } from "./paper-rank.js";
 
 export interface RankApi {
   blockStep(args: BlockStepArgs): Promise<BlockStepResult>;
+  gemmRate(args: GemmRateArgs): Promise<number[]>;
+  attentionRate(args: AttentionRateArgs): Promise<number[]>;
+  loadedLatency(args: LoadedLatencyArgs): Promise<{ computeSeconds: number; withMessagesSeconds: number }>;
   allToAll(args: AllToAllArgs): Promise<{ seconds: number; bytesSent: number }>;
 }
 
@@ -28,11 +31,22 @@ export interface BlockRow {
   gradBytes: number;
   /** Mean over ranks of the time inside collectives, ms. */
   commMs: number;
+  /** Slowest rank's time inside the local attention kernel (median over the timed steps), ms. */
+  attentionKernelMs: number;
   /** Busiest rank's memory account. */
   memory: MemoryAccount;
   /** Warm-up steps before the timed ones, and timed steps (median kept). */
   warmups: number;
   iters: number;
+}
+
+/** Per repetition the slowest rank, then the fastest repetition. */
+export function slowestThenBest(perRank: readonly (readonly number[])[]): number {
+  const repeats = Math.min(...perRank.map((t) => t.length));
+  if (!(repeats >= 1)) throw new Error(`slowestThenBest: every rank needs at least one repetition, got ${perRank.map((t) => t.length).join(", ")}`);
+  let best = Infinity;
+  for (let i = 0; i < repeats; i++) best = Math.min(best, Math.max(...perRank.map((t) => t[i]!)));
+  return best;
 }
 
 export class PaperWorld {
@@ -65,10 +79,39 @@ export class PaperWorld {
       stepBytes: max((r) => r.stepBytes),
       gradBytes: max((r) => r.gradBytes),
       commMs: results.reduce((n, r) => n + r.attentionCommMs + r.gradCommMs, 0) / results.length,
+      attentionKernelMs: max((r) => r.attentionKernelMs),
       memory: busiest.memory,
       warmups: options.warmups,
       iters: options.iters,
     };
+  }
+
+  /**
+   * A kernel timed on every rank at once: each repetition's time is the
+   * slowest rank's (they start together after a barrier); the fastest
+   * repetition is kept.
+   */
+  async gemmSeconds(args: GemmRateArgs): Promise<number> {
+    return slowestThenBest(await this.world.all("gemmRate", args));
+  }
+
+  async attentionSeconds(args: AttentionRateArgs): Promise<number> {
+    return slowestThenBest(await this.world.all("attentionRate", args));
+  }
+
+  /**
+   * Seconds one tiny all-to-all adds when the ranks compute between messages:
+   * (slowest rank's time for `iters` GEMM + message pairs − slowest rank's
+   * time for the GEMMs alone) / iters, at least 0; the median of `trials`.
+   */
+  async loadedLatency(args: LoadedLatencyArgs, trials = 3): Promise<number> {
+    const estimates: number[] = [];
+    for (let t = 0; t < trials; t++) {
+      const r = await this.world.all("loadedLatency", args);
+      const slowest = (pick: (x: (typeof r)[number]) => number) => Math.max(...r.map(pick));
+      estimates.push(Math.max(0, (slowest((x) => x.withMessagesSeconds) - slowest((x) => x.computeSeconds)) / args.iters));
+    }
+    return estimates.sort((a, b) => a - b)[Math.floor(trials / 2)]!;
   }
 
   /** Median seconds of one all-to-all where every rank holds `bytes` (slowest rank), and the bytes each rank sent. */
