@@ -3,6 +3,8 @@
  * onnxruntime-node's own sessions: one runtime library, both in use
  * alternately from one worker thread while the main thread runs too.
  */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { Worker } from "node:worker_threads";
 import { describe, expect, it } from "vitest";
 import { maxRelativeError, referenceForward64 } from "@ulysses/kernels";
@@ -61,4 +63,16 @@ describe.skipIf(!status.available)(suite, () => {
       main.release();
     }
   });
+
+  it("worker threads making the process's first custom-op sessions at the same moment all succeed", async () => {
+    // ONNX Runtime's first registration of a custom-op domain is not
+    // thread-safe; before the addon serialised session creation, 8 threads
+    // starting together failed about one process in five ("the domain is
+    // already exist"). A fresh process each time: only the first sessions race.
+    const script = new URL("./testing-fixtures/first-session-race.ts", import.meta.url).pathname;
+    for (let run = 0; run < 4; run++) {
+      const { stdout } = await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", script, "8"], { env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" } });
+      expect(JSON.parse(stdout.trim().split("\n").at(-1)!)).toEqual({ ok: 8, errors: [] });
+    }
+  }, 120_000);
 });

@@ -16,6 +16,7 @@
 #include <napi.h>
 
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -264,8 +265,17 @@ class Session : public Napi::ObjectWrap<Session> {
     auto model = info[1].As<Napi::Uint8Array>();
     auto state = std::make_shared<SessionState>();
     state->runtime = runtime;
-    OrtStatus* status = runtime->api->CreateSessionFromArray(runtime->env, model.Data(), model.ByteLength(), runtime->options,
-                                                             &state->session);
+    OrtStatus* status = nullptr;
+    {
+      // ONNX Runtime registers a custom-op domain in ONNX's process-wide
+      // domain-to-version map on the first session that uses it, with a
+      // check-then-add that is not thread-safe: two worker threads creating
+      // their first sessions at once fail with "the domain is already exist".
+      // Session creation is rare (sessions are cached), so serialise it.
+      static std::mutex create_mutex;
+      std::lock_guard<std::mutex> lock(create_mutex);
+      status = runtime->api->CreateSessionFromArray(runtime->env, model.Data(), model.ByteLength(), runtime->options, &state->session);
+    }
     if (status) {
       std::string message = runtime->api->GetErrorMessage(status);
       runtime->api->ReleaseStatus(status);
