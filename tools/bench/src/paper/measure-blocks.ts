@@ -91,11 +91,15 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
     const world = await PaperWorld.start(p);
     try {
       const rateSeqs = f.skip.has("projection") ? [] : p === 1 ? f.calibrationSeqs : f.ranks.includes(p) ? f.seqs : [];
-      if (rateSeqs.length > 0) out.worldRates.push(await measureWorldRates(world, p, rateSeqs, f, log));
+      const rates = rateSeqs.length > 0 ? await measureGemmRate(world, p, f, log) : null;
+      if (rates !== null) out.worldRates.push(rates);
       for (const [i, { seq, kind }] of rows.entries()) {
-        // The first row of a world warms twice (JIT, ONNX Runtime arenas); every row reports the median of `timedSteps` (the machine is shared).
+        // The attention rate at N just before the rows at N: the same conditions on a shared machine.
+        if (rates !== null && rateSeqs.includes(seq) && !rates.attention.some((a) => a.seq === seq)) rates.attention.push(await measureAttentionRate(world, p, seq, f, log));
+        // The first row of a world warms twice (JIT, ONNX Runtime arenas); every row reports the median of `timedSteps`
+        // (the machine is shared), the P = 1 rows (the projection's calibration) the median of 5.
         const warmups = seq > f.warmupMaxSeq ? 0 : i === 0 ? 2 : 1;
-        const row = await world.blockRow(config(kind), seq, { iters: f.timedSteps, warmups, freshSessions: false });
+        const row = await world.blockRow(config(kind), seq, { iters: p === 1 ? Math.max(5, f.timedSteps) : f.timedSteps, warmups, freshSessions: false });
         out.rows.push(row);
         log(`  P=${p} N=${seq} ${kind}: ${row.stepMs.toFixed(0)} ms${warmups > 0 ? "" : " (cold)"}, ${(row.stepBytes / 2 ** 20).toFixed(2)} MiB sent`);
       }
@@ -118,18 +122,20 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
   return out;
 }
 
-async function measureWorldRates(world: PaperWorld, p: number, seqs: readonly number[], f: PaperFlags, log: (line: string) => void): Promise<WorldRates> {
-  const gemmSeconds = await world.gemmSeconds({ rows: f.rateRows, hidden: f.hidden, repeats: 5 });
+async function measureGemmRate(world: PaperWorld, p: number, f: PaperFlags, log: (line: string) => void): Promise<WorldRates> {
+  const gemmSeconds = await world.kernelSeconds("gemmRate", { rows: f.rateRows, hidden: f.hidden, repeats: 5 });
   const gemmGflops = (24 * f.rateRows * f.hidden * f.hidden) / gemmSeconds / 1e9;
+  log(`  P=${p} block GEMMs (${f.rateRows} rows) on every rank at once: ${gemmGflops.toFixed(1)} GFLOP/s per rank`);
+  return { ranks: p, gemmRows: f.rateRows, gemmGflops, attention: [] };
+}
+
+async function measureAttentionRate(world: PaperWorld, p: number, seq: number, f: PaperFlags, log: (line: string) => void): Promise<WorldRates["attention"][number]> {
   const heads = Math.ceil(f.heads / p);
   const headDim = f.hidden / f.heads;
-  const attention: WorldRates["attention"] = [];
-  for (const seq of seqs) {
-    const seconds = await world.attentionSeconds({ seq, heads, headDim, causal: true, repeats: seq <= 8192 ? 3 : seq <= 16384 ? 2 : 1 });
-    attention.push({ seq, heads, seconds, gflops: (12 * heads * attendedPairs(seq, true) * headDim) / seconds / 1e9 });
-  }
-  log(`  P=${p} kernels on every rank at once: block GEMMs (${f.rateRows} rows) ${gemmGflops.toFixed(1)} GFLOP/s per rank; attention (${heads} heads) ${attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")}`);
-  return { ranks: p, gemmRows: f.rateRows, gemmGflops, attention };
+  const seconds = await world.kernelSeconds("attentionRate", { seq, heads, headDim, causal: true, repeats: 3 });
+  const gflops = (12 * heads * attendedPairs(seq, true) * headDim) / seconds / 1e9;
+  log(`  P=${p} N=${seq} attention (${heads} heads) on every rank at once: ${gflops.toFixed(1)} useful GFLOP/s per rank`);
+  return { seq, heads, seconds, gflops };
 }
 
 async function searchMaxSeq(world: PaperWorld, p: number, kind: AttentionKind, config: BlockConfig & { attention: AttentionKind }, f: PaperFlags, log: (line: string) => void): Promise<MaxSeqResult> {

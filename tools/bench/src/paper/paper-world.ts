@@ -40,13 +40,12 @@ export interface BlockRow {
   iters: number;
 }
 
-/** Per repetition the slowest rank, then the fastest repetition. */
-export function slowestThenBest(perRank: readonly (readonly number[])[]): number {
+/** Per repetition the slowest rank, then the median repetition (as the block steps report their median). */
+export function slowestThenMedian(perRank: readonly (readonly number[])[]): number {
   const repeats = Math.min(...perRank.map((t) => t.length));
-  if (!(repeats >= 1)) throw new Error(`slowestThenBest: every rank needs at least one repetition, got ${perRank.map((t) => t.length).join(", ")}`);
-  let best = Infinity;
-  for (let i = 0; i < repeats; i++) best = Math.min(best, Math.max(...perRank.map((t) => t[i]!)));
-  return best;
+  if (!(repeats >= 1)) throw new Error(`slowestThenMedian: every rank needs at least one repetition, got ${perRank.map((t) => t.length).join(", ")}`);
+  const slowest = Array.from({ length: repeats }, (_, i) => Math.max(...perRank.map((t) => t[i]!))).sort((a, b) => a - b);
+  return slowest[Math.floor(repeats / 2)]!;
 }
 
 export class PaperWorld {
@@ -88,15 +87,13 @@ export class PaperWorld {
 
   /**
    * A kernel timed on every rank at once: each repetition's time is the
-   * slowest rank's (they start together after a barrier); the fastest
+   * slowest rank's (they start together after a barrier); the median
    * repetition is kept.
    */
-  async gemmSeconds(args: GemmRateArgs): Promise<number> {
-    return slowestThenBest(await this.world.all("gemmRate", args));
-  }
-
-  async attentionSeconds(args: AttentionRateArgs): Promise<number> {
-    return slowestThenBest(await this.world.all("attentionRate", args));
+  async kernelSeconds(kernel: "gemmRate", args: GemmRateArgs): Promise<number>;
+  async kernelSeconds(kernel: "attentionRate", args: AttentionRateArgs): Promise<number>;
+  async kernelSeconds(kernel: "gemmRate" | "attentionRate", args: GemmRateArgs | AttentionRateArgs): Promise<number> {
+    return slowestThenMedian(await this.world.all(kernel, args as never));
   }
 
   /**
