@@ -75,6 +75,15 @@ export async function measureKernelRates(f: PaperFlags, log: (line: string) => v
 }
 
 /**
+ * The machine's matrix rate for MFU: the higher of the all-core MatMul rate and
+ * threads x the one-thread rate, both measured in this run (on a shared host
+ * either can be disturbed, and a low denominator would inflate MFU).
+ */
+export function machineMatmulGflops(rates: KernelRates): number {
+  return Math.max(rates.matmulGflops, rates.threads * rates.matmulOneThreadGflops);
+}
+
+/**
  * The better of two measurements of the kernel rates, field by field (the
  * suite measures them before and after the block steps: on a shared machine a
  * rate is only ever lowered by other work, so the best is the machine's).

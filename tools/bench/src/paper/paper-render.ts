@@ -9,7 +9,7 @@ import type { MachineInfo } from "./machine-info.js";
 import { describeMachine } from "./machine-info.js";
 import type { BlockMeasurements } from "./measure-blocks.js";
 import type { ConvergenceRun, KernelRates } from "./measure-children.js";
-import { REPO_ROOT } from "./measure-children.js";
+import { machineMatmulGflops, REPO_ROOT } from "./measure-children.js";
 import type { PaperFlags } from "./paper-flags.js";
 import { commTable, convergenceTable, maxSeqTable, projectionTable, throughputTable } from "./paper-tables.js";
 import { mappingText, type ProjectionCheck } from "./projection-section.js";
@@ -68,7 +68,7 @@ export function renderPaper(data: PaperData, f: PaperFlags, check: ProjectionChe
       stamp,
       "",
       `Tokens per second of one block step (forward + backward, the slowest rank's wall time) and model FLOPs utilisation = model FLOPs (3 x forward: 24·N·h² + 4·N²·h with causal attention at half) / step time / ` +
-        `the ONNX Runtime MatMul 2048^3 rate with all cores measured in this run (${rates.matmulGflops.toFixed(1)} GFLOP/s). Every row runs warm-up steps first (two in the first row of each world, one after); every row reports the median of ${f.timedSteps} timed steps` +
+        `the machine's ONNX Runtime MatMul 2048^3 rate measured in this run, the higher of all ${rates.threads} threads at once (${rates.matmulGflops.toFixed(1)}) and ${rates.threads} x one thread (${rates.matmulOneThreadGflops.toFixed(1)}): ${machineMatmulGflops(rates).toFixed(1)} GFLOP/s. Every row runs warm-up steps first (two in the first row of each world, one after); every row reports the median of ${f.timedSteps} timed steps` +
         `${f.warmupMaxSeq < Math.max(...f.seqs) ? `; rows with N > ${f.warmupMaxSeq} run no warm-up step` : ""}.`,
       "",
       throughputTable(f, blocks.rows, rates),

@@ -9,7 +9,7 @@ import { blockShape, type ProjectionCheck } from "./projection-section.js";
 import type { BlockRow } from "./paper-world.js";
 import type { MaxSeqResult } from "./measure-blocks.js";
 import type { ConvergenceRun, KernelRates } from "./measure-children.js";
-import { maxRelativeDifference } from "./measure-children.js";
+import { machineMatmulGflops, maxRelativeDifference } from "./measure-children.js";
 import type { PaperFlags } from "./paper-flags.js";
 
 export function table(header: string[], rows: string[][]): string {
@@ -70,7 +70,7 @@ export function throughputTable(f: PaperFlags, rows: readonly BlockRow[], rates:
         const r = rows.find((x) => x.ranks === p && x.seq === n && x.kind === kind);
         if (r === undefined) continue;
         const seconds = r.stepMs / 1000;
-        const mfu = blockStepFlops(f, n) / seconds / (rates.matmulGflops * 1e9);
+        const mfu = blockStepFlops(f, n) / seconds / (machineMatmulGflops(rates) * 1e9);
         body.push([String(p), String(n), NAMES[kind], r.stepMs.toFixed(0), (n / seconds).toFixed(0), (100 * mfu).toFixed(1), r.commMs.toFixed(0), MiB(r.stepBytes), `${r.warmups > 0 ? "warm" : "no warm-up"}, ${r.iters === 1 ? "1 step" : `median of ${r.iters}`}`]);
       }
     }
