@@ -52,7 +52,8 @@ function cpuSeconds(): number {
   return (u.user + u.system) / 1e6;
 }
 
-async function best(repeats: number, run: () => Promise<unknown>): Promise<number> {
+/** The fastest of `repeats` timed calls of `run`, seconds. */
+export async function best(repeats: number, run: () => Promise<unknown>): Promise<number> {
   let fastest = Infinity;
   for (let i = 0; i < repeats; i++) {
     const start = performance.now();

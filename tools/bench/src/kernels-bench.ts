@@ -23,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { AttentionImplementation } from "@ulysses/kernels";
 import { runCase, type AttentionCase, type BenchCase, type CaseResult } from "./kernels-bench-case.js";
+import { flagsOf } from "./argv.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
@@ -40,19 +41,14 @@ interface Args {
 
 function parseArgs(argv: string[]): Args {
   const args: Args = { quick: false, spin: false, threads: [...new Set([1, os.availableParallelism()])], implementation: "ort" };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i]!;
-    const value = () => {
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${flag} needs a value`);
-      return v;
-    };
+  for (const { flag, value } of flagsOf(argv)) {
     if (flag === "--") continue;
     else if (flag === "--quick") args.quick = true;
     else if (flag === "--spin") args.spin = true;
     else if (flag === "--threads") {
-      const n = Number(value());
-      if (!Number.isInteger(n) || n < 1) throw new Error(`--threads must be a positive integer, got ${argv[i]}`);
+      const v = value();
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 1) throw new Error(`--threads must be a positive integer, got ${v}`);
       args.threads = [n];
     } else if (flag === "--impl") {
       const impl = value();

@@ -8,6 +8,12 @@
 import { GraphBuilder, type SessionCache } from "@ulysses/kernels";
 import { randomUniform, type Tensor } from "@ulysses/tensors";
 
+/** Untimed calls of `run`: at least `runs` of them and `ms` milliseconds. */
+export async function warmUp(run: () => Promise<unknown>, runs: number, ms: number): Promise<void> {
+  const start = performance.now();
+  for (let i = 0; i < runs || performance.now() - start < ms; i++) await run();
+}
+
 export interface BlockGemm {
   /** FLOPs of one run. */
   flops: number;
@@ -39,9 +45,5 @@ export function blockGemm(cache: SessionCache, rows: number, hidden: number): Bl
     down: randomUniform([4 * h, h], { seed: 4, low: -1, high: 1 }),
   };
   const run = () => cache.run(key, build, feeds);
-  const warm = async () => {
-    const start = performance.now();
-    for (let i = 0; i < 3 || performance.now() - start < 1000; i++) await run();
-  };
-  return { flops: 24 * rows * h * h, run, warm };
+  return { flops: 24 * rows * h * h, run, warm: () => warmUp(run, 3, 1000) };
 }

@@ -55,3 +55,18 @@ describe("kernels timed on every rank at once", () => {
     expect(() => slowestThenMedian([[1], []])).toThrow(/at least one repetition, got 1, 0/);
   });
 });
+
+describe("bench:paper flags", () => {
+  it("reads flag values, quick sizes and errors", () => {
+    const f = parsePaperFlags(["--quick", "--seqs", "1024,2048", "--timed-steps", "5", "--skip", "maxseq, convergence"])!;
+    expect(f.quick).toBe(true);
+    expect(f.seqs).toEqual([1024, 2048]);
+    expect(f.timedSteps).toBe(5);
+    expect([...f.skip]).toEqual(["maxseq", "convergence"]);
+    expect(f.calibrationSeqs).toEqual([512, 1024, 2048]);
+    expect(parsePaperFlags(["--help"])).toBeNull();
+    expect(() => parsePaperFlags(["--out"])).toThrow("--out needs a value");
+    expect(() => parsePaperFlags(["--seqs", "1024,x"])).toThrow("--seqs: expected positive integers separated by commas, got '1024,x'");
+    expect(() => parsePaperFlags(["--bogus"])).toThrow(/unknown flag '--bogus'/);
+  });
+});

@@ -3,6 +3,7 @@
  * full suite (sized to finish in under 20 minutes on 2 idle cores); `--quick`
  * is a ~3-minute smoke run; the other flags enlarge or narrow either.
  */
+import { flagsOf } from "../argv.js";
 
 export interface PaperFlags {
   quick: boolean;
@@ -96,13 +97,7 @@ const list = (flag: string, v: string) => {
 export function parsePaperFlags(argv: readonly string[]): PaperFlags | null {
   const quick = argv.includes("--quick");
   const flags: PaperFlags = { ...FULL, ...(quick ? QUICK : {}), quick, skip: new Set(), out: null };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i]!;
-    const value = () => {
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${flag} needs a value`);
-      return v;
-    };
+  for (const { flag, value } of flagsOf(argv)) {
     const count = () => list(flag, value())[0]!;
     switch (flag) {
       case "--":

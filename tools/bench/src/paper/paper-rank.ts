@@ -24,7 +24,7 @@ import type { ProcessGroup } from "@ulysses/collectives";
 import { createOrtOps, OrtAttention, SessionCache, type BlockOps } from "@ulysses/kernels";
 import { AllGatherKVAttention, TransformerBlock, UlyssesAttention, type BlockConfig } from "@ulysses/block";
 import { evenSplitSizes, randomUniform, Rng, Tensor } from "@ulysses/tensors";
-import { blockGemm } from "./block-gemm.js";
+import { blockGemm, warmUp } from "./block-gemm.js";
 import { memoryAccount, recordingGroup, RecordingLocalAttention, RecordingShardedAttention, type ExchangeRecord, type MemoryAccount } from "./memory-account.js";
 
 export interface BlockStepArgs {
@@ -178,23 +178,19 @@ export default function setup(ctx: RankContext) {
       return timedRepeats(args.repeats, () => g.run());
     },
 
-    /** Seconds of each repetition of the attention kernel's forward + backward (after a short warm-up and untimed runs at N). */
+    /** Seconds of each repetition of the attention kernel's forward + backward (after untimed runs). */
     async attentionRate(args: AttentionRateArgs): Promise<number[]> {
       const options = { causal: args.causal };
-      const make = (seq: number, seed: number) => randomUniform([1, seq, args.heads, args.headDim], { seed: seed + 16 * group.rank, low: -1, high: 1 }) as Tensor<"float32">;
-      const fwdBwd = async (seq: number, seed: number) => {
-        const [q, k, v, dOut] = [0, 1, 2, 3].map((i) => make(seq, seed + i)) as [Tensor<"float32">, Tensor<"float32">, Tensor<"float32">, Tensor<"float32">];
-        return async () => {
-          const f = await kernel.forward(q, k, v, options);
-          await kernel.backward(q, k, v, f.out, dOut, f.logSumExp, options);
-        };
+      const [q, k, v, dOut] = [0, 1, 2, 3].map(
+        (i) => randomUniform([1, args.seq, args.heads, args.headDim], { seed: 5 + i + 16 * group.rank, low: -1, high: 1 }) as Tensor<"float32">,
+      ) as [Tensor<"float32">, Tensor<"float32">, Tensor<"float32">, Tensor<"float32">];
+      const run = async () => {
+        const f = await kernel.forward(q, k, v, options);
+        await kernel.backward(q, k, v, f.out, dOut, f.logSumExp, options);
       };
-      await (await fwdBwd(Math.min(args.seq, 1024), 1))();
-      // Untimed runs at N too, at least one and 2 s: the first measurement of a fresh world ran up to 2x slow
-      // (the block's first row warms twice for the same reason).
-      const run = await fwdBwd(args.seq, 5);
-      const start = performance.now();
-      for (let i = 0; i < 1 || performance.now() - start < 2000; i++) await run();
+      // Untimed runs at N, at least one and 2 s (they also make the sessions): the first measurement
+      // of a fresh world ran up to 2x slow (the block's first row warms twice for the same reason).
+      await warmUp(run, 1, 2000);
       return timedRepeats(args.repeats, run);
     },
 

@@ -9,7 +9,7 @@
  *   thread alone.
  */
 import { SessionCache } from "@ulysses/kernels";
-import { runCase, type BenchCase } from "../kernels-bench-case.js";
+import { best, runCase, type BenchCase } from "../kernels-bench-case.js";
 import { blockGemm } from "./block-gemm.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -28,14 +28,9 @@ async function gemm(c: GemmCase): Promise<{ forwardGflops: number; forwardSecond
   const cache = new SessionCache({ intraOpThreads: c.threads });
   const g = blockGemm(cache, c.rows, c.hidden);
   await g.warm();
-  let best = Infinity;
-  for (let i = 0; i < c.repeats; i++) {
-    const t0 = performance.now();
-    await g.run();
-    best = Math.min(best, (performance.now() - t0) / 1000);
-  }
+  const seconds = await best(c.repeats, () => g.run());
   await cache.release();
-  return { forwardGflops: g.flops / best / 1e9, forwardSeconds: best };
+  return { forwardGflops: g.flops / seconds / 1e9, forwardSeconds: seconds };
 }
 
 const raw = process.argv.at(-1);
