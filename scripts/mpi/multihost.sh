@@ -83,7 +83,15 @@ step() {
 }
 
 # Each rank leaves a file in /dev/shm, waits, and lists it: a host sees only its own two ranks' files.
-step "hosts" "mpirun ${mpi_flags[*]} sh -c 'touch /dev/shm/ulysses-mh-rank-\$OMPI_COMM_WORLD_RANK; sleep 1; echo rank \$OMPI_COMM_WORLD_RANK on \$(hostname) sees /dev/shm: \$(ls /dev/shm | grep ulysses-mh | tr \"\\n\" \" \")'"
+hosts_log="$(mktemp)"
+step "hosts" "mpirun ${mpi_flags[*]} sh -c 'touch /dev/shm/ulysses-mh-rank-\$OMPI_COMM_WORLD_RANK; sleep 1; echo rank \$OMPI_COMM_WORLD_RANK on \$(hostname) sees /dev/shm: \$(ls /dev/shm | grep ulysses-mh | tr \"\\n\" \" \")'" | tee "$hosts_log"
+# Four ranks, two hosts: every rank must see exactly two rank files (its host's).
+seeing_two=$(grep -cE 'sees /dev/shm: ulysses-mh-rank-[0-9]+ ulysses-mh-rank-[0-9]+ ?$' "$hosts_log" || true)
+rm -f "$hosts_log"
+if [[ $seeing_two != 4 ]]; then
+  echo "== multihost: hosts FAILED: $seeing_two of 4 ranks saw exactly their host's two /dev/shm files" >&2
+  exit 1
+fi
 log="$(mktemp)"
 step "conformance" "mpirun ${mpi_flags[*]} ${node_flags[*]} packages/collectives-mpi/src/testing-fixtures/rank-checks.ts ordered" | tee "$log" | grep -v '^ULYSSES_CONFORMANCE'
 # Every rank must report, with no failed check (our checks and the shared suite).
@@ -97,12 +105,12 @@ if [[ $reports != 4 || $clean != 4 || $failed != 0 ]]; then
   echo "== multihost: conformance FAILED" >&2
   exit 1
 fi
-if [[ $train == 1 && -f "$repo/apps/trainer/src/cli.ts" ]]; then
-  # The backend by module path: works whether or not the trainer depends on the package by name.
+if [[ $train == 1 ]]; then
+  # The backend by module path (init's module-path loading), not the registered name.
   out="$(mktemp -d)"
   train_args="${ULYSSES_MH_TRAIN_ARGS:---sp 4 --steps 4 --seq 64 --threads 1 --no-export}"
   step "training" "mpirun ${mpi_flags[*]} ${node_flags[*]} apps/trainer/src/cli.ts --backend packages/collectives-mpi/src/module.ts --out '$out' $train_args"
   rm -rf "$out"
 else
-  echo "== multihost: training skipped (--no-train, or apps/trainer/src/cli.ts missing)"
+  echo "== multihost: training skipped (--no-train)"
 fi

@@ -4,24 +4,16 @@
  * relative) as the default worker-threads run. Skipped only where OpenMPI is
  * not installed and this is not CI (CI installs it).
  */
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { mpirunAvailable, mpirunCommand } from "@ulysses/collectives-mpi";
 
 const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const flags = ["--seq", "32", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "2", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--sp", "2", "--steps", "6", "--warmup", "2", "--log-every", "1", "--no-export", "--checkpoint-every", "0"];
-
-function hasMpirun(): boolean {
-  try {
-    execFileSync("mpirun", ["--version"], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 function run(command: string, args: string[]): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
@@ -41,7 +33,7 @@ function losses(dir: string): number[] {
     .map((line) => (JSON.parse(line) as { loss: number }).loss);
 }
 
-const available = hasMpirun();
+const available = mpirunAvailable();
 const skip = !available && process.env.CI !== "true";
 
 describe.skipIf(skip)(`threads vs mpi backend${skip ? " (skipped: mpirun not installed; apt-get install openmpi-bin libopenmpi-dev)" : ""}`, () => {
@@ -51,8 +43,8 @@ describe.skipIf(skip)(`threads vs mpi backend${skip ? " (skipped: mpirun not ins
     const mpiDir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-"));
     const threads = await run(process.execPath, [...node, ...flags, "--out", threadsDir]);
     expect(threads.code, threads.output).toBe(0);
-    const mpirun = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-x", "ORT_DISABLE_TELEMETRY=1", "-np", "2"];
-    const mpi = await run("mpirun", [...mpirun, process.execPath, ...node, "--backend", "mpi", ...flags, "--out", mpiDir]);
+    const [mpirun, ...mpirunArgs] = mpirunCommand({ np: 2, node: process.execPath, entry: "src/cli.ts", args: ["--backend", "mpi", ...flags, "--out", mpiDir] });
+    const mpi = await run(mpirun, mpirunArgs);
     expect(mpi.code, mpi.output).toBe(0);
     expect(mpi.output).toMatch(/on mpi/);
     const a = losses(threadsDir);

@@ -13,4 +13,4 @@ export { AllGatherKVAttention, AllGatherKVContext } from "./allgather-kv-attenti
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind, type AttentionKind } from "./block-config.js";
 export { blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
 export { TensorPool } from "./tensor-pool.js";
-export { TransformerBlock, BlockContext, type TransformerBlockOptions, type BlockBackwardOptions, type BlockGradients } from "./transformer-block.js";
+export { TransformerBlock, BlockContext, createShardedAttention, type TransformerBlockOptions, type BlockBackwardOptions, type BlockGradients } from "./transformer-block.js";

@@ -81,18 +81,22 @@ describe.each(["ulysses", "allgather"] as const)("%s attention equals single-ran
 });
 
 describe("communication accounting", () => {
+  /** Each rank's collective stats after the forward and after the backward of one `kind` wrapper on P ranks. */
+  const accounting = (kind: Kind, c: Case, x: ReturnType<typeof inputs>, p: number) =>
+    runRanks(p, async (group, rank) => {
+      const attention = wrap(kind, group);
+      const shard = (t: F32) => shardOf(t, evenSplitSizes(c.seq, p), rank);
+      const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true });
+      const forward = group.stats();
+      await attention.backward(context, shard(x.dOut));
+      return { forward, step: group.stats() };
+    });
+
   it("Ulysses sends 4·(P−1)/P·(N/P)·H·D·4 bytes per rank forward, the same again backward", async () => {
     const c: Case = { name: "", batch: 1, seq: 32, heads: 8, kvHeads: 8, headDim: 4, causal: true, ranks: [] };
     const x = inputs(c, 7);
     for (const p of [2, 4]) {
-      const perRank = await runRanks(p, async (group, rank) => {
-        const attention = new UlyssesAttention(reference, group);
-        const shard = (t: F32) => shardOf(t, evenSplitSizes(c.seq, p), rank);
-        const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true });
-        const forward = group.stats().total.bytesSent;
-        await attention.backward(context, shard(x.dOut));
-        return { forward, total: group.stats().total.bytesSent, calls: group.stats().byOp.allToAll.calls };
-      });
+      const perRank = (await accounting("ulysses", c, x, p)).map((r) => ({ forward: r.forward.total.bytesSent, total: r.step.total.bytesSent, calls: r.step.byOp.allToAll.calls }));
       const expected = (4 * (p - 1) * (c.seq / p) * c.heads * c.headDim * 4) / p;
       for (const r of perRank) {
         expect(r.forward).toBe(expected);
@@ -106,14 +110,7 @@ describe("communication accounting", () => {
     const c: Case = { name: "", batch: 1, seq: 16, heads: 8, kvHeads: 2, headDim: 4, causal: true, ranks: [] };
     const x = inputs(c, 8);
     const p = 4;
-    const perRank = await runRanks(p, async (group, rank) => {
-      const attention = new UlyssesAttention(reference, group);
-      const shard = (t: F32) => shardOf(t, evenSplitSizes(c.seq, p), rank);
-      const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true });
-      const forward = group.stats().total.bytesSent;
-      await attention.backward(context, shard(x.dOut));
-      return { forward, total: group.stats().total.bytesSent };
-    });
+    const perRank = (await accounting("ulysses", c, x, p)).map((r) => ({ forward: r.forward.total.bytesSent, total: r.step.total.bytesSent }));
     // To each of 3 peers, 4 tokens of: q (2 heads) + k (1) + v (1) forward, out (2 heads) back; D = 4 floats.
     const expected = 3 * 4 * (2 + 1 + 1 + 2) * 4 * 4;
     for (const r of perRank) {
@@ -126,14 +123,7 @@ describe("communication accounting", () => {
     const c: Case = { name: "", batch: 2, seq: 24, heads: 4, kvHeads: 2, headDim: 4, causal: true, ranks: [] };
     const x = inputs(c, 9);
     for (const p of [2, 3, 4]) {
-      const perRank = await runRanks(p, async (group, rank) => {
-        const attention = new AllGatherKVAttention(reference, group);
-        const shard = (t: F32) => shardOf(t, evenSplitSizes(c.seq, p), rank);
-        const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true });
-        const forward = group.stats().byOp.allGather.bytesSent;
-        await attention.backward(context, shard(x.dOut));
-        return { forward, backward: group.stats().byOp.reduceScatter.bytesSent, total: group.stats().total.bytesSent };
-      });
+      const perRank = (await accounting("allgather", c, x, p)).map((r) => ({ forward: r.forward.byOp.allGather.bytesSent, backward: r.step.byOp.reduceScatter.bytesSent, total: r.step.total.bytesSent }));
       const kvBytes = (c.seq / p) * 2 * c.batch * c.kvHeads * c.headDim * 4;
       for (const r of perRank) {
         expect(r.forward).toBe((p - 1) * kvBytes);

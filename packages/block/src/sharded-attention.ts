@@ -25,6 +25,8 @@ export interface ShardedAttentionOptions extends AttentionOptions, SequenceOptio
 export interface ShardedAttentionContext {
   /** Bytes of the tensors this context keeps alive. */
   readonly savedBytes: number;
+  /** True once the wrapper's release() (or backward) gave its buffers back. */
+  readonly released?: boolean;
 }
 
 /**

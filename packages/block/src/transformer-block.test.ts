@@ -172,7 +172,9 @@ describe("TransformerBlock buffer reuse", () => {
         out.push({ y: f2.y, dx: g1.dx, grads: g1.flat });
         await expect(b1.backward(f1.context, g2.dx)).rejects.toThrow(BlockError);
         // An evaluation forward whose context is released, not back-propagated.
-        b1.release((await b1.forward(shardOf(step.dy, sizes, rank))).context);
+        const evaluation = (await b1.forward(shardOf(step.dy, sizes, rank))).context;
+        b1.release(evaluation);
+        await expect(b1.backward(evaluation, g2.dx)).rejects.toThrow(/context was released/);
       }
       return out;
     });

@@ -19,7 +19,7 @@ import type { AttentionGradients, BlockOps, LayerNormSaved, LocalAttention } fro
 import type { ProcessGroup } from "@ulysses/collectives";
 import { Tensor } from "@ulysses/tensors";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
-import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
+import { resolveBlockConfig, type AttentionKind, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
 import { blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 import { sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
@@ -113,6 +113,11 @@ function sum2(a: F32, b: F32): F32 {
   return addInto(a.clone(), b);
 }
 
+/** The sequence-parallel wrapper of `kind` around a local attention kernel, on `group`. */
+export function createShardedAttention(kind: AttentionKind, local: LocalAttention, group: ProcessGroup): ShardedAttention {
+  return kind === "allgather" ? new AllGatherKVAttention(local, group) : new UlyssesAttention(local, group);
+}
+
 export class TransformerBlock {
   readonly config: ResolvedBlockConfig;
   readonly weights: BlockWeights;
@@ -130,8 +135,7 @@ export class TransformerBlock {
       this.attention = options.attention;
       if (this.attention.group !== this.group) throw new BlockError(`TransformerBlock: attention ${this.attention.name} runs on another group than the block`);
     } else if (options.localAttention !== undefined) {
-      const Wrapper = this.config.attention === "ulysses" ? UlyssesAttention : AllGatherKVAttention;
-      this.attention = new Wrapper(options.localAttention, this.group);
+      this.attention = createShardedAttention(this.config.attention, options.localAttention, this.group);
     } else {
       throw new BlockError("TransformerBlock: give `localAttention` (a kernel to wrap) or `attention` (a sequence-parallel wrapper)");
     }
@@ -159,6 +163,7 @@ export class TransformerBlock {
   /** dy [b, s_r, hidden] -> dx and weight gradients (summed over the group unless reduceGradients is false). */
   async backward(context: BlockContext, dy: F32, options: BlockBackwardOptions = {}): Promise<BlockGradients> {
     if (!(context instanceof BlockContext) || context.owner !== this) throw new BlockError("TransformerBlock.backward needs the context its own forward returned");
+    if (context.activations?.attention.released === true) throw new BlockError("TransformerBlock.backward: the context was released (by release() or an earlier backward)");
     if (dy.rank !== 3 || dy.shape.some((d, i) => d !== context.input.shape[i])) {
       throw new BlockError(`TransformerBlock.backward: dy ${dy} does not match the input ${context.input}`);
     }

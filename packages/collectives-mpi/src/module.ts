@@ -7,4 +7,3 @@
 import { mpiBackend } from "./backend.js";
 
 export default mpiBackend;
-export { mpiBackend as createBackend };

@@ -9,7 +9,7 @@
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { BlockOps, LayerNormSaved, LocalAttention } from "@ulysses/kernels";
-import { AllGatherKVAttention, BlockContext, TransformerBlock, UlyssesAttention, blockWeightSpecs, type BlockWeights, type ShardedAttention } from "@ulysses/block";
+import { BlockContext, TransformerBlock, blockWeightSpecs, createShardedAttention, type BlockWeights, type ShardedAttention } from "@ulysses/block";
 import { Tensor, permute } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
@@ -66,8 +66,7 @@ export class Gpt {
     this.blocks = [];
     // one sequence-parallel wrapper for every layer: layers run one at a time, and a
     // shared wrapper keeps one set of exchange buffers instead of one per layer
-    const attention: ShardedAttention =
-      config.attention === "allgather" ? new AllGatherKVAttention(options.localAttention, options.group) : new UlyssesAttention(options.localAttention, options.group);
+    const attention: ShardedAttention = createShardedAttention(config.attention, options.localAttention, options.group);
     for (let layer = 0; layer < config.layers; layer++) {
       const weights: BlockWeights = {};
       for (const spec of blockWeightSpecs(blockConfig)) weights[spec.name] = this.params.value(`blocks.${layer}.${spec.name}`);

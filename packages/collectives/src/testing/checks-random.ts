@@ -6,23 +6,11 @@
  * element for element. Values are small integers, so any summation order
  * gives the same result.
  */
-import { Tensor, type DType } from "@ulysses/tensors";
+import { Rng, Tensor, type DType } from "@ulysses/tensors";
 import { createLocalGroups } from "../local/local-group.js";
 import type { ProcessGroup, ReduceOp } from "../types.js";
 import type { ConformanceCheck } from "./check.js";
 import { DATA_DTYPES, REDUCE_DTYPES, fill, ranksOf, sum } from "./data.js";
-
-/** mulberry32: a small seeded generator, the same on every rank. */
-function generator(seed: number): (n: number) => number {
-  let a = seed >>> 0;
-  return (n) => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
-  };
-}
 
 type Op = "allToAll" | "allGather" | "reduceScatter" | "allReduce" | "broadcast";
 const OPS: Op[] = ["allToAll", "allGather", "reduceScatter", "allReduce", "broadcast"];
@@ -41,7 +29,9 @@ interface Case {
 }
 
 function makeCase(seed: number, P: number): Case {
-  const rand = generator(seed * 7919 + P);
+  // The tensors package's Philox stream: the same cases on every rank.
+  const rng = new Rng(seed, P);
+  const rand = (n: number) => rng.int(n);
   const op = OPS[rand(OPS.length)]!;
   const reducing = op === "reduceScatter" || op === "allReduce";
   const dtypes = reducing ? REDUCE_DTYPES : DATA_DTYPES;

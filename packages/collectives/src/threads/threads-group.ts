@@ -18,7 +18,6 @@
  * mailbox and the sender's p2p outbox; a send completes when the receiver has
  * copied the data (or rejected it: then both sides reject with one text).
  */
-import { availableParallelism } from "node:os";
 import type { Tensor } from "@ulysses/tensors";
 import { copyElements, storageView } from "../buffer.js";
 import { CollectiveError } from "../errors.js";
@@ -27,7 +26,7 @@ import { checkP2P, planOp, type OpHeader, type P2PHeader } from "../plan.js";
 import type { ProcessGroup } from "../types.js";
 import { collectChunks, gather, reduceOwnChunk, stage } from "./move.js";
 import { GroupLayout, ensureCapacity, readText, writeText, type GroupResources, type WorldControl } from "./shared-layout.js";
-import { SPIN_MS, abortedError, waitUntil, type WaitContext } from "./wait.js";
+import { abortedError, waitUntil, type WaitContext } from "./wait.js";
 
 /** What a rank's groups share: the world control and how to obtain a sub-group's buffers. */
 export interface ThreadsRuntime {
@@ -51,7 +50,6 @@ export class ThreadsGroup extends GroupBase {
   private readonly sent: number[];
   private readonly received: number[];
   private readonly label: string;
-  private readonly spinMs: number;
 
   constructor(
     private readonly runtime: ThreadsRuntime,
@@ -66,11 +64,10 @@ export class ThreadsGroup extends GroupBase {
     this.sent = new Array<number>(this.size).fill(0);
     this.received = new Array<number>(this.size).fill(0);
     this.label = `group of world ranks [${this.worldRanks.join(", ")}]`;
-    this.spinMs = runtime.world.worldSize <= availableParallelism() ? SPIN_MS : 0;
   }
 
   private waitContext(what: string): WaitContext {
-    return { world: this.runtime.world, worldRank: this.runtime.worldRank, timeoutMs: this.runtime.timeoutMs, what, spinMs: this.spinMs };
+    return { world: this.runtime.world, worldRank: this.runtime.worldRank, timeoutMs: this.runtime.timeoutMs, what };
   }
 
   private checkAbort(what: string): void {

@@ -6,14 +6,16 @@
  * was aborted (a peer failed: reject naming it), or the deadline passed (this
  * rank aborts the world naming the ranks that did not arrive, and rejects).
  */
+import { availableParallelism } from "node:os";
 import { CollectiveError } from "../errors.js";
 import type { WorldControl } from "./shared-layout.js";
 
 type WaitAsync = (words: Int32Array, index: number, value: number, timeoutMs?: number) => { async: false; value: string } | { async: true; value: Promise<string> };
 const waitAsync = (Atomics as unknown as { waitAsync: WaitAsync }).waitAsync;
 
-/** Milliseconds to spin before sleeping when every rank can have its own core. */
-export const SPIN_MS = 0.03;
+/** Milliseconds to spin before sleeping when every rank can have its own core (none when ranks outnumber cores: spinning would steal a peer's core). */
+const SPIN_MS = 0.03;
+const CORES = availableParallelism();
 
 export interface WaitContext {
   world: WorldControl;
@@ -22,8 +24,6 @@ export interface WaitContext {
   timeoutMs: number;
   /** "allToAll (call 3 on group of world ranks [0, 1])": the prefix of every error. */
   what: string;
-  /** Spin this long before sleeping (0 when ranks outnumber cores: spinning would steal the peer's core). */
-  spinMs: number;
 }
 
 /** The error every pending and later operation rejects with once the world is aborted. */
@@ -41,7 +41,7 @@ export async function waitUntil(ctx: WaitContext, ready: () => boolean, missing:
   const index = world.wakeWordIndex(ctx.worldRank);
   const start = performance.now();
   const deadline = start + ctx.timeoutMs;
-  const spinUntil = start + ctx.spinMs;
+  const spinUntil = start + (world.worldSize <= CORES ? SPIN_MS : 0);
   for (;;) {
     if (world.aborted) throw abortedError(world, ctx.what);
     const seen = Atomics.load(world.words, index);

@@ -35,11 +35,13 @@ describe("createAttention", () => {
   });
 
   it("says how to build and wire @ulysses/fused-attention when it cannot be loaded", async () => {
-    const failing = createAttention({ implementation: "custom", threads: 1, load: () => Promise.reject(new Error("Cannot find package")) });
-    await expect(failing).rejects.toBeInstanceOf(KernelError);
-    await expect(createAttention({ implementation: "custom", threads: 1, load: () => Promise.reject(new Error("Cannot find package")) })).rejects.toThrow(
-      /@ulysses\/fused-attention.*Cannot find package.*build:native.*load: \(\) => import/s,
-    );
+    const error = await createAttention({ implementation: "custom", threads: 1, load: () => Promise.reject(new Error("Cannot find package")) }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(KernelError);
+    expect((error as Error).message).toMatch(/@ulysses\/fused-attention.*Cannot find package.*build:native.*load: \(\) => import/s);
+  });
+
+  it("asks for the loader when 'custom' is chosen without one", async () => {
+    await expect(createAttention({ implementation: "custom", threads: 1 })).rejects.toThrow(/needs `load: \(\) => import\("@ulysses\/fused-attention"\)`/);
   });
 
   it("names the exports when the loaded module has no FusedAttention", async () => {

@@ -25,7 +25,7 @@ export interface CreateAttentionOptions {
   /** Query rows per session run for "ort" (see OrtAttentionOptions). */
   blockRows?: number;
   /**
-   * Loads @ulysses/fused-attention for "custom". Pass `() => import("@ulysses/fused-attention")`
+   * Loads @ulysses/fused-attention; required for "custom". Pass `() => import("@ulysses/fused-attention")`
    * from a package that depends on it: module resolution then starts from the
    * caller, and this package keeps no dependency on the native one (which
    * itself tests against this package).
@@ -40,11 +40,15 @@ interface FusedModule {
 }
 
 async function loadFused(threads: number, load?: () => Promise<unknown>): Promise<LocalAttention> {
+  // This package does not depend on the fused one, so only the caller can resolve it.
+  if (load === undefined) {
+    throw new KernelError(
+      `attention implementation 'custom' needs \`load: () => import("${FUSED_PACKAGE}")\` from a package that depends on ${FUSED_PACKAGE}; or choose implementation 'ort'.`,
+    );
+  }
   let module: Partial<FusedModule>;
   try {
-    // A variable specifier: this package has no dependency on the fused one.
-    const specifier: string = FUSED_PACKAGE;
-    module = (await (load ? load() : import(specifier))) as Partial<FusedModule>;
+    module = (await load()) as Partial<FusedModule>;
   } catch (cause) {
     throw new KernelError(
       `attention implementation 'custom' needs ${FUSED_PACKAGE}, which could not be loaded (${(cause as Error).message ?? cause}). ` +
