@@ -1,11 +1,13 @@
 /**
  * Command-line parsing: `--flag value`, `--flag=value`, boolean switches
  * (`--zero1`, `--no-export`), `--config file.json` (the same keys, camelCase
- * or kebab-case; flags given on the command line win) and `--help`. It turns
- * text into a TrainConfig; `config.ts` validates the values.
+ * or kebab-case; flags given on the command line win), `--help` and
+ * `--version`. It turns text into a TrainConfig; `config.ts` validates the
+ * values.
  */
 import fs from "node:fs";
 import { DEFAULTS, camel, kebab, type TrainConfig } from "./config.js";
+import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 
 const HELP: Record<keyof TrainConfig, string> = {
@@ -47,7 +49,7 @@ const HELP: Record<keyof TrainConfig, string> = {
 
 export function helpText(): string {
   const lines = [
-    "Usage: pnpm train [flags]            (from the repository root)",
+    "Usage: ulysses-train [flags]         (pnpm train [flags] from the repository root)",
     "",
     "Trains a small GPT with Ulysses sequence parallelism. Flags may also come",
     "from --config file.json with the same keys (camelCase or kebab-case).",
@@ -59,12 +61,15 @@ export function helpText(): string {
     const shown = value === null ? "" : ` (default ${String(value)})`;
     lines.push(`  ${flag.padEnd(34)} ${HELP[key]}${shown}`);
   }
-  lines.push("  --config <file.json>               read settings from a JSON file", "  --help                             show this text", "");
-  lines.push("Outputs in the run directory: metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.");
+  lines.push("  --config <file.json>               read settings from a JSON file", "  -h, --help                         show this text", "  -V, --version                      print the version", "");
+  lines.push("Outputs in the run directory: metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.", "", EXIT_CODES_HELP);
   return lines.join("\n");
 }
 
-export type ParseResult = { help: true } | { help: false; config: TrainConfig; /** Keys set on the command line or in the config file. */ explicit: Set<keyof TrainConfig> };
+export type ParseResult =
+  | { help: true }
+  | { help: false; version: true }
+  | { help: false; version?: false; config: TrainConfig; /** Keys set on the command line or in the config file. */ explicit: Set<keyof TrainConfig> };
 
 /** Converts one raw value to the type of `key`'s default. */
 function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
@@ -115,6 +120,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === "--help" || arg === "-h") return { help: true };
+    if (arg === "--version" || arg === "-V") return { help: false, version: true };
     if (arg === "--") continue;
     if (!arg.startsWith("--")) throw new TrainerError(`unexpected argument '${arg}' (flags start with --; see --help)`);
     const eq = arg.indexOf("=");

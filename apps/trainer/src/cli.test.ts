@@ -4,13 +4,28 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it, vi } from "vitest";
+import { readSafetensors } from "@ulysses/model";
 
 const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const tiny = ["--seq", "24", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--log-every", "1"];
 
-function cli(args: string[], env: Record<string, string> = {}, onStdout?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<{ code: number | null; stdout: string; stderr: string }> {
+type Spawned = { code: number | null; stdout: string; stderr: string };
+
+interface Row {
+  step: number;
+  time: string;
+  loss: number;
+}
+
+function metricsRows(out: string): Row[] {
+  return fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Row);
+}
+
+const packageJson = JSON.parse(fs.readFileSync(path.join(trainerDir, "package.json"), "utf8")) as { version: string };
+
+function cli(args: string[], env: Record<string, string> = {}, onStdout?: (text: string, child: ReturnType<typeof spawn>) => void, script = "src/cli.ts"): Promise<Spawned> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts", ...args], {
+    const child = spawn(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", script, ...args], {
       cwd: trainerDir,
       env: { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: "", ...env },
     });
@@ -34,7 +49,7 @@ describe("the CLI on the threads backend", () => {
     expect(ok.stdout).toMatch(/step 3\/3 loss/);
     expect(ok.stdout).toMatch(/\| tokens\/s/);
     const lines = fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Record<string, number>);
-    expect(lines.map((l) => l.step)).toEqual([0, 1, 2]);
+    expect(lines.map((l) => l.step)).toEqual([1, 2, 3]);
     for (const key of ["loss", "lr", "gradNorm", "tokensPerSec", "stepMs", "computeMs", "commMs", "commBytesPerRank", "peakRssBytes", "mfu", "accuracy"]) expect(typeof lines[2]![key], key).toBe("number");
     expect(lines[2]!.commBytesPerRank).toBeGreaterThan(0);
     for (const file of ["loss.svg", "checkpoint.safetensors", "model.onnx", "summary.txt", "config.json"]) expect(fs.existsSync(path.join(out, file)), file).toBe(true);
@@ -70,7 +85,6 @@ describe("the CLI on the threads backend", () => {
     const steps = fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").length;
     expect(steps).toBeGreaterThanOrEqual(2);
     expect(steps).toBeLessThan(500);
-    const { readSafetensors } = await import("@ulysses/model");
     expect(readSafetensors(path.join(out, "checkpoint.safetensors")).metadata.step).toBe(String(steps));
   });
 
@@ -90,5 +104,87 @@ describe("the CLI on the threads backend", () => {
     }
     expect(written.join("")).toMatch(/unknown backend 'nccl'/);
     expect(written.join("")).toMatch(/\/nonexistent\/corpus.txt' cannot be read: ENOENT/);
+  });
+
+  it("metrics.jsonl counts steps from 1, like the console and the checkpoint, with an ISO-8601 time per row", async () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), "metrics-"));
+    const startedAt = Date.now();
+    const result = await cli([...tiny, "--steps", "4", "--no-export", "--out", out]);
+    expect(result.code, result.stderr).toBe(0);
+    const rows = metricsRows(out);
+    expect(rows.map((r) => r.step)).toEqual([1, 2, 3, 4]);
+    expect(result.stdout).toMatch(/step 1\/4 loss/);
+    expect(readSafetensors(path.join(out, "checkpoint.safetensors")).metadata.step).toBe(String(rows.at(-1)!.step));
+    let previous = startedAt - 1000;
+    for (const row of rows) {
+      expect(row.time).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+      const t = Date.parse(row.time);
+      expect(new Date(t).toISOString()).toBe(row.time);
+      expect(t).toBeGreaterThanOrEqual(previous);
+      expect(t).toBeLessThanOrEqual(Date.now());
+      previous = t;
+    }
+    expect(fs.readFileSync(path.join(out, "summary.txt"), "utf8")).toMatch(/\| steps +\| 1\.\.4 +\|/);
+  });
+
+  it("SIGTERM saves a checkpoint and exits 143; --resume then reproduces the uninterrupted run bit for bit", async () => {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), "sigterm-"));
+    const flags = [...tiny, "--steps", "200", "--warmup", "5", "--checkpoint-every", "0", "--no-export"];
+    const whole = await cli([...flags, "--out", path.join(root, "whole")]);
+    expect(whole.code, whole.stderr).toBe(0);
+
+    const split = path.join(root, "split");
+    let sent = false;
+    const stopped = await cli([...flags, "--out", split], {}, (text, child) => {
+      if (!sent && /step 3\/200/.test(text)) {
+        sent = true;
+        child.kill("SIGTERM");
+      }
+    });
+    expect(stopped.code, stopped.stderr).toBe(143);
+    expect(stopped.stdout).toMatch(/SIGTERM: stopping after the current step and saving a checkpoint/);
+    expect(stopped.stdout).toMatch(/stopped at step \d+; resume with --resume/);
+    const taken = metricsRows(split).length;
+    expect(taken).toBeGreaterThanOrEqual(3);
+    expect(taken).toBeLessThan(200);
+    expect(readSafetensors(path.join(split, "checkpoint.safetensors")).metadata.step).toBe(String(taken));
+    for (const file of ["loss.svg", "summary.txt"]) expect(fs.existsSync(path.join(split, file)), file).toBe(true);
+
+    const resumed = await cli(["--resume", split]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toMatch(new RegExp(`resumed from .* at step ${taken}`));
+    const a = metricsRows(path.join(root, "whole"));
+    const b = metricsRows(split);
+    expect(b.map((r) => r.step)).toEqual(a.map((r) => r.step));
+    expect(b.map((r) => r.loss)).toEqual(a.map((r) => r.loss));
+    const wholeCheckpoint = readSafetensors(path.join(root, "whole", "checkpoint.safetensors"));
+    const splitCheckpoint = readSafetensors(path.join(split, "checkpoint.safetensors"));
+    expect(splitCheckpoint.metadata.step).toBe("200");
+    expect(splitCheckpoint.metadata.rng).toBe(wholeCheckpoint.metadata.rng);
+    expect([...splitCheckpoint.tensors.keys()]).toEqual([...wholeCheckpoint.tensors.keys()]);
+    for (const [name, t] of wholeCheckpoint.tensors) expect([...splitCheckpoint.tensors.get(name)!.data], name).toEqual([...t.data]);
+  }, 120_000);
+});
+
+describe("the bins' command lines", () => {
+  it("--version and -V print the version in package.json (exit 0), for ulysses-train and ulysses-generate", async () => {
+    for (const [script, flag] of [["src/cli.ts", "--version"], ["src/cli.ts", "-V"], ["src/generate.ts", "--version"], ["src/generate.ts", "-V"]] as const) {
+      const result = await cli([flag], {}, undefined, script);
+      expect(result, `${script} ${flag}`).toEqual({ code: 0, stdout: `${packageJson.version}\n`, stderr: "" });
+    }
+  });
+
+  it("a bad flag exits 2 naming the flag, and --help lists the exit codes", async () => {
+    const train = await cli(["--bogus", "1"]);
+    expect(train.code).toBe(2);
+    expect(train.stderr).toMatch(/unknown setting 'bogus'/);
+    const generate = await cli(["--bogus"], {}, undefined, "src/generate.ts");
+    expect(generate.code).toBe(2);
+    expect(generate.stderr).toMatch(/--bogus/);
+    const help = await cli(["--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/Usage: ulysses-train/);
+    expect(help.stdout).toMatch(/0 done, 1 error .*2 bad flags/);
+    expect(help.stdout).toMatch(/130 stopped by SIGINT .*143 stopped by SIGTERM/);
   });
 });

@@ -1,17 +1,21 @@
+#!/usr/bin/env node
 /**
- * `pnpm train`: parses flags (and --config), validates them before any rank
- * starts, prepares the run directory, picks the launcher for the backend and
- * hands over to the driver (`run.ts`). Exit codes: 0 done, 1 error (a rank's
- * failure names the rank and its cause), 2 bad flags, 130 stopped by Ctrl-C.
+ * `ulysses-train` (`pnpm train` in the repository): parses flags (and
+ * --config), validates them before any rank starts, prepares the run
+ * directory, picks the launcher for the backend and hands over to the driver
+ * (`run.ts`). Exit codes: 0 done, 1 error (a rank's failure names the rank
+ * and its cause), 2 bad flags, 130 stopped by SIGINT (Ctrl-C), 143 stopped by
+ * SIGTERM; a stopped run has saved a checkpoint and written its outputs.
  */
 import fs from "node:fs";
 import path from "node:path";
 import { loadCheckpoint } from "@ulysses/model";
 import { helpText, parseArgs } from "./args.js";
 import { launcherRank, validateConfig, type TrainConfig } from "./config.js";
+import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
-import { resolveResumeFile, runTraining } from "./run.js";
+import { SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
@@ -57,7 +61,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     const parsed = parseArgs(argv);
     if (parsed.help) {
       process.stdout.write(`${helpText()}\n`);
-      return 0;
+      return EXIT.done;
+    }
+    if (parsed.version) {
+      process.stdout.write(`${packageVersion()}\n`);
+      return EXIT.done;
     }
     config = parsed.config;
     if (config.resume !== null) {
@@ -70,26 +78,28 @@ export async function main(argv: readonly string[]): Promise<number> {
     validateConfig(config);
   } catch (error) {
     process.stderr.write(`error: ${describeError(error)}\n`);
-    return 2;
+    return EXIT.badFlags;
   }
   try {
     const writer = (launcherRank() ?? 0) === 0;
     const outDir = prepareOutDir(config, resumeFile, writer);
     if (writer) fs.writeFileSync(path.join(outDir, "config.json"), `${JSON.stringify(config, null, 2)}\n`);
     const result = await runTraining({ config, outDir, resumeFile, startPool: () => startPool(config, resumeFile) });
-    return result.interrupted ? 130 : 0;
+    // a signal that came during the last step changes nothing: the run is complete
+    if (!result.interrupted) return EXIT.done;
+    return SIGNAL_EXIT_CODES[result.stopSignal ?? "SIGINT"];
   } catch (error) {
     process.stderr.write(`\nerror: ${describeError(error)}\n`);
-    return 1;
+    return EXIT.error;
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("cli.ts")) {
+if (isMainModule(import.meta.url)) {
   main(process.argv.slice(2)).then(
     (code) => process.exit(code),
     (error: unknown) => {
       process.stderr.write(`error: ${error instanceof TrainerError ? error.message : String(error)}\n`);
-      process.exit(1);
+      process.exit(EXIT.error);
     },
   );
 }

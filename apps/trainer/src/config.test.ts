@@ -9,7 +9,7 @@ import { formatTable } from "./summary.js";
 
 function parse(argv: string[]): TrainConfig {
   const result = parseArgs(argv);
-  if (result.help) throw new Error("unexpected --help");
+  if (result.help || result.version) throw new Error("unexpected --help or --version");
   return result.config;
 }
 
@@ -40,6 +40,9 @@ describe("argument parsing", () => {
     expect(() => parse(["--sp"])).toThrow(/--sp needs a value/);
     expect(() => parse(["--sp", "two"])).toThrow(/--sp needs a number, got 'two'/);
     expect(parseArgs(["--sp", "2", "--help"])).toEqual({ help: true });
+    expect(parseArgs(["--sp", "2", "-V"])).toEqual({ help: false, version: true });
+    expect(parseArgs(["--version"])).toEqual({ help: false, version: true });
+    expect(helpText()).toMatch(/143 stopped by SIGTERM/);
     expect(helpText()).toMatch(/--kv-heads <n>/);
   });
 });
@@ -76,12 +79,14 @@ describe("plot and table", () => {
     expect(niceTicks(0.5, 1.3)).toEqual([0.6, 0.8, 1, 1.2]);
   });
   it("draws a polyline through every step", () => {
-    const m = [0, 1, 2].map((step) => ({ step, loss: 3 - step, lr: 0, gradNorm: 0, tokensPerSec: 0, stepMs: 0, computeMs: 0, commMs: 0, commBytesPerRank: 0, peakRssBytes: 0, mfu: 0, accuracy: step / 4 }));
+    const m = [1, 2, 3].map((step) => ({ step, time: new Date(0).toISOString(), loss: 3 - step, lr: 0, gradNorm: 0, tokensPerSec: 0, stepMs: 0, computeMs: 0, commMs: 0, commBytesPerRank: 0, peakRssBytes: 0, mfu: 0, accuracy: step / 4 }));
     const svg = lossPlotSvg(m, "a < b");
     expect(svg).toMatch(/^<svg/);
     expect(svg).toContain("a &lt; b");
     const points = svg.match(/<polyline points="([^"]+)"/)![1]!.split(" ");
     expect(points.length).toBe(3);
+    // steps are 1-based: step 1 sits on the left edge of the plot (x 64), step 3 on the right (x 720 - 64)
+    expect([points[0]!.split(",")[0], points[2]!.split(",")[0]]).toEqual(["64.0", "656.0"]);
     expect(formatTable([["a", "1"], ["bb", "22"]])).toBe("+----+----+\n| a  | 1  |\n| bb | 22 |\n+----+----+");
   });
 });

@@ -1,17 +1,20 @@
+#!/usr/bin/env node
 /**
- * `pnpm generate`: samples from a trained model with onnxruntime-node alone.
+ * `ulysses-generate` (`pnpm generate` in the repository): samples from a trained model with onnxruntime-node alone.
  * The model comes from an exported model.onnx or from a checkpoint (exported
  * on the fly); `--from` takes either file or a run directory (default
  * runs/latest). Byte-level models continue `--prompt`; recall-task models
  * answer the queries of a fresh synthetic example, greedily, and show the
- * expected values.
+ * expected values. Exit codes: 0 done, 1 error, 2 bad flags.
  */
 import fs from "node:fs";
 import path from "node:path";
+import { parseArgs } from "node:util";
 import * as ort from "onnxruntime-node";
 import { BYTE_VOCAB, IGNORE_INDEX, ParameterStore, buildOnnxModel, gptParamSpecs, loadCheckpoint, loadWeightsInto, recallBatch, sampleToken, type GptConfig } from "@ulysses/model";
 import { Rng } from "@ulysses/tensors";
 import { DEFAULTS, type TrainConfig } from "./config.js";
+import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -25,32 +28,54 @@ export interface GenerateOptions {
   seed: number;
 }
 
-const USAGE = `Usage: pnpm generate [--from runs/latest] [--prompt TEXT] [--tokens 200] [--temperature 0.8] [--top-k 0] [--seed 0]
-  --from   a run directory, model.onnx or checkpoint.safetensors (default runs/latest)
-  --prompt text to continue (byte-level models); recall-task models answer a synthetic example instead`;
+const USAGE = `Usage: ulysses-generate [--from runs/latest] [--prompt TEXT] [--tokens 200] [--temperature 0.8] [--top-k 0] [--seed 0]
+                                (pnpm generate [flags] from the repository root)
+  --from         a run directory, model.onnx or checkpoint.safetensors (default runs/latest)
+  --prompt       text to continue (byte-level models); recall-task models answer a synthetic example instead
+  -h, --help     show this text
+  -V, --version  print the version
+Exit codes: 0 done, 1 error, 2 bad flags.`;
 
-export function parseGenerateArgs(argv: readonly string[]): GenerateOptions | null {
-  const options: GenerateOptions = { from: path.join("runs", "latest"), prompt: "\n", tokens: 200, temperature: 0.8, topK: 0, seed: 0 };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === "--help" || arg === "-h") return null;
-    if (arg === "--") continue;
-    const value = argv[++i];
-    if (value === undefined) throw new TrainerError(`${arg} needs a value (see --help)`);
-    const number = () => {
-      const n = Number(value);
-      if (!Number.isFinite(n)) throw new TrainerError(`${arg} needs a number, got '${value}'`);
-      return n;
-    };
-    if (arg === "--from") options.from = value;
-    else if (arg === "--prompt") options.prompt = value;
-    else if (arg === "--tokens") options.tokens = number();
-    else if (arg === "--temperature") options.temperature = number();
-    else if (arg === "--top-k") options.topK = number();
-    else if (arg === "--seed") options.seed = number();
-    else throw new TrainerError(`unknown flag '${arg}' (see --help)`);
+const FLAGS = {
+  from: { type: "string" },
+  prompt: { type: "string" },
+  tokens: { type: "string" },
+  temperature: { type: "string" },
+  "top-k": { type: "string" },
+  seed: { type: "string" },
+  help: { type: "boolean", short: "h" },
+  version: { type: "boolean", short: "V" },
+} as const;
+
+function parseFlags(argv: readonly string[]) {
+  try {
+    // a leading "--" is what some runners insert before the script's own flags
+    return parseArgs({ args: argv[0] === "--" ? argv.slice(1) : [...argv], options: FLAGS, strict: true, allowPositionals: false }).values;
+  } catch (cause) {
+    throw new TrainerError(`${(cause as Error).message} (see --help)`, { cause });
   }
-  return options;
+}
+
+/** Parses argv (without the node and script names): options, or "help" / "version". */
+export function parseGenerateArgs(argv: readonly string[]): GenerateOptions | "help" | "version" {
+  const values = parseFlags(argv);
+  if (values.help) return "help";
+  if (values.version) return "version";
+  const number = (flag: "tokens" | "temperature" | "top-k" | "seed", fallback: number): number => {
+    const raw = values[flag];
+    if (raw === undefined) return fallback;
+    const n = typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;
+    if (!Number.isFinite(n)) throw new TrainerError(`--${flag} needs a number, got '${String(raw)}'`);
+    return n;
+  };
+  return {
+    from: values.from ?? path.join("runs", "latest"),
+    prompt: values.prompt ?? "\n",
+    tokens: number("tokens", 200),
+    temperature: number("temperature", 0.8),
+    topK: number("top-k", 0),
+    seed: number("seed", 0),
+  };
 }
 
 interface LoadedModel {
@@ -132,22 +157,29 @@ export async function generate(options: GenerateOptions, write: (text: string) =
   }
 }
 
-async function main(argv: readonly string[]): Promise<number> {
+export async function main(argv: readonly string[]): Promise<number> {
   if (process.env.INIT_CWD) process.chdir(process.env.INIT_CWD);
+  let options: GenerateOptions;
   try {
-    const options = parseGenerateArgs(argv);
-    if (options === null) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
+    const parsed = parseGenerateArgs(argv);
+    if (parsed === "help" || parsed === "version") {
+      process.stdout.write(`${parsed === "help" ? USAGE : packageVersion()}\n`);
+      return EXIT.done;
     }
-    await generate(options, (text) => process.stdout.write(text));
-    return 0;
+    options = parsed;
   } catch (error) {
     process.stderr.write(`error: ${(error as Error).message}\n`);
-    return 1;
+    return EXIT.badFlags;
+  }
+  try {
+    await generate(options, (text) => process.stdout.write(text));
+    return EXIT.done;
+  } catch (error) {
+    process.stderr.write(`error: ${(error as Error).message}\n`);
+    return EXIT.error;
   }
 }
 
-if (process.argv[1]?.endsWith("generate.ts") || process.argv[1]?.endsWith("generate.js")) {
+if (isMainModule(import.meta.url)) {
   main(process.argv.slice(2)).then((code) => process.exit(code));
 }

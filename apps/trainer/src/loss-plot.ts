@@ -29,7 +29,7 @@ export function lossPlotSvg(metrics: readonly StepMetrics[], title: string): str
   const bottom = 48;
   const plotW = width - left - right;
   const plotH = height - top - bottom;
-  const steps = metrics.map((m) => m.step + 1);
+  const steps = metrics.map((m) => m.step);
   const losses = metrics.map((m) => m.loss);
   const xMin = Math.min(...steps, 1);
   const xMax = Math.max(...steps, xMin + 1);
@@ -54,7 +54,7 @@ export function lossPlotSvg(metrics: readonly StepMetrics[], title: string): str
   out.push(`<text x="${left + plotW / 2}" y="${height - 10}" text-anchor="middle">step</text>`);
   out.push(`<text transform="translate(16 ${top + plotH / 2}) rotate(-90)" text-anchor="middle" fill="#1f77b4">loss</text>`);
   if (metrics.length > 0) {
-    const points = metrics.map((m) => `${x(m.step + 1).toFixed(1)},${y(m.loss).toFixed(1)}`).join(" ");
+    const points = metrics.map((m) => `${x(m.step).toFixed(1)},${y(m.loss).toFixed(1)}`).join(" ");
     out.push(`<polyline points="${points}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>`);
   }
   const withAccuracy = metrics.filter((m) => m.accuracy !== undefined);
@@ -68,7 +68,7 @@ export function lossPlotSvg(metrics: readonly StepMetrics[], title: string): str
     const points = withAccuracy
       .map((m, i) => {
         sum += m.accuracy! - (i >= window ? withAccuracy[i - window]!.accuracy! : 0);
-        return `${x(m.step + 1).toFixed(1)},${ya(sum / Math.min(i + 1, window)).toFixed(1)}`;
+        return `${x(m.step).toFixed(1)},${ya(sum / Math.min(i + 1, window)).toFixed(1)}`;
       })
       .join(" ");
     out.push(`<polyline points="${points}" fill="none" stroke="#d62728" stroke-width="1" opacity="0.7"/>`);

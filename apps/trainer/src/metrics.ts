@@ -5,7 +5,10 @@
 import fs from "node:fs";
 
 export interface StepMetrics {
+  /** The step just completed, counted from 1 (as the console, summary, plot and checkpoint count). */
   step: number;
+  /** When the step finished: ISO-8601 wall-clock time (UTC). */
+  time: string;
   loss: number;
   lr: number;
   gradNorm: number;
@@ -24,7 +27,11 @@ export interface StepMetrics {
 export class MetricsLog {
   readonly file: string;
 
-  /** Opens `file` for appending; on resume, keeps only the records up to `keepThroughStep`. */
+  /**
+   * Opens `file` for appending; on resume, keeps only the records of steps
+   * 1..`keepThroughStep` (the checkpoint's step: rows of steps taken after
+   * the checkpoint was saved are dropped, since the resumed run redoes them).
+   */
   constructor(file: string, keepThroughStep: number | null = null) {
     this.file = file;
     if (keepThroughStep === null) {

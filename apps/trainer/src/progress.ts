@@ -29,9 +29,9 @@ export class Progress {
     this.firstStep = firstStep;
   }
 
-  /** Reports finished step `m.step` (0-based). */
+  /** Reports finished step `m.step` (1-based: the number of steps done). */
   update(m: StepMetrics): void {
-    const done = m.step + 1;
+    const done = m.step;
     const elapsed = (Date.now() - this.startedAt) / 1000;
     const rate = (done - this.firstStep) / Math.max(elapsed, 1e-9);
     const eta = (this.totalSteps - done) / rate;

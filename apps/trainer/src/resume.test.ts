@@ -48,9 +48,11 @@ describe("checkpoint and resume", () => {
     fs.mkdirSync(path.join(root, "split"));
     const first = await run(path.join(root, "split"), { stopAfter: 10 });
     expect(first.interrupted).toBe(true);
-    expect(first.metrics.length).toBe(10);
+    expect(first.metrics.map((m) => m.step)).toEqual(Array.from({ length: 10 }, (_, i) => i + 1));
     const rest = await run(path.join(root, "split"), { resume: first.checkpoint });
     expect(rest.interrupted).toBe(false);
+    // metrics.jsonl keeps steps 1..10 of the first part and appends 11..20: no row lost or repeated
+    expect(rest.metrics.map((m) => m.step)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     expect(rest.metrics.map((m) => m.step)).toEqual(whole.metrics.map((m) => m.step));
     expect(rest.metrics.map((m) => m.loss)).toEqual(whole.metrics.map((m) => m.loss));
     expect(rest.metrics.map((m) => m.gradNorm)).toEqual(whole.metrics.map((m) => m.gradNorm));

@@ -2,15 +2,17 @@
  * The driver: prepares the run directory, starts the ranks through a
  * RankPool, calls one step at a time, and (on world rank 0's process only)
  * writes metrics.jsonl, the progress line, checkpoints, loss.svg, model.onnx
- * and the summary. Ctrl-C finishes the current step, saves a checkpoint and
- * stops; a second Ctrl-C stops at once (checkpoints are written atomically,
- * so the last complete one survives). Rank failures propagate as errors
- * naming the rank.
+ * and the summary. SIGINT (Ctrl-C) and SIGTERM (Slurm, Kubernetes, docker
+ * stop) both finish the current step, save a checkpoint, write the outputs
+ * and stop (the CLI then exits 130 or 143); a second signal stops at once
+ * (checkpoints are written atomically, so the last complete one survives).
+ * Rank failures propagate as errors naming the rank.
  */
 import fs from "node:fs";
 import path from "node:path";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import type { TrainConfig } from "./config.js";
+import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { measureMatmulRate, modelFlopsPerStep } from "./flops.js";
 import { lossPlotSvg } from "./loss-plot.js";
@@ -29,7 +31,7 @@ export interface RunOptions {
   startPool(): Promise<RankPool>;
   /** Where text goes (default stdout). */
   log?: (line: string) => void;
-  /** A signal source for Ctrl-C (default process). */
+  /** A source of SIGINT and SIGTERM (default process). */
   signals?: NodeJS.EventEmitter;
   /** Stop after this many steps of this invocation (tests simulate an interruption). */
   stopAfter?: number;
@@ -38,9 +40,21 @@ export interface RunOptions {
 export interface RunResult {
   metrics: StepMetrics[];
   checkpoint: string;
+  /** Stopped before the last step (a signal, or `stopAfter`). */
   interrupted: boolean;
+  /** The signal that asked the run to stop, if one did. */
+  stopSignal: StopSignal | null;
   summary: string;
 }
+
+/** The signals that stop a run gracefully. */
+export const STOP_SIGNALS = ["SIGINT", "SIGTERM"] as const;
+export type StopSignal = (typeof STOP_SIGNALS)[number];
+
+/** Exit status for a run stopped by `signal` (128 + the signal number, as a shell reports it). */
+export const SIGNAL_EXIT_CODES: Record<StopSignal, number> = { SIGINT: EXIT.SIGINT, SIGTERM: EXIT.SIGTERM };
+
+const SIGNAL_NAMES: Record<StopSignal, string> = { SIGINT: "Ctrl-C (SIGINT)", SIGTERM: "SIGTERM" };
 
 export const CHECKPOINT_FILE = "checkpoint.safetensors";
 
@@ -56,24 +70,50 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
   const log = options.log ?? ((line: string) => process.stdout.write(`${line}\n`));
   const signals = options.signals ?? process;
   const startedAt = performance.now();
-  const pool = await options.startPool();
+  let stopSignal: StopSignal | null = null;
+  const handlers = STOP_SIGNALS.map((signal) => {
+    const handler = () => {
+      if (stopSignal !== null) {
+        log(`\nsecond signal (${SIGNAL_NAMES[signal]}): stopping now; the last complete checkpoint is kept`);
+        stopNow(signal);
+        return;
+      }
+      stopSignal = signal;
+      log(`\n${SIGNAL_NAMES[signal]}: stopping after the current step and saving a checkpoint (a second signal stops at once)`);
+    };
+    signals.on(signal, handler);
+    return [signal, handler] as const;
+  });
+  const removeHandlers = () => {
+    for (const [signal, handler] of handlers) signals.off(signal, handler);
+  };
+  // process.exit() here would tear the ranks' worker threads down inside an
+  // ONNX Runtime run, which aborts the process (exit 134). With our handlers
+  // gone, the signal's default action ends the process at once instead, and
+  // the shell or supervisor sees 128 + the signal number (130, 143).
+  const stopNow = (signal: StopSignal) => {
+    removeHandlers();
+    if (signals === process && process.listenerCount(signal) === 0) {
+      process.kill(process.pid, signal);
+      setTimeout(() => process.exit(SIGNAL_EXIT_CODES[signal]), 2000).unref();
+    } else {
+      process.exit(SIGNAL_EXIT_CODES[signal]);
+    }
+  };
+  let pool: RankPool;
+  try {
+    pool = await options.startPool();
+  } catch (error) {
+    removeHandlers();
+    throw error;
+  }
   const leader = pool.isLeader;
   if (leader) fs.mkdirSync(outDir, { recursive: true });
   const gpt: GptConfig = gptConfigOf(config);
   const checkpoint = path.join(outDir, CHECKPOINT_FILE);
-  let stopRequested = false;
-  const onSigint = () => {
-    if (stopRequested) {
-      log("\nsecond Ctrl-C: stopping now; the last complete checkpoint is kept");
-      process.exit(130);
-    }
-    stopRequested = true;
-    log("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to stop at once)");
-  };
-  signals.on("SIGINT", onSigint);
   try {
     const firstStep = pool.step;
-    const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep - 1) : null;
+    const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep) : null;
     const matmulRate = leader ? await measureMatmulRate() : 1;
     const flopsPerStep = modelFlopsPerStep(gpt, config.batch * config.dp * config.seq, config.seq);
     if (leader) {
@@ -84,10 +124,11 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     const progress = leader ? new Progress(config.steps, firstStep, config.logEvery) : null;
     const metrics = leader ? readMetrics(path.join(outDir, "metrics.jsonl")) : [];
     let taken = 0;
-    for (let step = firstStep; step < config.steps; step++) {
+    for (let step = firstStep; step < config.steps && stopSignal === null; step++) {
       const r = await pool.runStep();
       const m: StepMetrics = {
-        step: r.step,
+        step: r.step + 1,
+        time: new Date().toISOString(),
         loss: r.loss,
         lr: r.lr,
         gradNorm: r.gradNorm,
@@ -107,7 +148,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       const done = step + 1;
       const last = done === config.steps;
       if (!last && config.checkpointEvery > 0 && done % config.checkpointEvery === 0) await pool.save(checkpoint);
-      if (stopRequested || (options.stopAfter !== undefined && taken >= options.stopAfter)) break;
+      if (stopSignal !== null || (options.stopAfter !== undefined && taken >= options.stopAfter)) break;
     }
     progress?.finish();
     await pool.save(checkpoint);
@@ -124,9 +165,9 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       log(summary);
       log(interrupted ? `stopped at step ${pool.step}; resume with --resume ${outDir}` : `checkpoint: ${checkpoint}`);
     }
-    return { metrics, checkpoint, interrupted, summary };
+    return { metrics, checkpoint, interrupted, stopSignal, summary };
   } finally {
-    signals.off("SIGINT", onSigint);
+    removeHandlers();
     await pool.close();
   }
 }

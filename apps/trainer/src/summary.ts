@@ -36,7 +36,7 @@ export function summaryRows(metrics: readonly StepMetrics[], context: SummaryCon
   const tail = metrics.slice(-Math.max(1, Math.min(20, Math.floor(metrics.length / 5))));
   const rows: [string, string][] = [
     ["setup", context.setup],
-    ["steps", `${first.step + 1}..${last.step + 1}`],
+    ["steps", `${first.step}..${last.step}`],
     ["loss first -> last", `${first.loss.toFixed(4)} -> ${last.loss.toFixed(4)}`],
     [`loss mean of last ${tail.length}`, mean(tail.map((m) => m.loss)).toFixed(4)],
   ];

@@ -11,7 +11,11 @@ import type { RankApi, RankEntryArgs } from "./rank-entry.js";
 import type { RankPool } from "./rank-pool.js";
 import type { RankStepReport } from "./rank-trainer.js";
 
-const ENTRY = new URL(import.meta.url.endsWith(".ts") ? "./rank-entry.ts" : "./rank-entry.js", import.meta.url);
+// From dist/ (the installed bin) the ranks run dist/rank-entry.js with plain
+// node; from src/ (the monorepo, under tsx or vitest) they run the TypeScript
+// entry, which needs tsx in every worker.
+const FROM_SOURCE = import.meta.url.endsWith(".ts");
+const ENTRY = new URL(FROM_SOURCE ? "./rank-entry.ts" : "./rank-entry.js", import.meta.url);
 
 /** Collective waits may last this long (a long step on a slow rank is not a failure; a dead peer is reported at once). */
 const TIMEOUT_MS = 600_000;
@@ -32,7 +36,7 @@ export class ThreadsPool implements RankPool {
     const args: RankEntryArgs = { config, resumeFile };
     let world: LaunchedWorld<RankApi>;
     try {
-      world = await launch<RankApi, RankEntryArgs>({ worldSize, entry: ENTRY, args, timeoutMs: TIMEOUT_MS, ...(config.threads !== null ? { ortThreadsPerRank: config.threads } : {}) });
+      world = await launch<RankApi, RankEntryArgs>({ worldSize, entry: ENTRY, typescript: FROM_SOURCE, args, timeoutMs: TIMEOUT_MS, ...(config.threads !== null ? { ortThreadsPerRank: config.threads } : {}) });
     } catch (cause) {
       throw named(cause, `starting ${worldSize} ranks on worker threads failed`);
     }

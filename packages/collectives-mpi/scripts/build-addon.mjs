@@ -14,7 +14,14 @@ import { fileURLToPath } from "node:url";
 const packageDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const addonPath = join(packageDir, "build", "Release", "ulysses_mpi.node");
 const force = process.argv.includes("--force");
-const hint = "install OpenMPI with: apt-get install -y openmpi-bin libopenmpi-dev (then: pnpm --filter @ulysses/collectives-mpi build:addon)";
+// How to rerun this script, for both places the package lives: a project that
+// installed it from the registry, and this repository's workspace.
+const hint =
+  "install OpenMPI with: apt-get install -y openmpi-bin libopenmpi-dev, then rebuild the addon: " +
+  "in a project that installed @ulysses/collectives-mpi, `npm rebuild @ulysses/collectives-mpi` " +
+  "(pnpm: `pnpm rebuild @ulysses/collectives-mpi`, with the package listed in pnpm's allowBuilds) or " +
+  "`node node_modules/@ulysses/collectives-mpi/scripts/build-addon.mjs --force`; " +
+  "inside the ulysses-ts repository, `pnpm --filter @ulysses/collectives-mpi build:addon`";
 
 const probe = spawnSync("mpicc", ["--showme:compile"], { encoding: "utf8" });
 if (probe.error || probe.status !== 0) {
@@ -59,8 +66,17 @@ const args = [];
 const nodePrefix = resolve(dirname(process.execPath), "..");
 if (existsSync(join(nodePrefix, "include", "node", "node_api.h"))) args.push(`--nodedir=${nodePrefix}`);
 
+// node-gyp is a dependency of this package: resolved from the package folder,
+// it is found in the package's own node_modules (pnpm) or in a parent one
+// (npm's hoisted layout in a consumer's node_modules).
 const require = createRequire(import.meta.url);
-const gyp = require.resolve("node-gyp/bin/node-gyp.js");
+let gyp;
+try {
+  gyp = require.resolve("node-gyp/bin/node-gyp.js");
+} catch (error) {
+  console.error(`@ulysses/collectives-mpi: node-gyp could not be resolved from ${packageDir} (${error.message.split("\n")[0]}); reinstall the package's dependencies; ${hint}`);
+  process.exit(1);
+}
 const gypEnv = { ...process.env, ORT_DISABLE_TELEMETRY: "1" };
 let build = spawnSync(process.execPath, [gyp, "configure", ...args], { cwd: packageDir, stdio: "inherit", env: gypEnv });
 if (build.status === 0) build = spawnSync(process.execPath, [gyp, "build", ...args], { cwd: packageDir, stdio: "inherit", env: gypEnv });

@@ -12,4 +12,4 @@ export { MpiGroup } from "./mpi-group.js";
 export { REDUCTION_MODES, type ReductionMode } from "./reductions.js";
 export { addonBuilt, mpirunAvailable, loadAddon, ADDON_PATH, INSTALL_HINT, type NativeMpi } from "./addon.js";
 export { finalizeMpi, abortJob } from "./lifecycle.js";
-export { mpirunCommand, type MpirunOptions } from "./launch.js";
+export { mpirunCommand, SOURCE_CONDITION_ARG, type MpirunOptions } from "./launch.js";

@@ -3,7 +3,7 @@ import { getBackend, init } from "@ulysses/collectives";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
 import { abortMessage } from "./lifecycle.js";
-import { loadAddon, MpiError, mpiBackend, mpirunCommand } from "./index.js";
+import { loadAddon, MpiError, mpiBackend, mpirunCommand, SOURCE_CONDITION_ARG } from "./index.js";
 
 // These run everywhere, MPI or not: nothing here starts MPI.
 describe("collectives-mpi package surface", () => {
@@ -31,10 +31,13 @@ describe("collectives-mpi package surface", () => {
     await expect(init({ backend: "mpi", reduction: "fastest" })).rejects.toThrow("reduction must be one of ordered, mpi, got fastest");
   });
 
-  it("mpirunCommand carries the flags this workspace needs", () => {
-    const [command, ...args] = mpirunCommand({ np: 4, entry: "x.ts", args: ["--a"], exportEnv: ["FOO=1"], mpirunArgs: ["--host", "h:4"] });
+  it("mpirunCommand runs plain node by default, and adds tsx and node flags when asked", () => {
+    const [command, ...args] = mpirunCommand({ np: 4, entry: "x.mjs", args: ["--a"], exportEnv: ["FOO=1"], mpirunArgs: ["--host", "h:4"] });
     expect(command).toBe("mpirun");
-    expect(args.join(" ")).toBe("--allow-run-as-root --oversubscribe --bind-to none -x ORT_DISABLE_TELEMETRY=1 -x FOO=1 --host h:4 -np 4 node --conditions=@ulysses/source --import tsx x.ts --a");
+    expect(args.join(" ")).toBe("--allow-run-as-root --oversubscribe --bind-to none -x ORT_DISABLE_TELEMETRY=1 -x FOO=1 --host h:4 -np 4 node x.mjs --a");
+    expect(mpirunCommand({ np: 2, entry: "x.ts", typescript: true }).slice(-4).join(" ")).toBe("node --import tsx x.ts");
+    const workspace = mpirunCommand({ np: 2, node: "/usr/bin/node", entry: "x.ts", args: ["--b"], typescript: true, nodeArgs: [SOURCE_CONDITION_ARG] });
+    expect(workspace.slice(-6).join(" ")).toBe("/usr/bin/node --conditions=@ulysses/source --import tsx x.ts --b");
   });
 
   it("the abort line names the rank, pid, host and exit code", () => {

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CollectiveError } from "./errors.js";
 import { createLocalGroups } from "./local/local-group.js";
 import { getBackend, init, listBackends, registerBackend } from "./registry.js";
-import { describeConformance } from "./testing/index.js";
+import { describeConformance } from "./testing/vitest.js";
 import { RecordingGroup } from "./testing-fixtures/recording-backend.js";
 import { launch } from "./threads/launch.js";
 

@@ -23,7 +23,13 @@ const addonPath = join(buildDir, "Release", "ulysses_fused_attention.node");
 const force = process.argv.includes("--force");
 const strict = process.argv.includes("--strict");
 const tag = "@ulysses/fused-attention";
-const hint = `then run: pnpm --filter ${tag} build:native`;
+// How to rerun this script, for both places the package lives: this
+// repository's workspace, and a project that installed it from the registry.
+const hint =
+  `then rebuild it: in a project that installed ${tag}, \`npm rebuild ${tag}\` ` +
+  `(pnpm: \`pnpm rebuild ${tag}\`, with the package listed in pnpm's allowBuilds) or ` +
+  `\`node node_modules/${tag}/scripts/build-native.mjs --force\`; inside the ulysses-ts repository, ` +
+  `\`pnpm --filter ${tag} build:native -- --force\``;
 const env = { ...process.env, ORT_DISABLE_TELEMETRY: "1" };
 
 function skip(reason) {
@@ -113,8 +119,16 @@ if (nvcc) {
 
 // node-gyp downloads Node's headers unless told where they are: use the ones
 // installed next to this node binary (e.g. /usr/include/node) when present.
+// node-gyp is a dependency of this package: resolved from the package folder,
+// it is found in the package's own node_modules (pnpm) or in a parent one
+// (npm's hoisted layout in a consumer's node_modules).
 const require = createRequire(import.meta.url);
-const gyp = require.resolve("node-gyp/bin/node-gyp.js");
+let gyp;
+try {
+  gyp = require.resolve("node-gyp/bin/node-gyp.js");
+} catch (error) {
+  skip(`node-gyp could not be resolved from ${packageDir} (${error.message.split("\n")[0]}); reinstall the package's dependencies`);
+}
 const nodeArgs = [];
 const nodePrefix = resolve(dirname(process.execPath), "..");
 if (existsSync(join(nodePrefix, "include", "node", "node_api.h"))) nodeArgs.push(`--nodedir=${nodePrefix}`);

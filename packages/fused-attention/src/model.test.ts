@@ -1,14 +1,14 @@
 /** The encoded graphs: one custom-op node with its attributes and symbolic dims. */
-import type { onnx } from "onnx-proto";
+import { decodeModel, type DecodedValueInfo } from "@ulysses/kernels";
 import { describe, expect, it } from "vitest";
-import { CUSTOM_OP_DOMAIN, attentionModel, decodeModel, type GraphKind } from "./model.js";
+import { CUSTOM_OP_DOMAIN, attentionModel, type GraphKind } from "./model.js";
 
 function decoded(kind: GraphKind, causal: boolean, scale: number) {
   const model = decodeModel(attentionModel(kind, causal, scale));
-  const graph = model.graph as onnx.GraphProto;
-  const node = graph.node[0] as onnx.NodeProto;
-  const attributes = Object.fromEntries(node.attribute.map((a) => [a.name, a.name === "scale" ? a.f : Number(a.i)]));
-  const dims = (v: onnx.IValueInfoProto) => v.type!.tensorType!.shape!.dim!.map((d) => d.dimParam);
+  const graph = model.graph;
+  const node = graph.node[0]!;
+  const attributes = Object.fromEntries(node.attribute.map((a) => [a.name, a.name === "scale" ? a.f : a.i]));
+  const dims = (v: DecodedValueInfo) => v.type!.tensorType!.shape!.dim.map((d) => d.dimParam);
   return { model, graph, node, attributes, dims };
 }
 

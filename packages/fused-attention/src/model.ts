@@ -7,7 +7,9 @@
  *
  * with attributes causal (int) and scale (float). Every dimension is
  * symbolic, so one session serves every shape. Running them is the binding's
- * job (`native.ts`).
+ * job (`native.ts`); tests decode them with `decodeModel` of @ulysses/kernels.
+ * No onnx-proto type appears in this module's exports (its typings need
+ * protobufjs's global `Long`, which a strict consumer does not have).
  */
 // onnx-proto is CommonJS without named-export hints: Node ESM only sees its
 // default export.
@@ -79,9 +81,4 @@ export function attentionModel(kind: GraphKind, causal: boolean, scale: number):
     },
   });
   return proto.ModelProto.encode(model).finish();
-}
-
-/** Decodes ModelProto bytes (for tests). */
-export function decodeModel(bytes: Uint8Array): onnx.ModelProto {
-  return proto.ModelProto.decode(bytes);
 }

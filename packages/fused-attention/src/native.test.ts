@@ -27,6 +27,7 @@ describe("FusedAttention without the native addon", () => {
     const result = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as { available: boolean; message: string };
     expect(result.available).toBe(false);
     expect(result.message).toMatch(/^FusedAttentionError: the fused-attention addon is not built \(no \/nonexistent\/ulysses_fused_attention.node\)/);
+    expect(result.message).toContain("npm rebuild @ulysses/fused-attention");
     expect(result.message).toContain("pnpm --filter @ulysses/fused-attention build:native");
   });
 });

@@ -50,7 +50,10 @@ export type NativeLoad = { ok: true; binding: NativeBinding; info: NativeInfo; p
 
 const require = createRequire(import.meta.url);
 const packageDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const BUILD_HINT = "build it with `pnpm --filter @ulysses/fused-attention build:native` (needs a C++ compiler, and apt-get access to Debian's mirror for the ONNX Runtime headers)";
+const BUILD_HINT =
+  "build it with `npm rebuild @ulysses/fused-attention` (pnpm: `pnpm rebuild @ulysses/fused-attention`) in the project that installed it, " +
+  "or `pnpm --filter @ulysses/fused-attention build:native` inside the ulysses-ts repository " +
+  "(needs a C++ compiler, and apt-get access to Debian's mirror for the ONNX Runtime headers)";
 
 /** Where the addon is looked for (ULYSSES_FUSED_ATTENTION_ADDON overrides). */
 export function addonPath(): string {

@@ -1,6 +1,7 @@
 /** @ulysses/kernels: ONNX graphs run by onnxruntime-node. No communication inside. */
 export { KernelError } from "./errors.js";
-export { GraphBuilder, attr, decodeModel, type Value, type Dim, type Attribute, type ElementType } from "./graph/builder.js";
+export { GraphBuilder, attr, type Value, type Dim, type Attribute, type ElementType, type OpOptions } from "./graph/builder.js";
+export { decodeModel, type DecodedModel, type DecodedGraph, type DecodedNode, type DecodedAttribute, type DecodedValueInfo, type DecodedDim, type DecodedTensor } from "./graph/decode.js";
 export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeOptions, type ExecutionProvider } from "./runtime/session-cache.js";
 export type { LocalAttention, AttentionOptions, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
 export type { BlockOps, LayerNormSaved, CrossEntropyResult } from "./ops/types.js";

@@ -4,7 +4,7 @@ export { DTYPES, bytesPerElement, isDType, allocateStorage, storageOverlaps, typ
 export { formatShape, numel, stridesOf, normalizeAxis, type Shape } from "./shape.js";
 export { Tensor, type AllocateOptions } from "./tensor.js";
 export { permute, permuteInto, permutedShape, narrow, split, chunk, evenSplitSizes, concat, concatInto } from "./layout.js";
-export { toOrt, fromOrt } from "./ort.js";
+// toOrt / fromOrt: the subpath "@ulysses/tensors/ort" (its types are onnxruntime-common's, which need the DOM lib to type-check)
 export {
   CONVERTIBLE_DTYPES,
   bfloat16BitsToFloat32,

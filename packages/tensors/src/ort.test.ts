@@ -4,7 +4,8 @@
 // conversions.
 import * as ort from "onnxruntime-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Rng, Tensor, fromOrt, toDType, toOrt } from "@ulysses/tensors";
+import { Rng, Tensor, toDType } from "@ulysses/tensors";
+import { fromOrt, toOrt } from "@ulysses/tensors/ort";
 import { ONNX_TYPE, onnxModel } from "./testing-fixtures/onnx-model.js";
 
 const options: ort.InferenceSession.SessionOptions = { intraOpNumThreads: 1, interOpNumThreads: 1, graphOptimizationLevel: "disabled" };

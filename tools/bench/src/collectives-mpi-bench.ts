@@ -33,7 +33,8 @@ interface RankZeroReport {
 
 const reports: RankZeroReport[] = [];
 for (const np of values.ranks!.split(",").map(Number).filter((n) => n > 0)) {
-  // the same flags as the package's mpirunCommand (kept inline: tools/bench does not depend on the package by name)
+  // the flags of the package's mpirunCommand with typescript: true and nodeArgs: [SOURCE_CONDITION_ARG]
+  // (the rank entry is TypeScript run from the workspace sources; kept inline: tools/bench does not depend on the package by name)
   const args = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-x", "ORT_DISABLE_TELEMETRY=1", "-np", String(np), "node", "--conditions=@ulysses/source", "--import", "tsx", entry, values.sizes!, values.reduction!];
   const run = spawnSync("mpirun", args, { cwd: repoRoot, encoding: "utf8", env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" }, maxBuffer: 64 << 20 });
   const line = run.stdout?.split("\n").find((l) => l.startsWith("ULYSSES_BENCH "));

@@ -1,5 +1,6 @@
 /**
- * Test support: runs an entry under mpirun (mpirunCommand's flags) from the
+ * Test support: runs a TypeScript entry under mpirun (mpirunCommand's flags,
+ * with tsx and the workspace's source condition) from the
  * repository root and collects its output, exit code and duration. A hard
  * wall-clock limit kills mpirun's process group so a hang fails the test
  * instead of stalling it.
@@ -7,7 +8,7 @@
 import { spawn } from "node:child_process";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { mpirunCommand } from "../launch.js";
+import { mpirunCommand, SOURCE_CONDITION_ARG } from "../launch.js";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 export const FIXTURES = dirname(fileURLToPath(import.meta.url));
@@ -22,7 +23,8 @@ export interface MpirunResult {
 }
 
 export function spawnMpirun(np: number, entry: string, args: readonly string[], limitMs: number): Promise<MpirunResult> {
-  const [command, ...rest] = mpirunCommand({ np, entry, args });
+  // the fixtures are TypeScript and the workspace packages run from source
+  const [command, ...rest] = mpirunCommand({ np, entry, args, typescript: true, nodeArgs: [SOURCE_CONDITION_ARG] });
   const start = performance.now();
   const child = spawn(command, rest, { cwd: REPO_ROOT, env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" }, detached: true });
   let stdout = "";

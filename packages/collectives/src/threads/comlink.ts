@@ -1,16 +1,33 @@
 /**
  * comlink for Node ESM: its package has no "exports" map and its "main" is a
- * UMD build, so the ESM files are imported by path and typed with the
- * package's own declarations.
+ * UMD build, so the ESM files are imported by path. The part of comlink the
+ * threads backend uses is typed here, with our own types: comlink's
+ * declarations name DOM types (Transferable, EventListenerOrEventListenerObject)
+ * that a consumer compiling with `"types": ["node"]` and no DOM lib lacks, and
+ * `Remote` reaches the public `LaunchedWorld.rank()`.
  */
 // @ts-ignore: the ESM build ships no declaration of its own (typed below)
 import * as esm from "comlink/dist/esm/comlink.mjs";
 // @ts-ignore: as above
 import adapter from "comlink/dist/esm/node-adapter.mjs";
-import type * as ComlinkTypes from "comlink";
 
-export const Comlink = esm as typeof ComlinkTypes;
-export type Remote<T> = ComlinkTypes.Remote<T>;
+/** A rank's Api seen from another thread: every method returns a Promise of its result. */
+export type Remote<T> = {
+  readonly [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: A) => Promise<Awaited<R>> : Promise<T[K]>;
+};
+
+/** A comlink endpoint (opaque: made by `nodeEndpoint`). */
+export interface Endpoint {
+  readonly postMessage: unknown;
+}
+
+interface ComlinkApi {
+  wrap<T>(endpoint: Endpoint): Remote<T>;
+  expose(value: unknown, endpoint: Endpoint): void;
+  transfer<T>(value: T, transfers: unknown[]): T;
+}
+
+export const Comlink = esm as ComlinkApi;
 
 /** A comlink endpoint over a Node MessagePort, Worker or parentPort. */
-export const nodeEndpoint = adapter as (port: unknown) => ComlinkTypes.Endpoint;
+export const nodeEndpoint = adapter as (port: unknown) => Endpoint;

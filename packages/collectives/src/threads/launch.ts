@@ -8,9 +8,26 @@
  * ranks to stop and waits for them to exit by themselves; `terminate` is the
  * last resort after `shutdownTimeoutMs` (terminating a worker inside an ONNX
  * Runtime run aborts the whole process).
+ *
+ * Every worker runs the same copy of this package as the code that called
+ * `launch`, so a rank has one module instance (one backend registry, one
+ * threads world, one CollectiveError class) whichever way its entry imports
+ * `@ulysses/collectives`:
+ * - compiled (this file is dist/threads/launch.js, an installed package): the
+ *   worker runs dist/threads/worker-main.js with plain node. It inherits the
+ *   parent's execArgv as Node does, less a `@ulysses/source` condition (that
+ *   would resolve the entry's imports to src/ and make a second instance). No
+ *   tsx unless `typescript: true`, which registers tsx (resolved from the
+ *   entry's side: its folder, then the cwd, then this package) so the entry
+ *   may be TypeScript; a TypeScript entry without it fails up front.
+ * - from source (this file is .ts: the monorepo, under vitest or tsx): the
+ *   worker main is TypeScript itself, so workers get the `@ulysses/source`
+ *   condition and register tsx (resolved from this package) in their bootstrap.
  */
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
-import { resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { MessageChannel, Worker, type MessagePort } from "node:worker_threads";
 import { CollectiveError } from "../errors.js";
@@ -24,8 +41,22 @@ export interface LaunchOptions<Args = unknown> {
   worldSize: number;
   /** Backend each rank initialises (a registered name or module path; default "threads"). */
   backend?: string;
-  /** Module path or URL whose default export is `setup(ctx) => Api`. */
+  /**
+   * Module path or URL whose default export is `setup(ctx) => Api`. Plain
+   * .js/.mjs always works; a .ts/.mts/.cts entry needs `typescript` when
+   * launch runs from the compiled package.
+   */
   entry: string | URL;
+  /**
+   * Registers tsx in every worker so the entry (and a backend module path) may
+   * be TypeScript. tsx is resolved from the entry's folder, then the cwd, then
+   * this package; install it there (`npm i -D tsx`). The workers still run
+   * this package's compiled code (no `@ulysses/source` condition is added).
+   * Default: false for the compiled package; from source (this monorepo) the
+   * worker main is TypeScript itself, so tsx is always registered and this
+   * option changes nothing.
+   */
+  typescript?: boolean;
   args?: Args;
   /** Collective timeout in each rank (default 10 000 ms). */
   timeoutMs?: number;
@@ -57,12 +88,18 @@ export interface LaunchedWorld<Api extends object> {
   shutdown(): Promise<number[]>;
 }
 
-const workerFile = new URL(import.meta.url.endsWith(".ts") ? "./worker-main.ts" : "./worker-main.js", import.meta.url);
+const TS_FILE = /\.[mc]?ts$/;
+const SOURCE_CONDITION = "@ulysses/source";
+/** True when this file is TypeScript (the monorepo, under vitest or tsx), false when it is the compiled dist/. */
+const fromSource = TS_FILE.test(new URL(import.meta.url).pathname);
+const workerFile = new URL(fromSource ? "./worker-main.ts" : "./worker-main.js", import.meta.url);
+
 // Node 20 applies no `--import tsx` hooks inside a worker: the bootstrap
-// registers tsx's loader itself (resolved from this package, whatever the
-// cwd), then imports the (TypeScript) worker main.
-const tsxApi = resolveFromHere("tsx/esm/api");
-const workerBootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(workerFile.href)}); });`;
+// registers tsx's loader itself, then imports the worker main.
+function bootstrap(tsxApi: string | null): string {
+  const main = JSON.stringify(workerFile.href);
+  return tsxApi === null ? `import(${main});` : `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${main}); });`;
+}
 
 function resolveFromHere(specifier: string): string {
   try {
@@ -72,20 +109,93 @@ function resolveFromHere(specifier: string): string {
   }
 }
 
-/** --conditions=@ulysses/source and --import tsx, plus the parent's own flags (without repeating those). */
-function workerExecArgv(): string[] {
-  const own = ["--conditions=@ulysses/source", "--import", "tsx"];
+/** The ESM entry of `tsx/esm/api` as seen from `base` (a file URL or path), or null. */
+function resolveTsxFrom(base: string): string | null {
+  try {
+    const require = createRequire(base);
+    const manifest = require.resolve("tsx/package.json");
+    const api = (JSON.parse(readFileSync(manifest, "utf8")) as { exports?: Record<string, unknown> }).exports?.["./esm/api"] as { import?: string | { default?: string } } | undefined;
+    const file = typeof api?.import === "string" ? api.import : api?.import?.default;
+    return pathToFileURL(file ? join(dirname(manifest), file) : require.resolve("tsx/esm/api")).href;
+  } catch {
+    return null;
+  }
+}
+
+/** tsx for `typescript: true` from the compiled package: the entry's folder, the cwd, then this package. */
+function resolveCallerTsx(entry: string): string {
+  const bases = [entry, join(process.cwd(), "launch-entry.js"), import.meta.url];
+  for (const base of bases) {
+    const found = resolveTsxFrom(base);
+    if (found) return found;
+  }
+  throw new CollectiveError(
+    `launch: typescript: true registers tsx in every rank, but the package 'tsx' cannot be resolved from ${entry}, from ${process.cwd()} or from @ulysses/collectives; install it (npm i -D tsx) or use a plain .js/.mjs entry without the typescript option`,
+  );
+}
+
+function isSourceCondition(argv: readonly string[], i: number): number {
+  const a = argv[i]!;
+  if (a === `--conditions=${SOURCE_CONDITION}` || a === `-C=${SOURCE_CONDITION}`) return 1;
+  if ((a === "--conditions" || a === "-C") && argv[i + 1] === SOURCE_CONDITION) return 2;
+  return 0;
+}
+
+/** From source: --conditions=@ulysses/source and --import tsx, plus the parent's own flags (without repeating those). */
+function sourceExecArgv(): string[] {
+  const own = [`--conditions=${SOURCE_CONDITION}`, "--import", "tsx"];
   const inherited: string[] = [];
   const argv = process.execArgv;
   for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === "--conditions=@ulysses/source" || argv[i] === "--import=tsx") continue;
-    if ((argv[i] === "--import" || argv[i] === "--conditions" || argv[i] === "-C") && (argv[i + 1] === "tsx" || argv[i + 1] === "@ulysses/source")) {
+    const condition = isSourceCondition(argv, i);
+    if (condition) {
+      i += condition - 1;
+      continue;
+    }
+    if (argv[i] === "--import=tsx") continue;
+    if (argv[i] === "--import" && argv[i + 1] === "tsx") {
       i++;
       continue;
     }
     inherited.push(argv[i]!);
   }
   return [...own, ...inherited];
+}
+
+/**
+ * Compiled: undefined (Node's default: inherit the parent's flags, silently
+ * leaving out those a worker cannot take), or the parent's flags less the
+ * `@ulysses/source` condition when it has one.
+ */
+function compiledExecArgv(): string[] | undefined {
+  const argv = process.execArgv;
+  const kept: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const condition = isSourceCondition(argv, i);
+    if (condition) i += condition - 1;
+    else kept.push(argv[i]!);
+  }
+  return kept.length === argv.length ? undefined : kept;
+}
+
+interface WorkerPlan {
+  source: string;
+  execArgv: string[] | undefined;
+}
+
+/** How the workers start; throws a CollectiveError up front for a TypeScript entry or backend that cannot load. */
+function planWorkers(entry: string, backend: string, typescript: boolean | undefined): WorkerPlan {
+  if (fromSource) return { source: bootstrap(resolveFromHere("tsx/esm/api")), execArgv: sourceExecArgv() };
+  if (!typescript) {
+    if (TS_FILE.test(new URL(entry).pathname)) {
+      throw new CollectiveError(`launch: entry ${entry} is TypeScript, and the compiled @ulysses/collectives runs ranks with plain node; pass typescript: true (needs the 'tsx' package) or use a .js/.mjs entry`);
+    }
+    if (TS_FILE.test(backend)) {
+      throw new CollectiveError(`launch: backend module '${backend}' is TypeScript, and the compiled @ulysses/collectives runs ranks with plain node; pass typescript: true (needs the 'tsx' package) or use a .js/.mjs module`);
+    }
+    return { source: bootstrap(null), execArgv: compiledExecArgv() };
+  }
+  return { source: bootstrap(resolveCallerTsx(entry)), execArgv: compiledExecArgv() };
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | "timeout"> {
@@ -103,6 +213,7 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
   const ortThreads = options.ortThreadsPerRank ?? Math.max(1, Math.floor(availableParallelism() / worldSize));
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const entry = options.entry instanceof URL ? options.entry.href : options.entry.startsWith("file:") ? options.entry : pathToFileURL(resolve(options.entry)).href;
+  const plan = planWorkers(entry, backend, options.typescript);
   const world = WorldControl.create(worldSize);
   const ranks = Array.from({ length: worldSize }, (_, r) => r);
   const worldResources = { worldSize, control: world.sab, group: createGroupResources("world", ranks, maxMessageBytes), maxMessageBytes };
@@ -127,11 +238,11 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
     const data: WorkerStartData & { coordinator: MessagePort } = {
       rank, worldSize, entry, args: options.args, backend, timeoutMs, ortThreads, world: worldResources, backendOptions: options.backendOptions ?? {}, coordinator: channel.port2,
     };
-    const worker = new Worker(workerBootstrap, {
+    const worker = new Worker(plan.source, {
       eval: true,
       workerData: data,
       transferList: [channel.port2],
-      execArgv: workerExecArgv(),
+      execArgv: plan.execArgv,
       env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
     });
     let markGone: (e: Error) => void = () => undefined;

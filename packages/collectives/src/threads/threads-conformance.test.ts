@@ -1,5 +1,5 @@
 import { fileURLToPath } from "node:url";
-import { describeConformance } from "../testing/index.js";
+import { describeConformance } from "../testing/vitest.js";
 import { init } from "../registry.js";
 import { launch } from "./launch.js";
 

@@ -52,7 +52,8 @@ async function loadFused(threads: number, load?: () => Promise<unknown>): Promis
   } catch (cause) {
     throw new KernelError(
       `attention implementation 'custom' needs ${FUSED_PACKAGE}, which could not be loaded (${(cause as Error).message ?? cause}). ` +
-        `Build it with \`npx pnpm@12.4.2 --filter ${FUSED_PACKAGE} build:native\` (C++ toolchain and the ONNX Runtime C API headers, see its README), ` +
+        `Install it (\`npm install ${FUSED_PACKAGE}\`: its install script builds the addon, \`npm rebuild ${FUSED_PACKAGE}\` reruns it; ` +
+        `inside the ulysses-ts repository \`npx pnpm@12.4.2 --filter ${FUSED_PACKAGE} build:native\`; C++ toolchain and the ONNX Runtime C API headers, see its README), ` +
         `make it a dependency of the package that calls createAttention and pass \`load: () => import("${FUSED_PACKAGE}")\`; or choose implementation 'ort'.`,
       { cause },
     );

@@ -2,7 +2,8 @@
  * A small typed builder for ONNX graphs. It names values, records nodes and
  * initializers, and encodes a ModelProto with the `onnx-proto` package. It
  * knows nothing about running graphs (see `runtime/session-cache.ts`) or about
- * gradients (see `graph/gradients.ts`).
+ * gradients (see `graph/gradients.ts`). `graph/decode.ts` decodes the bytes
+ * back for tests; no onnx-proto type appears in this module's exports.
  *
  *   const g = new GraphBuilder("linear");
  *   const x = g.input("x", "float32", ["rows", 64]);
@@ -199,9 +200,4 @@ export class GraphBuilder {
     });
     return proto.ModelProto.encode(model).finish();
   }
-}
-
-/** Decodes ModelProto bytes (for tests and tooling). */
-export function decodeModel(bytes: Uint8Array): onnx.ModelProto {
-  return proto.ModelProto.decode(bytes);
 }

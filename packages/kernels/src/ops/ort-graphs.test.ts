@@ -5,7 +5,7 @@
  * Gemms and one row sum in one graph.
  */
 import { describe, expect, it } from "vitest";
-import { decodeModel } from "../graph/builder.js";
+import { decodeModel } from "../graph/decode.js";
 import * as graphs from "./ort-graphs.js";
 
 function opTypes(bytes: Uint8Array): string[] {

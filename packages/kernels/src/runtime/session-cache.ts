@@ -10,7 +10,8 @@ import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 import * as ort from "onnxruntime-node";
-import { fromOrt, toOrt, type Tensor } from "@ulysses/tensors";
+import type { Tensor } from "@ulysses/tensors";
+import { fromOrt, toOrt } from "@ulysses/tensors/ort";
 import { KernelError } from "../errors.js";
 
 export type ExecutionProvider = "cpu" | "cuda";
@@ -61,8 +62,12 @@ export class SessionCache {
     return this.sessions.size;
   }
 
-  /** The session for `key`, building its graph with `build` the first time. */
-  session(key: string, build: () => Uint8Array): Promise<ort.InferenceSession> {
+  /**
+   * The session for `key`, building its graph with `build` the first time.
+   * Private: onnxruntime-node's types stay out of this package's public
+   * declarations (onnxruntime-common's .d.ts need the DOM lib to type-check).
+   */
+  private session(key: string, build: () => Uint8Array): Promise<ort.InferenceSession> {
     let session = this.sessions.get(key);
     if (!session) {
       const bytes = build();

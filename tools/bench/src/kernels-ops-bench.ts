@@ -3,18 +3,15 @@
  * backward per op at one block-sized shape (process CPU time, median), against the float64 ReferenceOps
  * measured in the same run, with the backward/forward ratio and the effective
  * bandwidth (bytes the op must read and write / time) or GFLOP/s for linear.
- * Prints a table and writes bench-results/kernels-ops.json.
+ * Prints a table and writes bench-results/kernels-ops.json at the repository
+ * root. Uses only the public API of @ulysses/kernels.
  *
- *   ORT_DISABLE_TELEMETRY=1 node --conditions=@ulysses/source --import tsx \
- *     packages/kernels/src/ops/ops-bench.ts [--rows 2048] [--hidden 256] [--threads 1] [--iters 5] [--no-reference]
+ *   npx pnpm@12.4.2 --filter @ulysses/tools bench:ops -- [--rows 2048] [--hidden 256] [--threads 1] [--iters 5] [--no-reference]
  */
 import { mkdirSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { OrtOps, ReferenceOps, SessionCache, randomTensor, seededRandom, type BlockOps } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
-import { ReferenceOps } from "../reference/ops.js";
-import { randomTensor, seededRandom } from "../reference/testing.js";
-import { SessionCache } from "../runtime/session-cache.js";
-import type { BlockOps } from "./types.js";
-import { OrtOps } from "./ort-ops.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
@@ -103,6 +100,7 @@ for (const e of results) {
       `${pad(e.referenceFwdMs.toFixed(1), 9)}${pad(e.referenceBwdMs.toFixed(1), 9)}${pad(e.referenceOverOrtBwd.toFixed(1), 13)}`,
   );
 }
-mkdirSync("bench-results", { recursive: true });
-writeFileSync("bench-results/kernels-ops.json", JSON.stringify({ rows, hidden, ffn, vocab, threads, iters, results }, null, 2));
-console.log("wrote bench-results/kernels-ops.json");
+const outDir = fileURLToPath(new URL("../../../bench-results/", import.meta.url));
+mkdirSync(outDir, { recursive: true });
+writeFileSync(`${outDir}kernels-ops.json`, JSON.stringify({ rows, hidden, ffn, vocab, threads, iters, results }, null, 2));
+console.log(`wrote ${outDir}kernels-ops.json`);

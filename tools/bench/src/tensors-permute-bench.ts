@@ -6,7 +6,7 @@
  * bench-results/tensors-permute.json at the repository root. Never part of
  * `test`.
  *
- *   pnpm --filter @ulysses/tensors bench
+ *   npx pnpm@12.4.2 --filter @ulysses/tools bench:permute
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";

@@ -1,0 +1,40 @@
+// Consumer check: the installed `ulysses-train` bin (plain node, no tsx)
+// prints its version, trains 20 steps and writes the checkpoint, the metrics
+// and model.onnx; `ulysses-generate` answers from that model.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+
+const bin = (name) => path.resolve("node_modules", ".bin", name);
+const env = { ...process.env, ORT_DISABLE_TELEMETRY: "1" };
+const run = (name, args) => spawnSync(bin(name), args, { encoding: "utf8", env, timeout: 300_000 });
+
+const { version } = JSON.parse(fs.readFileSync(path.resolve("node_modules/@ulysses/trainer/package.json"), "utf8"));
+const printed = run("ulysses-train", ["--version"]);
+assert.equal(printed.status, 0, printed.stderr);
+assert.equal(printed.stdout.trim(), version);
+
+const help = run("ulysses-train", ["--help"]);
+assert.equal(help.status, 0, help.stderr);
+assert.match(help.stdout, /--sp/);
+
+const bad = run("ulysses-train", ["--no-such-flag"]);
+assert.equal(bad.status, 2, `a bad flag exits 2, got ${bad.status}: ${bad.stderr}`);
+
+const out = path.resolve("trained-run");
+fs.rmSync(out, { recursive: true, force: true });
+const tiny = ["--steps", "20", "--seq", "64", "--hidden", "32", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--threads", "1"];
+const trained = run("ulysses-train", [...tiny, "--out", out]);
+assert.equal(trained.status, 0, `ulysses-train failed (${trained.status}):\n${trained.stdout}\n${trained.stderr}`);
+for (const file of ["checkpoint.safetensors", "metrics.jsonl", "model.onnx", "config.json"]) {
+  assert.ok(fs.statSync(path.join(out, file)).size > 0, `${file} is missing or empty`);
+}
+const rows = fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line));
+assert.deepEqual(rows.map((r) => r.step), Array.from({ length: 20 }, (_, i) => i + 1));
+assert.ok(rows.every((r) => Number.isFinite(r.loss) && !Number.isNaN(Date.parse(r.time))), "every metrics row has a finite loss and an ISO time");
+
+const generated = run("ulysses-generate", ["--from", path.join(out, "model.onnx")]);
+assert.equal(generated.status, 0, `ulysses-generate failed (${generated.status}):\n${generated.stderr}`);
+assert.match(generated.stdout, /recall: \d+\/\d+ correct/);
+console.log(`trainer: ulysses-train ${version} trained 20 steps (loss ${rows[0].loss.toFixed(3)} -> ${rows.at(-1).loss.toFixed(3)}), wrote checkpoint, metrics and model.onnx; ulysses-generate answered from it`);

@@ -1,0 +1,28 @@
+// Type-checked only (tsc --noEmit, strict, no skipLibCheck): every package's
+// public types as a TypeScript user sees them from the installed tarballs.
+import { UlyssesAttention, type ShardedAttention } from "@ulysses/block";
+import { CollectiveError, launch, type LaunchedWorld, type ProcessGroup } from "@ulysses/collectives";
+import { runConformance, type CheckResult } from "@ulysses/collectives/testing";
+import { FusedAttention, type FusedAttentionOptions } from "@ulysses/fused-attention";
+import { GraphBuilder, OrtAttention, SessionCache, type LocalAttention } from "@ulysses/kernels";
+import * as model from "@ulysses/model";
+import { Tensor, narrow, type DType } from "@ulysses/tensors";
+
+const dtype: DType = "float32";
+const x: Tensor<"float32"> = Tensor.zeros(dtype as "float32", [2, 4]);
+const half: Tensor<"float32"> = narrow(x, 1, 0, 2);
+const cache = new SessionCache({ intraOpThreads: 1 });
+const local: LocalAttention = new OrtAttention({ cache });
+const options: FusedAttentionOptions = { threads: 1 };
+
+export async function wrap(group: ProcessGroup): Promise<ShardedAttention> {
+  const results: CheckResult[] = await runConformance(group);
+  if (results.some((r) => r.status === "failed")) throw new CollectiveError("conformance failed");
+  return new UlyssesAttention(local, group);
+}
+
+export async function start(): Promise<LaunchedWorld<{ ping(): Promise<number> }>> {
+  return launch<{ ping(): Promise<number> }>({ worldSize: 2, entry: new URL("./rank.mjs", import.meta.url) });
+}
+
+export const used = [half, options, GraphBuilder, FusedAttention, Object.keys(model).length];
