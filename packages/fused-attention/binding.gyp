@@ -25,7 +25,10 @@
         "<(ort_include)",
         "native/src"
       ],
-      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS"],
+      # NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS: a Napi::Error raised while the
+      # thread is stopping (JavaScript can no longer run) is dropped instead of
+      # ending the process in std::terminate.
+      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-fexceptions", "-std=c++17", "-O3", "-fno-math-errno", "-Wno-maybe-uninitialized", "-Wno-psabi"],

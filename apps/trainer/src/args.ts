@@ -3,10 +3,12 @@
  * (`--zero1`, `--no-export`), `--config file.json` (the same keys, camelCase
  * or kebab-case; flags given on the command line win), `--help` and
  * `--version`. It turns text into a TrainConfig; `config.ts` validates the
- * values.
+ * values. `resumeSettings` layers a checkpoint under the flags on --resume:
+ * plain data only, never code or paths.
  */
 import fs from "node:fs";
-import { DEFAULTS, camel, kebab, type TrainConfig } from "./config.js";
+import { BYTE_VOCAB, type GptConfig } from "@ulysses/model";
+import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, camel, dataDigest, kebab, type TrainConfig } from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 
@@ -36,8 +38,12 @@ const HELP: Record<keyof TrainConfig, string> = {
   vocab: "recall task vocabulary size",
   pairs: "recall task key-value pairs per sequence",
   queries: "recall task queries per sequence",
-  out: "run directory (default runs/<timestamp>, linked as runs/latest)",
-  resume: "checkpoint file or run directory to continue from",
+  out: "run directory (default runs/<timestamp>, linked as runs/latest; with --resume: the resumed run's directory); an existing run or non-empty directory is refused without --overwrite",
+  resume:
+    "checkpoint file or run directory to continue from, writing into that directory (or --out). The model shape (--hidden, --layers, --heads, --kv-heads, --mlp, --mlp-ratio, --tied-head, --attention, recall --vocab) comes from the checkpoint: leave those flags out or give the same values; other settings default to the checkpoint's recorded ones; --backend, --data and --out are never taken from a checkpoint",
+  overwrite: "let --out name an existing run or a non-empty directory (replaces the run's files there)",
+  timeout: "seconds a rank waits for a peer's collective, or for a stuck peer to finish a step, before the run fails naming that rank",
+  skipMemoryCheck: "skip the memory preflight (by default a run whose estimated peak memory exceeds the cgroup limit or the free memory is refused before any rank starts)",
   checkpointEvery: "steps between checkpoints (0: only at the end)",
   activationCheckpointing: "recompute block activations in backward to save memory",
   zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
@@ -72,7 +78,7 @@ export type ParseResult =
   | { help: false; version?: false; config: TrainConfig; /** Keys set on the command line or in the config file. */ explicit: Set<keyof TrainConfig> };
 
 /** Converts one raw value to the type of `key`'s default. */
-function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
+export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
   const template = DEFAULTS[key];
   const numeric = typeof template === "number" || key === "threads";
   if (numeric) {
@@ -153,4 +159,101 @@ export function parseArgs(argv: readonly string[]): ParseResult {
   if (config.data !== null && !("task" in fromFile) && !("task" in fromFlags)) config.task = "text";
   const explicit = new Set([...Object.keys(fromFile), ...Object.keys(fromFlags)] as (keyof TrainConfig)[]);
   return { help: false, config, explicit };
+}
+
+/** What resume needs of a checkpoint (LoadedCheckpoint has it). */
+export interface CheckpointFacts {
+  file: string;
+  step: number;
+  config: GptConfig;
+  /** The recorded settings (untrusted: anything JSON can hold). */
+  settings: unknown;
+}
+
+export interface ResumedSettings {
+  config: TrainConfig;
+  /** Things to tell the user (settings of the checkpoint that were ignored, a different data file). */
+  notes: string[];
+}
+
+/** A value from a checkpoint, quoted for a message (bounded, control characters escaped). */
+function quoted(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
+/**
+ * The configuration of a resumed run: the flags given now (`explicit`), then
+ * the checkpoint's plain recorded settings (steps, batch, lr, seq, task, ...)
+ * for the flags not given, with the model shape taken from the checkpoint's
+ * GPT config. Code and paths (NEVER_FROM_CHECKPOINT) come from the command
+ * line only; a checkpoint that records them gets a note and nothing else.
+ * Conflicts between a flag and the checkpoint (model shape, --vocab, --seq
+ * beyond the model's maxSeq, --task, --data, --steps below the step reached)
+ * throw a TrainerError naming both values.
+ */
+export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof TrainConfig>, checkpoint: CheckpointFacts): ResumedSettings {
+  const config: TrainConfig = { ...given };
+  const notes: string[] = [];
+  const conflicts: string[] = [];
+  const source = `checkpoint '${checkpoint.file}'`;
+  const recorded = checkpoint.settings !== null && typeof checkpoint.settings === "object" && !Array.isArray(checkpoint.settings) ? (checkpoint.settings as Record<string, unknown>) : {};
+  const ignored = Object.keys(recorded).filter((key) => (NEVER_FROM_CHECKPOINT as readonly string[]).includes(key) && recorded[key] !== null);
+  if (ignored.length > 0) {
+    notes.push(`${source} records ${ignored.map((k) => `${k} ${quoted(recorded[k])}`).join(", ")}: ignored (a checkpoint never chooses code or paths; they come from this command line)`);
+  }
+  const shape = new Set<string>([...MODEL_SHAPE_KEYS, "vocab"]);
+  for (const [name, raw] of Object.entries(recorded)) {
+    const key = name as keyof TrainConfig;
+    if (!(key in DEFAULTS) || (NEVER_FROM_CHECKPOINT as readonly string[]).includes(key) || shape.has(key) || key === "task" || explicit.has(key)) continue;
+    if (raw === null && DEFAULTS[key] === null) {
+      (config as unknown as Record<string, unknown>)[key] = null;
+      continue;
+    }
+    try {
+      (config as unknown as Record<string, unknown>)[key] = coerce(key, raw, source);
+    } catch (error) {
+      conflicts.push(`${(error as Error).message.replace(/ --(\S+) /, " recorded setting '$1' ")}`);
+    }
+  }
+  // the task: a --data given now implies text unless --task says otherwise
+  const recordedTask = recorded.task === "recall" || recorded.task === "text" ? recorded.task : null;
+  if (recordedTask !== null) {
+    if (explicit.has("task") && given.task !== recordedTask) conflicts.push(`--task ${given.task} conflicts with the ${recordedTask} task of ${source}`);
+    else config.task = recordedTask;
+  }
+  if (explicit.has("data") && config.task === "recall") {
+    conflicts.push(`--data '${given.data}': ${source} is a recall-task run, which reads no data file (drop --data)`);
+  }
+  if (config.task === "text" && config.data === null) {
+    const size = typeof recorded.dataBytes === "number" ? ` (it was trained on a file of ${recorded.dataBytes} bytes)` : "";
+    conflicts.push(`${source} is a text-task run: give the data file with --data FILE${size}; a checkpoint never names the files a run reads`);
+  }
+  // the model: the checkpoint's GPT config decides; flags may only repeat it
+  const gpt = checkpoint.config;
+  for (const key of MODEL_SHAPE_KEYS) {
+    const value = gpt[key];
+    if (explicit.has(key) && given[key] !== value) conflicts.push(`--${kebab(key)} ${String(given[key])} conflicts with ${source}, whose model has ${kebab(key)} ${String(value)} (leave --${kebab(key)} out to use it)`);
+    else (config as unknown as Record<string, unknown>)[key] = value;
+  }
+  if (config.task === "text") {
+    if (gpt.vocab !== BYTE_VOCAB && !(recordedTask === "recall" && explicit.has("task"))) conflicts.push(`--task text needs a byte-level model (vocab ${BYTE_VOCAB}), but the model of ${source} has vocab ${gpt.vocab}`);
+  } else if (explicit.has("vocab") && given.vocab !== gpt.vocab) {
+    conflicts.push(`--vocab ${given.vocab} conflicts with ${source}, whose model has vocab ${gpt.vocab} (leave --vocab out to use it)`);
+  } else {
+    config.vocab = gpt.vocab;
+  }
+  if (!explicit.has("seq") && !("seq" in recorded)) config.seq = gpt.maxSeq;
+  if (config.seq > gpt.maxSeq) conflicts.push(`--seq ${config.seq} is beyond the longest sequence the model of ${source} was built for (maxSeq ${gpt.maxSeq})`);
+  if (config.steps < checkpoint.step) conflicts.push(`--steps ${config.steps} is below the step ${checkpoint.step} that ${source} has reached (--steps counts all steps, the resumed ones included)`);
+  if (config.task === "text" && config.data !== null && typeof recorded.dataSha256 === "string") {
+    try {
+      const now = dataDigest(config.data);
+      if (now.sha256 !== recorded.dataSha256) notes.push(`--data '${config.data}' (${now.bytes} bytes) is not the file ${source} was trained on (${quoted(recorded.dataBytes)} bytes, another SHA-256): training continues on the new file`);
+    } catch {
+      // an unreadable --data is reported by validateConfig
+    }
+  }
+  if (conflicts.length > 0) throw new TrainerError(`--resume: the command line and the checkpoint disagree:\n  - ${conflicts.join("\n  - ")}`);
+  return { config, notes };
 }

@@ -3,18 +3,26 @@
  * `ulysses-train` (`pnpm train` in the repository): parses flags (and
  * --config), validates them before any rank starts, prepares the run
  * directory, picks the launcher for the backend and hands over to the driver
- * (`run.ts`). Exit codes: 0 done, 1 error (a rank's failure names the rank
- * and its cause), 2 bad flags, 130 stopped by SIGINT (Ctrl-C), 143 stopped by
- * SIGTERM; a stopped run has saved a checkpoint and written its outputs.
+ * (`run.ts`). Nothing is written before every check has passed (flags,
+ * the resumed checkpoint against them, the run directory, the metrics
+ * history). A checkpoint supplies plain data only: never the backend module,
+ * the data file or the run directory. Exit codes: 0 done, 1 error (a rank's
+ * failure names the rank and its cause), 2 bad flags (or a file they name;
+ * nothing was started or written), 130 stopped by SIGINT (Ctrl-C), 143
+ * stopped by SIGTERM; a stopped run has saved a checkpoint and written its
+ * outputs.
  */
 import fs from "node:fs";
 import path from "node:path";
-import { loadCheckpoint } from "@ulysses/model";
-import { helpText, parseArgs } from "./args.js";
+import { loadCheckpoint, type GptConfig } from "@ulysses/model";
+import { helpText, parseArgs, resumeSettings } from "./args.js";
 import { launcherRank, validateConfig, type TrainConfig } from "./config.js";
+import { checkMemory } from "./preflight.js";
 import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
+import { readMetricsFile } from "./metrics.js";
+import { checkRunDir, clearRunFiles, createRunDir, removeStaleTemporaries, type RunDirState } from "./run-dir.js";
 import { SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -23,22 +31,12 @@ function timestamp(): string {
   return new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z").replace("T", "-");
 }
 
-/** The run directory: --out, the resumed run's directory, or runs/<timestamp> (linked as runs/latest). */
-function prepareOutDir(config: TrainConfig, resumeFile: string | null, writer: boolean): string {
-  // under mpirun every process computes the name; only rank 0 creates it (give --out so all agree on it)
-  const out = config.out ?? (resumeFile !== null ? path.dirname(resumeFile) : path.join("runs", timestamp()));
-  if (!writer) return path.resolve(out);
-  fs.mkdirSync(out, { recursive: true });
-  if (config.out === null && resumeFile === null) {
-    const latest = path.join("runs", "latest");
-    fs.rmSync(latest, { force: true });
-    try {
-      fs.symlinkSync(path.basename(out), latest);
-    } catch {
-      // symlinks may be unavailable (some file systems); the run directory is printed anyway
-    }
-  }
-  return path.resolve(out);
+/** A fresh runs/<timestamp> (with a -2, -3, ... suffix when that name is taken). */
+function defaultOutDir(): string {
+  const base = path.join("runs", timestamp());
+  let out = base;
+  for (let n = 2; fs.existsSync(out); n++) out = `${base}-${n}`;
+  return out;
 }
 
 function describeError(error: unknown): string {
@@ -52,39 +50,117 @@ function describeError(error: unknown): string {
   return lines.join("\n  ");
 }
 
+/** Everything decided before the first file is written. */
+interface RunPlan {
+  config: TrainConfig;
+  resumeFile: string | null;
+  outDir: string;
+  /** The flag the run directory came from (for messages). */
+  outFlag: string;
+  state: RunDirState;
+  /** The resumed checkpoint's model (its maxSeq and norm included), or null. */
+  model: GptConfig | null;
+  /** The metrics history a resumed run continues. */
+  metricsFrom: string | null;
+  notes: string[];
+}
+
+/**
+ * Parses, merges a resumed checkpoint's plain settings, validates, and checks
+ * the run directory and the metrics history: reads only, writes nothing.
+ */
+function plan(argv: readonly string[]): RunPlan | "help" | "version" {
+  const parsed = parseArgs(argv);
+  if (parsed.help) return "help";
+  if (parsed.version) return "version";
+  let config = parsed.config;
+  const notes: string[] = [];
+  let resumeFile: string | null = null;
+  let model: GptConfig | null = null;
+  if (config.resume !== null) {
+    resumeFile = resolveResumeFile(config.resume);
+    let checkpoint;
+    try {
+      checkpoint = loadCheckpoint(resumeFile);
+    } catch (cause) {
+      throw new TrainerError(`--resume '${config.resume}': ${(cause as Error).message}`, { cause });
+    }
+    const resumed = resumeSettings(config, parsed.explicit, checkpoint);
+    config = resumed.config;
+    notes.push(...resumed.notes);
+    model = checkpoint.config;
+  }
+  try {
+    validateConfig(config);
+  } catch (error) {
+    if (resumeFile === null) throw error;
+    throw new TrainerError(`${(error as Error).message}\n  (settings not given on the command line came from checkpoint '${resumeFile}')`, { cause: error });
+  }
+  // before anything is written or any rank starts: refuse a run that cannot fit in memory
+  checkMemory(config, { env: process.env, skip: config.skipMemoryCheck });
+  const resumeDir = resumeFile === null ? null : path.dirname(resumeFile);
+  const outFlag = config.out === null && resumeDir !== null ? "--resume" : "--out";
+  const outDir = config.out ?? resumeDir ?? defaultOutDir();
+  const writer = (launcherRank() ?? 0) === 0;
+  // under mpirun every process computes the directory; only rank 0 checks and creates it (give --out so all agree)
+  const state = writer ? checkRunDir(outDir, { flag: outFlag, resumeDir, overwrite: config.overwrite }) : "resumed";
+  let metricsFrom: string | null = null;
+  if (resumeDir !== null && writer) {
+    metricsFrom = path.join(resumeDir, "metrics.jsonl");
+    const { torn } = readMetricsFile(metricsFrom);
+    if (torn !== null) notes.push(`metrics file '${metricsFrom}': line ${torn.line} (${torn.bytes} bytes) is a half-written record from an interrupted run; it is dropped`);
+  }
+  return { config, resumeFile, outDir, outFlag, state, model, metricsFrom, notes };
+}
+
+/** Creates the run directory and cleans it up for this run (world rank 0 only); the first writes of the run. */
+function prepare(p: RunPlan, log: (line: string) => void): void {
+  createRunDir(p.outDir, p.outFlag); // when it exists: proves it writable
+  const stale = removeStaleTemporaries(p.outDir);
+  if (stale.length > 0) log(`note: removed ${stale.length} temporary file${stale.length === 1 ? "" : "s"} an interrupted write left in '${p.outDir}': ${stale.join(", ")}`);
+  if (p.state === "overwritten") clearRunFiles(p.outDir);
+  if (p.config.out === null && p.resumeFile === null) {
+    const latest = path.join("runs", "latest");
+    try {
+      if (fs.lstatSync(latest, { throwIfNoEntry: false })?.isSymbolicLink() !== false) {
+        fs.rmSync(latest, { force: true });
+        fs.symlinkSync(path.basename(p.outDir), latest);
+      }
+    } catch {
+      // symlinks may be unavailable (some file systems); the run directory is printed anyway
+    }
+  }
+  fs.writeFileSync(path.join(p.outDir, "config.json"), `${JSON.stringify(p.config, null, 2)}\n`);
+}
+
 export async function main(argv: readonly string[]): Promise<number> {
   // pnpm runs scripts in the package directory; paths are meant relative to where the user typed the command
   if (process.env.INIT_CWD) process.chdir(process.env.INIT_CWD);
-  let config: TrainConfig;
-  let resumeFile: string | null = null;
+  const note = (line: string) => process.stderr.write(`${line}\n`);
+  let p: RunPlan;
+  const writer = (launcherRank() ?? 0) === 0;
   try {
-    const parsed = parseArgs(argv);
-    if (parsed.help) {
+    const planned = plan(argv);
+    if (planned === "help") {
       process.stdout.write(`${helpText()}\n`);
       return EXIT.done;
     }
-    if (parsed.version) {
+    if (planned === "version") {
       process.stdout.write(`${packageVersion()}\n`);
       return EXIT.done;
     }
-    config = parsed.config;
-    if (config.resume !== null) {
-      resumeFile = resolveResumeFile(config.resume);
-      // the checkpoint's settings, overridden by what this command line says explicitly
-      const saved = loadCheckpoint(resumeFile).settings as Partial<TrainConfig> | undefined;
-      const explicit = Object.fromEntries([...parsed.explicit].map((k) => [k, config[k]]));
-      config = { ...config, ...(saved ?? {}), ...explicit, resume: config.resume };
+    p = planned;
+    if (writer) {
+      for (const line of p.notes) note(`note: ${line}`);
+      prepare(p, note);
     }
-    validateConfig(config);
   } catch (error) {
     process.stderr.write(`error: ${describeError(error)}\n`);
     return EXIT.badFlags;
   }
   try {
-    const writer = (launcherRank() ?? 0) === 0;
-    const outDir = prepareOutDir(config, resumeFile, writer);
-    if (writer) fs.writeFileSync(path.join(outDir, "config.json"), `${JSON.stringify(config, null, 2)}\n`);
-    const result = await runTraining({ config, outDir, resumeFile, startPool: () => startPool(config, resumeFile) });
+    const { config, resumeFile } = p;
+    const result = await runTraining({ config, outDir: path.resolve(p.outDir), resumeFile, model: p.model ?? undefined, metricsFrom: p.metricsFrom ?? undefined, startPool: () => startPool(config, resumeFile) });
     // a signal that came during the last step changes nothing: the run is complete
     if (!result.interrupted) return EXIT.done;
     return SIGNAL_EXIT_CODES[result.stopSignal ?? "SIGINT"];

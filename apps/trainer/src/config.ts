@@ -4,8 +4,9 @@
  * and the validation that runs before any rank starts. Parsing argv is
  * `args.ts`'s job; running is `run.ts`'s.
  */
+import { createHash } from "node:crypto";
 import fs from "node:fs";
-import { ByteTextData, recallMinSeq, recallVocabulary, BYTE_VOCAB } from "@ulysses/model";
+import { ByteTextData, recallMinSeq, recallVocabulary, validateGptConfig, validateRecallTask, BYTE_VOCAB, type GptConfig } from "@ulysses/model";
 import { TrainerError } from "./errors.js";
 
 export interface TrainConfig {
@@ -42,6 +43,12 @@ export interface TrainConfig {
   queries: number;
   out: string | null;
   resume: string | null;
+  /** Let --out name an existing run or a non-empty directory (its run files are replaced). */
+  overwrite: boolean;
+  /** Collective timeout and stuck-rank watchdog, in seconds. */
+  timeout: number;
+  /** Skip the memory preflight (preflight.ts) that refuses a run whose estimate exceeds the memory available. */
+  skipMemoryCheck: boolean;
   checkpointEvery: number;
   activationCheckpointing: boolean;
   zero1: boolean;
@@ -82,6 +89,9 @@ export const DEFAULTS: TrainConfig = {
   queries: 3,
   out: null,
   resume: null,
+  overwrite: false,
+  skipMemoryCheck: false,
+  timeout: 300,
   checkpointEvery: 100,
   activationCheckpointing: false,
   zero1: false,
@@ -93,9 +103,68 @@ export const DEFAULTS: TrainConfig = {
 
 export const BACKENDS = ["threads", "local", "mpi"] as const;
 
+/** The GPT config a training configuration builds (a resumed run uses its checkpoint's instead). */
+export function gptConfigOf(config: TrainConfig): GptConfig {
+  return {
+    vocab: vocabOf(config),
+    hidden: config.hidden,
+    heads: config.heads,
+    kvHeads: config.kvHeads,
+    layers: config.layers,
+    mlp: config.mlp,
+    mlpRatio: config.mlpRatio,
+    maxSeq: config.seq,
+    tiedHead: config.tiedHead,
+    attention: config.attention,
+  };
+}
+
 /** The vocabulary the task implies. */
 export function vocabOf(config: TrainConfig): number {
   return config.task === "text" ? BYTE_VOCAB : config.vocab;
+}
+
+/**
+ * Settings a checkpoint may never supply: code (the backend module) and paths
+ * (what the run reads and where it writes), and the switches that lift a
+ * safety check (--overwrite, --skip-memory-check). Resume takes them from the
+ * command line only; saveCheckpoint never records them.
+ */
+export const NEVER_FROM_CHECKPOINT = ["backend", "data", "out", "resume", "overwrite", "skipMemoryCheck"] as const satisfies readonly (keyof TrainConfig)[];
+
+/** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config). */
+export const MODEL_SHAPE_KEYS = ["hidden", "layers", "heads", "kvHeads", "mlp", "mlpRatio", "tiedHead", "attention"] as const satisfies readonly (keyof TrainConfig)[];
+
+const dataDigests = new Map<string, { bytes: number; sha256: string }>();
+
+/** Size and SHA-256 of a data file (computed once per path and process). */
+export function dataDigest(file: string): { bytes: number; sha256: string } {
+  let digest = dataDigests.get(file);
+  if (digest === undefined) {
+    const bytes = fs.readFileSync(file);
+    digest = { bytes: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex") };
+    dataDigests.set(file, digest);
+  }
+  return digest;
+}
+
+/**
+ * What a checkpoint records of the run: every setting as plain data except
+ * code and paths (NEVER_FROM_CHECKPOINT); for the text task the data file's
+ * size and SHA-256 instead of its name (resume checks the --data given then
+ * against them and says when they differ).
+ */
+export function checkpointSettings(config: TrainConfig): Record<string, string | number | boolean | null> {
+  const record: Record<string, string | number | boolean | null> = {};
+  for (const [key, value] of Object.entries(config)) {
+    if (!(NEVER_FROM_CHECKPOINT as readonly string[]).includes(key)) record[key] = value as string | number | boolean | null;
+  }
+  if (config.task === "text" && config.data !== null) {
+    const { bytes, sha256 } = dataDigest(config.data);
+    record.dataBytes = bytes;
+    record.dataSha256 = sha256;
+  }
+  return record;
 }
 
 /** True when `backend` is a module path rather than a registered name. */
@@ -123,25 +192,31 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   const problems: string[] = [];
   const positive = (key: keyof TrainConfig) => {
     const value = config[key];
-    if (typeof value !== "number" || !Number.isInteger(value) || value < 1) problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
   for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "pairs", "queries", "vocab"] as const) positive(key);
-  if (!Number.isInteger(config.checkpointEvery) || config.checkpointEvery < 0) problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
-  if (!Number.isInteger(config.warmup) || config.warmup < 0) problems.push(`--warmup must be a non-negative integer, got ${config.warmup}`);
-  if (!Number.isInteger(config.seed) || config.seed < 0) problems.push(`--seed must be a non-negative integer, got ${config.seed}`);
+  if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0) problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
+  if (!Number.isSafeInteger(config.warmup) || config.warmup < 0) problems.push(`--warmup must be a non-negative integer, got ${config.warmup}`);
+  if (!Number.isSafeInteger(config.seed) || config.seed < 0) problems.push(`--seed must be an integer in [0, 2^53 - 1], got ${config.seed}`);
   for (const key of ["lr", "minLr", "weightDecay", "gradClip", "mlpRatio"] as const) {
     if (!(typeof config[key] === "number" && Number.isFinite(config[key]) && config[key] >= 0)) problems.push(`--${kebab(key)} must be a non-negative number, got ${String(config[key])}`);
   }
   if (!(config.lr > 0)) problems.push(`--lr must be positive, got ${config.lr}`);
-  if (config.threads !== null && (!Number.isInteger(config.threads) || config.threads < 1)) problems.push(`--threads must be a positive integer, got ${config.threads}`);
+  if (!(config.mlpRatio > 0)) problems.push(`--mlp-ratio must be positive, got ${config.mlpRatio}`);
+  if (config.threads !== null && (!Number.isSafeInteger(config.threads) || config.threads < 1)) problems.push(`--threads must be a positive integer, got ${config.threads}`);
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!["gelu", "swiglu"].includes(config.mlp)) problems.push(`--mlp must be gelu or swiglu, got '${config.mlp}'`);
   if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);
   if (!["ulysses", "allgather"].includes(config.attention)) problems.push(`--attention must be ulysses or allgather, got '${config.attention}'`);
   if (!(BACKENDS as readonly string[]).includes(config.backend) && !isModulePath(config.backend)) {
     problems.push(`unknown backend '${config.backend}': use ${BACKENDS.join(", ")} or a module path (./my-backend.js)`);
-  } else if (isModulePath(config.backend) && !fs.existsSync(config.backend)) {
-    problems.push(`backend module '${config.backend}' does not exist`);
+  } else if (isModulePath(config.backend)) {
+    // only looked at here: the module is imported once every check has passed
+    const problem = fileProblem(config.backend);
+    if (problem !== null) problems.push(`--backend '${config.backend}': ${problem} (a backend module path names a .js or .mjs file that registers a collectives backend)`);
+  }
+  if (config.task === "recall" && config.data !== null) {
+    problems.push(`--data '${config.data}' is for --task text; the recall task reads no data file (drop --data or --task recall)`);
   }
   if (problems.length === 0) {
     const { sp, dp, seq, hidden, heads, kvHeads } = config;
@@ -150,13 +225,18 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
     if (config.attention === "ulysses" && heads < sp) problems.push(`--heads ${heads} is smaller than --sp ${sp}: Ulysses gives every rank at least one attention head`);
     if (seq < sp) problems.push(`--seq ${seq} is too short for --sp ${sp}: every rank needs at least one token`);
+    const mlpWidth = hidden * config.mlpRatio;
+    if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
     if (config.task === "recall") {
       try {
-        recallVocabulary(config.vocab);
+        const { keys } = recallVocabulary(config.vocab);
+        const before = problems.length;
+        if (config.pairs > keys) problems.push(`--pairs ${config.pairs} exceeds the ${keys} distinct keys of --vocab ${config.vocab} (keys are tokens [vocab/4, 3 vocab/4))`);
         if (config.queries > config.pairs) problems.push(`--queries ${config.queries} must not exceed --pairs ${config.pairs}`);
         if (seq < recallMinSeq(config.pairs, config.queries)) {
           problems.push(`--seq ${seq} is too short for the recall task with ${config.pairs} pairs and ${config.queries} queries (needs at least ${recallMinSeq(config.pairs, config.queries)})`);
         }
+        if (problems.length === before) validateRecallTask({ vocab: config.vocab, seq, pairs: config.pairs, queries: config.queries });
       } catch (error) {
         problems.push((error as Error).message);
       }
@@ -169,13 +249,57 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
         problems.push((error as Error).message);
       }
     }
+    if (problems.length === 0) {
+      // the model package's own bounds (sizes it refuses to build)
+      try {
+        validateGptConfig({ vocab: vocabOf(config), hidden, heads, kvHeads, layers: config.layers, mlp: config.mlp, mlpRatio: config.mlpRatio, maxSeq: seq, tiedHead: config.tiedHead, attention: config.attention });
+      } catch (error) {
+        problems.push((error as Error).message);
+      }
+    }
     const world = launcherWorldSize(env);
-    if (config.backend === "mpi" && world !== null && world !== sp * dp) {
+    if (config.backend === "mpi" && world === null) {
+      problems.push(`--backend mpi runs one process per rank, started by mpirun, and this process was not (no OMPI_COMM_WORLD_SIZE or PMI_SIZE in its environment): run it under mpirun -np ${sp * dp} --bind-to none ulysses-train --backend mpi --out DIR ... (-np = --sp ${sp} x --dp ${dp}), or use --backend threads`);
+    } else if (config.backend === "mpi" && world !== sp * dp) {
       problems.push(`--sp ${sp} x --dp ${dp} = ${sp * dp} ranks, but mpirun started ${world}`);
     }
   }
   if (config.resume !== null && !fs.existsSync(config.resume)) problems.push(`--resume '${config.resume}' does not exist`);
+  if (typeof config.overwrite !== "boolean") problems.push(`--overwrite is a switch, got ${String(config.overwrite)}`);
+  if (!(typeof config.timeout === "number" && Number.isFinite(config.timeout) && config.timeout > 0)) problems.push(`--timeout must be a positive number of seconds, got ${config.timeout}`);
+  if (typeof config.skipMemoryCheck !== "boolean") problems.push(`--skip-memory-check is a switch, got ${String(config.skipMemoryCheck)}`);
   if (problems.length > 0) throw new TrainerError(`invalid configuration:\n  - ${problems.join("\n  - ")}`);
+}
+
+/** Why `file` cannot be used as an input file, or null when it can (a regular file that exists). */
+export function fileProblem(file: string): string | null {
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(file);
+  } catch (cause) {
+    return errnoText(cause);
+  }
+  return stat.isFile() ? null : stat.isDirectory() ? "is a directory, not a file" : "is not a regular file";
+}
+
+/** "no such file or directory (ENOENT)" and the like, from a failed fs call. */
+export function errnoText(cause: unknown): string {
+  const e = cause as NodeJS.ErrnoException;
+  const known: Record<string, string> = {
+    ENOENT: "no such file or directory",
+    EACCES: "permission denied",
+    EPERM: "operation not permitted",
+    ENOTDIR: "a parent is not a directory",
+    EROFS: "read-only file system",
+    ENOSPC: "no space left on the device",
+    EEXIST: "already exists",
+    EISDIR: "is a directory",
+    ELOOP: "too many symbolic links",
+    ENAMETOOLONG: "name too long",
+    EDQUOT: "disk quota exceeded",
+  };
+  if (e?.code !== undefined) return `${known[e.code] ?? e.message.replace(/^[A-Z]+: /, "").replace(/, \w+ '.*'$/, "")} (${e.code})`;
+  return (cause as Error)?.message ?? String(cause);
 }
 
 /** camelCase -> kebab-case (flag names). */

@@ -11,9 +11,9 @@ import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import * as ort from "onnxruntime-node";
-import { BYTE_VOCAB, IGNORE_INDEX, ParameterStore, buildOnnxModel, gptParamSpecs, loadCheckpoint, loadWeightsInto, recallBatch, sampleToken, type GptConfig } from "@ulysses/model";
+import { BYTE_VOCAB, IGNORE_INDEX, ParameterStore, buildOnnxModel, gptParamSpecs, loadCheckpoint, loadWeightsInto, recallBatch, sampleToken, validateGptConfig, validateRecallTask, type GptConfig } from "@ulysses/model";
 import { Rng } from "@ulysses/tensors";
-import { DEFAULTS, type TrainConfig } from "./config.js";
+import { DEFAULTS, errnoText } from "./config.js";
 import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 
@@ -22,19 +22,30 @@ process.env.ORT_DISABLE_TELEMETRY = "1";
 export interface GenerateOptions {
   from: string;
   prompt: string;
-  tokens: number;
+  /** Bytes to generate (byte-level models); null: min(200, what fits in the model's maxSeq after the prompt). */
+  tokens: number | null;
   temperature: number;
   topK: number;
   seed: number;
 }
 
-const USAGE = `Usage: ulysses-generate [--from runs/latest] [--prompt TEXT] [--tokens 200] [--temperature 0.8] [--top-k 0] [--seed 0]
+/** Most tokens one call generates, whatever the model (the model's maxSeq bounds it further). */
+export const MAX_TOKENS = 1_000_000;
+const DEFAULT_TOKENS = 200;
+
+const USAGE = `Usage: ulysses-generate [--from runs/latest] [--prompt TEXT] [--tokens N] [--temperature 0.8] [--top-k 0] [--seed 0]
                                 (pnpm generate [flags] from the repository root)
   --from         a run directory, model.onnx or checkpoint.safetensors (default runs/latest)
-  --prompt       text to continue (byte-level models); recall-task models answer a synthetic example instead
+  --prompt       text to continue (byte-level models; at least one byte, default a newline);
+                 recall-task models answer a synthetic example instead
+  --tokens       bytes to generate, streamed as they come: an integer >= 0 with prompt + tokens <= the
+                 model's maxSeq (default min(200, what fits))
+  --temperature  0 picks the most likely byte; > 0 samples (default 0.8)
+  --top-k        sample among the k most likely bytes, 0 for all (an integer >= 0)
+  --seed         sampling seed (an integer >= 0)
   -h, --help     show this text
   -V, --version  print the version
-Exit codes: 0 done, 1 error, 2 bad flags.`;
+Exit codes: 0 done, 1 error (an unreadable or corrupt model file, named), 2 bad flags.`;
 
 const FLAGS = {
   from: { type: "string" },
@@ -47,49 +58,105 @@ const FLAGS = {
   version: { type: "boolean", short: "V" },
 } as const;
 
+/** A bad flag value (exit 2); other errors (files) exit 1. */
+export class GenerateFlagError extends TrainerError {
+  constructor(message: string) {
+    super(message);
+    this.name = "GenerateFlagError";
+  }
+}
+
 function parseFlags(argv: readonly string[]) {
   try {
     // a leading "--" is what some runners insert before the script's own flags
     return parseArgs({ args: argv[0] === "--" ? argv.slice(1) : [...argv], options: FLAGS, strict: true, allowPositionals: false }).values;
   } catch (cause) {
-    throw new TrainerError(`${(cause as Error).message} (see --help)`, { cause });
+    throw new GenerateFlagError(`${(cause as Error).message} (see --help)`);
   }
 }
 
-/** Parses argv (without the node and script names): options, or "help" / "version". */
+/** Parses argv (without the node and script names): options, or "help" / "version". Bad values throw a GenerateFlagError. */
 export function parseGenerateArgs(argv: readonly string[]): GenerateOptions | "help" | "version" {
   const values = parseFlags(argv);
   if (values.help) return "help";
   if (values.version) return "version";
-  const number = (flag: "tokens" | "temperature" | "top-k" | "seed", fallback: number): number => {
+  const number = (flag: "tokens" | "temperature" | "top-k" | "seed", kind: "integer" | "number", max: number): number | null => {
     const raw = values[flag];
-    if (raw === undefined) return fallback;
-    const n = typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;
-    if (!Number.isFinite(n)) throw new TrainerError(`--${flag} needs a number, got '${String(raw)}'`);
+    if (raw === undefined) return null;
+    const n = raw.trim() !== "" ? Number(raw) : NaN;
+    const ok = kind === "integer" ? Number.isSafeInteger(n) && n >= 0 && n <= max : Number.isFinite(n) && n >= 0 && n <= max;
+    if (!ok) throw new GenerateFlagError(`--${flag} must be ${kind === "integer" ? "an integer" : "a number"} in [0, ${max}], got '${raw}'`);
     return n;
   };
+  if (values.from !== undefined && values.from === "") throw new GenerateFlagError("--from needs a path (a run directory, model.onnx or checkpoint.safetensors)");
   return {
     from: values.from ?? path.join("runs", "latest"),
     prompt: values.prompt ?? "\n",
-    tokens: number("tokens", 200),
-    temperature: number("temperature", 0.8),
-    topK: number("top-k", 0),
-    seed: number("seed", 0),
+    tokens: number("tokens", "integer", MAX_TOKENS),
+    temperature: number("temperature", "number", 1000) ?? 0.8,
+    topK: number("top-k", "integer", Number.MAX_SAFE_INTEGER) ?? 0,
+    seed: number("seed", "integer", Number.MAX_SAFE_INTEGER) ?? 0,
   };
+}
+
+/** What generate needs of the run's settings (plain data, from config.json or the checkpoint). */
+interface TaskSettings {
+  task: "recall" | "text";
+  seq: number;
+  pairs: number;
+  queries: number;
 }
 
 interface LoadedModel {
   bytes: Uint8Array;
   config: GptConfig;
-  settings: TrainConfig;
+  settings: TaskSettings;
   source: string;
 }
 
-/** Loads model.onnx (with the run's config.json) or a checkpoint. */
+/** The task settings of a run, from an untrusted record (config.json or a checkpoint's settings); `where` names the file. */
+function taskSettings(record: unknown, model: GptConfig, where: string): TaskSettings {
+  const r = record !== null && typeof record === "object" && !Array.isArray(record) ? (record as Record<string, unknown>) : {};
+  const task = r.task === "recall" || r.task === "text" ? r.task : r.task === undefined ? (model.vocab === BYTE_VOCAB ? "text" : "recall") : null;
+  if (task === null) throw new TrainerError(`${where}: task must be recall or text, got ${JSON.stringify(r.task)?.slice(0, 40)}`);
+  const int = (key: "seq" | "pairs" | "queries", fallback: number): number => {
+    const value = r[key] ?? fallback;
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) throw new TrainerError(`${where}: ${key} must be a positive integer, got ${JSON.stringify(value)?.slice(0, 40)}`);
+    return value;
+  };
+  const settings = { task, seq: int("seq", model.maxSeq), pairs: int("pairs", DEFAULTS.pairs), queries: int("queries", DEFAULTS.queries) } as TaskSettings;
+  if (task === "text") {
+    if (model.vocab !== BYTE_VOCAB) throw new TrainerError(`${where}: a text-task model reads bytes (vocab ${BYTE_VOCAB}), but this model has vocab ${model.vocab}`);
+  } else {
+    if (settings.seq > model.maxSeq) throw new TrainerError(`${where}: recall sequences of ${settings.seq} tokens exceed the model's maxSeq ${model.maxSeq}`);
+    try {
+      validateRecallTask({ vocab: model.vocab, seq: settings.seq, pairs: settings.pairs, queries: settings.queries });
+    } catch (cause) {
+      throw new TrainerError(`${where}: ${(cause as Error).message}`, { cause });
+    }
+  }
+  return settings;
+}
+
+function readFile(file: string, what: string): Buffer {
+  try {
+    return fs.readFileSync(file);
+  } catch (cause) {
+    throw new TrainerError(`${what} '${file}' cannot be read: ${errnoText(cause)}`, { cause });
+  }
+}
+
+/** Loads model.onnx (with the run's config.json) or a checkpoint; every problem names its file. */
 export function loadModel(from: string): LoadedModel {
-  if (!fs.existsSync(from)) throw new TrainerError(`--from '${from}' does not exist (train first: pnpm train)`);
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(from);
+  } catch (cause) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    throw new TrainerError(code === "ENOENT" ? `--from '${from}' does not exist (train first: pnpm train)` : `--from '${from}': ${errnoText(cause)}`, { cause });
+  }
   let file = from;
-  if (fs.statSync(from).isDirectory()) {
+  if (stat.isDirectory()) {
     const onnx = path.join(from, "model.onnx");
     file = fs.existsSync(onnx) ? onnx : path.join(from, "checkpoint.safetensors");
     if (!fs.existsSync(file)) throw new TrainerError(`run directory '${from}' has neither model.onnx nor checkpoint.safetensors`);
@@ -97,61 +164,113 @@ export function loadModel(from: string): LoadedModel {
   if (file.endsWith(".onnx")) {
     const configFile = path.join(path.dirname(file), "config.json");
     if (!fs.existsSync(configFile)) throw new TrainerError(`'${file}' needs the run's config.json next to it to know the task`);
-    const settings = { ...DEFAULTS, ...(JSON.parse(fs.readFileSync(configFile, "utf8")) as Partial<TrainConfig>) };
+    let json: unknown;
+    try {
+      json = JSON.parse(readFile(configFile, "run config").toString("utf8"));
+    } catch (cause) {
+      if (cause instanceof TrainerError) throw cause;
+      throw new TrainerError(`run config '${configFile}' is not valid JSON: ${(cause as Error).message}`, { cause });
+    }
+    if (json === null || typeof json !== "object" || Array.isArray(json)) throw new TrainerError(`run config '${configFile}' must hold a JSON object`);
+    const c = { ...DEFAULTS, ...(json as Record<string, unknown>) } as Record<string, unknown>;
     const checkpoint = path.join(path.dirname(file), "checkpoint.safetensors");
-    const config = fs.existsSync(checkpoint) ? loadCheckpoint(checkpoint).config : null;
-    const vocab = settings.task === "text" ? BYTE_VOCAB : settings.vocab;
-    return { bytes: fs.readFileSync(file), config: config ?? { vocab, hidden: settings.hidden, heads: settings.heads, kvHeads: settings.kvHeads, layers: settings.layers, mlp: settings.mlp, mlpRatio: settings.mlpRatio, maxSeq: settings.seq, tiedHead: settings.tiedHead, attention: settings.attention }, settings, source: file };
+    let config: GptConfig;
+    if (fs.existsSync(checkpoint)) {
+      config = loadCheckpoint(checkpoint).config;
+    } else {
+      config = { vocab: c.task === "text" ? BYTE_VOCAB : c.vocab, hidden: c.hidden, heads: c.heads, kvHeads: c.kvHeads, layers: c.layers, mlp: c.mlp, mlpRatio: c.mlpRatio, maxSeq: c.seq, tiedHead: c.tiedHead, attention: c.attention } as GptConfig;
+      try {
+        validateGptConfig(config);
+      } catch (cause) {
+        throw new TrainerError(`run config '${configFile}': ${(cause as Error).message}`, { cause });
+      }
+    }
+    return { bytes: readFile(file, "model file"), config, settings: taskSettings(json, config, `run config '${configFile}'`), source: file };
   }
   const checkpoint = loadCheckpoint(file);
   const params = new ParameterStore(gptParamSpecs(checkpoint.config));
   loadWeightsInto(params, checkpoint);
-  const settings = { ...DEFAULTS, ...((checkpoint.settings ?? {}) as Partial<TrainConfig>) };
+  const settings = taskSettings(checkpoint.settings, checkpoint.config, `checkpoint '${file}'`);
   return { bytes: buildOnnxModel(checkpoint.config, params.values), config: checkpoint.config, settings, source: file };
 }
 
 /** Logits of the last position of `ids` (the last maxSeq tokens). */
-async function nextLogits(session: ort.InferenceSession, ids: readonly number[], maxSeq: number): Promise<Float32Array> {
-  const window = ids.slice(-maxSeq);
+async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids: readonly number[]): Promise<Float32Array> {
+  const window = ids.slice(-model.config.maxSeq);
   const input = new ort.Tensor("int64", BigInt64Array.from(window, (v) => BigInt(v)), [1, window.length]);
-  const logits = (await session.run({ ids: input })).logits!;
-  const vocab = logits.dims[2]!;
+  let logits: ort.Tensor;
+  try {
+    logits = (await session.run({ ids: input })).logits!;
+  } catch (cause) {
+    throw new TrainerError(`model '${model.source}' failed to run on ${window.length} tokens: ${(cause as Error).message}`, { cause });
+  }
+  const vocab = logits?.dims[2];
+  if (logits === undefined || logits.dims.length !== 3 || vocab !== model.config.vocab) {
+    throw new TrainerError(`model '${model.source}' gives logits [${logits?.dims.join(", ") ?? "none"}], expected [1, ${window.length}, ${model.config.vocab}] (the model config's vocab)`);
+  }
   return (logits.data as Float32Array).subarray((window.length - 1) * vocab, window.length * vocab);
 }
 
 export async function generate(options: GenerateOptions, write: (text: string) => void): Promise<void> {
   const model = loadModel(options.from);
-  const session = await ort.InferenceSession.create(model.bytes, { intraOpNumThreads: 1, logSeverityLevel: 3 });
+  const { maxSeq, vocab } = model.config;
+  // flag values that depend on the model: checked before anything is generated
+  const prompt = [...Buffer.from(options.prompt, "utf8")];
+  let tokens = 0;
+  if (model.settings.task === "text") {
+    if (prompt.length === 0) throw new GenerateFlagError("--prompt is empty: a byte-level model continues at least one byte (the default prompt is a newline)");
+    const outside = prompt.findIndex((b) => b >= vocab);
+    if (outside >= 0) throw new GenerateFlagError(`--prompt byte ${prompt[outside]} at offset ${outside} is outside the model's vocabulary of ${vocab} tokens`);
+    if (prompt.length > maxSeq) throw new GenerateFlagError(`--prompt has ${prompt.length} bytes, more than the ${maxSeq} tokens the model reads (maxSeq)`);
+    const room = maxSeq - prompt.length;
+    if (options.tokens !== null && (!Number.isSafeInteger(options.tokens) || options.tokens < 0)) throw new GenerateFlagError(`--tokens must be an integer >= 0, got ${options.tokens}`);
+    if (options.tokens !== null && options.tokens > room) {
+      throw new GenerateFlagError(`--tokens ${options.tokens} does not fit: the model reads at most ${maxSeq} tokens (maxSeq) and the prompt has ${prompt.length}, so at most ${room} can follow`);
+    }
+    tokens = options.tokens ?? Math.min(DEFAULT_TOKENS, room);
+  }
+  if (!(options.temperature >= 0) || !Number.isFinite(options.temperature)) throw new GenerateFlagError(`--temperature must be a finite number >= 0, got ${options.temperature}`);
+  if (!Number.isSafeInteger(options.topK) || options.topK < 0) throw new GenerateFlagError(`--top-k must be an integer >= 0, got ${options.topK}`);
+  if (!Number.isSafeInteger(options.seed) || options.seed < 0) throw new GenerateFlagError(`--seed must be an integer >= 0, got ${options.seed}`);
+  let session: ort.InferenceSession;
+  try {
+    session = await ort.InferenceSession.create(model.bytes, { intraOpNumThreads: 1, logSeverityLevel: 3 });
+  } catch (cause) {
+    throw new TrainerError(`model file '${model.source}' cannot be loaded by ONNX Runtime: ${(cause as Error).message}`, { cause });
+  }
   const rng = new Rng(options.seed, 7);
   const uniform = () => rng.uniform();
   try {
     write(`model: ${model.source} (${model.config.layers} layers x ${model.config.hidden}, vocab ${model.config.vocab})\n`);
     if (model.settings.task === "text") {
-      const ids = [...Buffer.from(options.prompt, "utf8")];
-      const out: number[] = [];
-      for (let i = 0; i < options.tokens; i++) {
-        const token = sampleToken(await nextLogits(session, ids, model.config.maxSeq), { temperature: options.temperature, topK: options.topK }, uniform);
+      // streamed: each byte is written as it is generated (UTF-8 sequences once complete)
+      const decoder = new TextDecoder("utf-8");
+      write(options.prompt);
+      const ids = [...prompt];
+      for (let i = 0; i < tokens; i++) {
+        const token = sampleToken(await nextLogits(session, model, ids), { temperature: options.temperature, topK: options.topK }, uniform);
         ids.push(token);
-        out.push(token);
+        const text = decoder.decode(Uint8Array.of(token), { stream: true });
+        if (text !== "") write(text);
       }
-      write(`${options.prompt}${Buffer.from(out).toString("utf8")}\n`);
+      write(`${decoder.decode()}\n`);
       return;
     }
     const s = model.settings;
-    const example = recallBatch({ vocab: s.vocab, seq: s.seq, pairs: s.pairs, queries: s.queries }, 1, uniform);
-    const tokens = [...example.tokens.data];
+    const example = recallBatch({ vocab, seq: s.seq, pairs: s.pairs, queries: s.queries }, 1, uniform);
+    const ids = [...example.tokens.data];
     let correct = 0;
     let asked = 0;
-    for (let i = 0; i < tokens.length; i++) {
+    for (let i = 0; i < ids.length; i++) {
       const answer = example.labels.data[i]!;
       if (answer === IGNORE_INDEX) continue;
-      const predicted = sampleToken(await nextLogits(session, tokens.slice(0, i + 1), model.config.maxSeq), { temperature: 0 }, uniform);
-      const keyAt = tokens.indexOf(tokens[i]!);
-      write(`query: key ${tokens[i]} (stored at position ${keyAt} of ${tokens.length}) -> predicted value ${predicted}, expected ${answer} ${predicted === answer ? "ok" : "wrong"}\n`);
+      const predicted = sampleToken(await nextLogits(session, model, ids.slice(0, i + 1)), { temperature: 0 }, uniform);
+      const keyAt = ids.indexOf(ids[i]!);
+      write(`query: key ${ids[i]} (stored at position ${keyAt} of ${ids.length}) -> predicted value ${predicted}, expected ${answer} ${predicted === answer ? "ok" : "wrong"}\n`);
       asked++;
       if (predicted === answer) correct++;
     }
-    write(`recall: ${correct}/${asked} correct (chance ${(100 / Math.floor(s.vocab / 4)).toFixed(1)}%)\n`);
+    write(`recall: ${correct}/${asked} correct (chance ${(100 / Math.floor(vocab / 4)).toFixed(1)}%)\n`);
   } finally {
     await session.release();
   }
@@ -176,7 +295,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     return EXIT.done;
   } catch (error) {
     process.stderr.write(`error: ${(error as Error).message}\n`);
-    return EXIT.error;
+    return error instanceof GenerateFlagError ? EXIT.badFlags : EXIT.error;
   }
 }
 

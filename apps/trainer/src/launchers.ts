@@ -8,7 +8,7 @@
 import { init, listBackends } from "@ulysses/collectives";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
-import { InProcessPool, type RankPool } from "./rank-pool.js";
+import { InProcessPool, collectiveTimeoutMs, type RankPool } from "./rank-pool.js";
 import { RankTrainer } from "./rank-trainer.js";
 import { ThreadsPool } from "./threads-pool.js";
 
@@ -32,7 +32,7 @@ export function localRanksOnHost(env: NodeJS.ProcessEnv): number {
 /** This process as one rank of a world started outside (mpirun, or a user backend). */
 async function processRank(config: TrainConfig, resumeFile: string | null): Promise<RankPool> {
   if (config.backend === "mpi") await loadMpiBackend();
-  const world = await init({ backend: config.backend, timeoutMs: 600_000 });
+  const world = await init({ backend: config.backend, timeoutMs: collectiveTimeoutMs(config) });
   if (world.size !== config.sp * config.dp) {
     throw new TrainerError(`backend ${config.backend} started ${world.size} ranks but --sp ${config.sp} x --dp ${config.dp} = ${config.sp * config.dp}`);
   }

@@ -3,6 +3,8 @@
  * line, appended as steps finish) and reading it back for resume and plots.
  */
 import fs from "node:fs";
+import { errnoText } from "./config.js";
+import { TrainerError } from "./errors.js";
 
 export interface StepMetrics {
   /** The step just completed, counted from 1 (as the console, summary, plot and checkpoint count). */
@@ -24,20 +26,67 @@ export interface StepMetrics {
   accuracy?: number;
 }
 
+export interface MetricsFile {
+  rows: StepMetrics[];
+  /** The half-written last line of an interrupted run, dropped (1-based line number and its length), or null. */
+  torn: { line: number; bytes: number } | null;
+}
+
+/**
+ * Reads a metrics.jsonl file (missing file: no records). A last line that is
+ * not a complete record is what a crash in the middle of an append leaves:
+ * it is dropped and reported in `torn`. Any other line that is not a record
+ * throws a TrainerError naming the file and the line.
+ */
+export function readMetricsFile(file: string): MetricsFile {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, "utf8");
+  } catch (cause) {
+    if ((cause as NodeJS.ErrnoException).code === "ENOENT") return { rows: [], torn: null };
+    throw new TrainerError(`metrics file '${file}' cannot be read: ${errnoText(cause)}`, { cause });
+  }
+  const lines = text.split("\n");
+  const numbered = lines.map((line, i) => ({ line, number: i + 1 })).filter((l) => l.line.trim() !== "");
+  const rows: StepMetrics[] = [];
+  let torn: MetricsFile["torn"] = null;
+  numbered.forEach(({ line, number }, i) => {
+    let row: unknown;
+    let problem: string | null = null;
+    try {
+      row = JSON.parse(line);
+      const step = (row as { step?: unknown } | null)?.step;
+      if (row === null || typeof row !== "object" || Array.isArray(row) || !Number.isSafeInteger(step) || (step as number) < 1) problem = "not a metrics record (an object with a step >= 1)";
+    } catch (cause) {
+      problem = `not valid JSON (${(cause as Error).message})`;
+    }
+    if (problem === null) {
+      rows.push(row as StepMetrics);
+    } else if (i === numbered.length - 1) {
+      torn = { line: number, bytes: Buffer.byteLength(line) };
+    } else {
+      throw new TrainerError(`metrics file '${file}' line ${number} is ${problem}: repair or delete that line (only a torn last line is dropped on its own)`);
+    }
+  });
+  return { rows, torn };
+}
+
 export class MetricsLog {
   readonly file: string;
 
   /**
    * Opens `file` for appending; on resume, keeps only the records of steps
    * 1..`keepThroughStep` (the checkpoint's step: rows of steps taken after
-   * the checkpoint was saved are dropped, since the resumed run redoes them).
+   * the checkpoint was saved are dropped, since the resumed run redoes them),
+   * read from `from` (default `file`: the run's own history; another run's
+   * metrics.jsonl when a run is resumed into a new directory).
    */
-  constructor(file: string, keepThroughStep: number | null = null) {
+  constructor(file: string, keepThroughStep: number | null = null, from: string = file) {
     this.file = file;
     if (keepThroughStep === null) {
       fs.writeFileSync(file, "");
     } else {
-      const kept = readMetrics(file).filter((m) => m.step <= keepThroughStep);
+      const kept = readMetricsFile(from).rows.filter((m) => m.step <= keepThroughStep);
       fs.writeFileSync(file, kept.map((m) => `${JSON.stringify(m)}\n`).join(""));
     }
   }
@@ -47,12 +96,7 @@ export class MetricsLog {
   }
 }
 
-/** Reads a metrics.jsonl file (missing file: no records). */
+/** The records of a metrics.jsonl file (missing file: none; a torn last line is dropped). */
 export function readMetrics(file: string): StepMetrics[] {
-  if (!fs.existsSync(file)) return [];
-  return fs
-    .readFileSync(file, "utf8")
-    .split("\n")
-    .filter((line) => line.trim() !== "")
-    .map((line) => JSON.parse(line) as StepMetrics);
+  return readMetricsFile(file).rows;
 }

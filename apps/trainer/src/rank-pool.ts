@@ -10,6 +10,11 @@ import { TrainerError } from "./errors.js";
 import { RankTrainer, type RankSetup, type RankStepReport } from "./rank-trainer.js";
 import type { TrainConfig } from "./config.js";
 
+/** The collective timeout and stuck-rank watchdog of this run, in ms (--timeout, in seconds; default 300). */
+export function collectiveTimeoutMs(config: TrainConfig): number {
+  return config.timeout * 1000;
+}
+
 export interface RankPool {
   readonly worldSize: number;
   /** Whether this process holds world rank 0 (and so prints and writes the run's files). */
@@ -46,7 +51,7 @@ export class InProcessPool implements RankPool {
 
   /** All ranks in this thread, connected by the local (reference) backend. */
   static async local(config: TrainConfig, resumeFile: string | null): Promise<InProcessPool> {
-    const groups = createLocalGroups(config.sp * config.dp, { timeoutMs: 600_000 });
+    const groups = createLocalGroups(config.sp * config.dp, { timeoutMs: collectiveTimeoutMs(config) });
     const setups: RankSetup[] = groups.map((world) => ({ world, config, ranksInProcess: groups.length, resumeFile }));
     const ranks = await Promise.all(
       setups.map((setup, i) =>
@@ -71,7 +76,12 @@ export class InProcessPool implements RankPool {
   }
 
   async runStep(): Promise<RankStepReport> {
-    return (await onEveryRank(this.ranks, (r) => r.runStep(), this.firstRank))[0]!;
+    const step = this.step;
+    try {
+      return (await onEveryRank(this.ranks, (r) => r.runStep(), this.firstRank))[0]!;
+    } catch (cause) {
+      throw new TrainerError(`training step ${step + 1} failed: ${(cause as Error).message}`, { cause });
+    }
   }
 
   async save(file: string): Promise<void> {

@@ -22,7 +22,7 @@ import {
   type GptConfig,
 } from "@ulysses/model";
 import { Rng, narrow, type RngState } from "@ulysses/tensors";
-import { vocabOf, type TrainConfig } from "./config.js";
+import { checkpointSettings, gptConfigOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "./kernels.js";
 
@@ -49,21 +49,6 @@ export interface RankStepReport {
   peakRssBytes: number;
 }
 
-export function gptConfigOf(config: TrainConfig): GptConfig {
-  return {
-    vocab: vocabOf(config),
-    hidden: config.hidden,
-    heads: config.heads,
-    kvHeads: config.kvHeads,
-    layers: config.layers,
-    mlp: config.mlp,
-    mlpRatio: config.mlpRatio,
-    maxSeq: config.seq,
-    tiedHead: config.tiedHead,
-    attention: config.attention,
-  };
-}
-
 /** Splits the world into DP groups of SP consecutive ranks; returns this rank's SP group. */
 async function spGroupOf(world: ProcessGroup, sp: number, dp: number): Promise<ProcessGroup> {
   if (dp === 1) return world;
@@ -77,11 +62,59 @@ async function spGroupOf(world: ProcessGroup, sp: number, dp: number): Promise<P
 }
 
 /**
- * Fault injection for tests of failure handling: ULYSSES_TRAINER_FAIL="rank:step"
- * makes that rank throw at the start of that step.
+ * Fault injection for tests of failure handling (never set in real runs):
+ * - ULYSSES_TRAINER_FAIL="rank:step": that rank throws at the start of that step.
+ * - ULYSSES_TRAINER_FAULT="kind:rank:step[:delayMs]": at the start of that
+ *   step, that rank arms a timer; after delayMs (default 0) the fault hits
+ *   wherever the rank then is (inside a kernel run, a collective, between ops):
+ *   `error` throws an uncaught Error, `exit` calls process.exit(3) (ends a
+ *   worker thread, or an mpirun process), `hang` spins forever on the rank's
+ *   thread (a rank stuck in compute), `throw` throws from runStep at once,
+ *   `hang-end` spins forever once the step's last collective is done (the
+ *   peers finish the step and wait for nothing: only a watchdog notices).
  */
-function injectedFailure(rank: number, step: number): void {
+function injectedFailure(rank: number, step: number, atEnd = false): void {
   if (process.env.ULYSSES_TRAINER_FAIL === `${rank}:${step}`) throw new TrainerError(`injected failure (ULYSSES_TRAINER_FAIL=${rank}:${step})`);
+  const spec = process.env.ULYSSES_TRAINER_FAULT;
+  if (!spec) return;
+  const [kind, r, s, delay] = spec.split(":");
+  if (Number(r) !== rank || Number(s) !== step || atEnd !== (kind === "hang-end")) return;
+  const delayMs = Number(delay ?? 0) || 0;
+  const what = `injected ${kind} (ULYSSES_TRAINER_FAULT=${spec})`;
+  // The marker tells a test when the fault hit (epoch ms).
+  const mark = () => process.stderr.write(`fault: ${what} on rank ${rank} at ${Date.now()}\n`);
+  switch (kind) {
+    case "throw":
+      mark();
+      throw new TrainerError(what);
+    case "error":
+      setTimeout(() => {
+        mark();
+        throw new Error(what);
+      }, delayMs);
+      return;
+    case "exit":
+      setTimeout(() => {
+        mark();
+        process.exit(3);
+      }, delayMs);
+      return;
+    case "hang-end":
+      mark();
+      for (;;) {
+        // stuck in compute after the step's collectives
+      }
+    case "hang":
+      setTimeout(() => {
+        mark();
+        for (;;) {
+          // stuck in compute: never yields to the event loop
+        }
+      }, delayMs);
+      return;
+    default:
+      throw new TrainerError(`ULYSSES_TRAINER_FAULT=${spec}: kind must be throw, error, exit, hang or hang-end`);
+  }
 }
 
 export class RankTrainer {
@@ -153,6 +186,7 @@ export class RankTrainer {
     const started = performance.now();
     injectedFailure(world.rank, step);
     const result = await this.trainer.trainStep(shard, lr);
+    injectedFailure(world.rank, step, true);
     const stepMs = performance.now() - started;
     const after = groups.map((g) => g.stats().total);
     const commMs = after.reduce((n, s, i) => n + s.timeMs - before[i]!.timeMs, 0);
@@ -173,7 +207,7 @@ export class RankTrainer {
 
   /** Collective; world rank 0 writes `file`. */
   async save(file: string): Promise<void> {
-    await saveCheckpoint(file, this.trainer, { rng: this.dataRng.getState(), settings: this.config }, this.world.rank === 0);
+    await saveCheckpoint(file, this.trainer, { rng: this.dataRng.getState(), settings: checkpointSettings(this.config) }, this.world.rank === 0);
   }
 
   /** The flat parameter vector (tests compare it across runs). */

@@ -11,14 +11,13 @@
 import fs from "node:fs";
 import path from "node:path";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
-import type { TrainConfig } from "./config.js";
+import { errnoText, fileProblem, gptConfigOf, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { measureMatmulRate, modelFlopsPerStep } from "./flops.js";
 import { lossPlotSvg } from "./loss-plot.js";
 import { MetricsLog, readMetrics, type StepMetrics } from "./metrics.js";
 import { Progress } from "./progress.js";
-import { gptConfigOf } from "./rank-trainer.js";
 import type { RankPool } from "./rank-pool.js";
 import { formatTable, summaryRows } from "./summary.js";
 
@@ -35,6 +34,10 @@ export interface RunOptions {
   signals?: NodeJS.EventEmitter;
   /** Stop after this many steps of this invocation (tests simulate an interruption). */
   stopAfter?: number;
+  /** The model's config (default gptConfigOf(config); on resume the checkpoint's, whose maxSeq may exceed --seq). */
+  model?: GptConfig;
+  /** On resume, the metrics.jsonl whose rows up to the checkpoint's step the run keeps (default the run directory's own). */
+  metricsFrom?: string;
 }
 
 export interface RunResult {
@@ -60,8 +63,19 @@ export const CHECKPOINT_FILE = "checkpoint.safetensors";
 
 /** Finds the checkpoint file a --resume value names (a file, or a run directory holding one). */
 export function resolveResumeFile(resume: string): string {
-  const file = fs.statSync(resume).isDirectory() ? path.join(resume, CHECKPOINT_FILE) : resume;
-  if (!fs.existsSync(file)) throw new TrainerError(`--resume '${resume}': no checkpoint at '${file}'`);
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(resume);
+  } catch (cause) {
+    throw new TrainerError(`--resume '${resume}': ${errnoText(cause)}`);
+  }
+  if (!stat.isDirectory()) {
+    if (!stat.isFile()) throw new TrainerError(`--resume '${resume}' is not a regular file or a run directory`);
+    return resume;
+  }
+  const file = path.join(resume, CHECKPOINT_FILE);
+  const problem = fileProblem(file);
+  if (problem !== null) throw new TrainerError(`--resume '${resume}': no checkpoint in that directory ('${file}': ${problem})`);
   return file;
 }
 
@@ -109,11 +123,11 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
   }
   const leader = pool.isLeader;
   if (leader) fs.mkdirSync(outDir, { recursive: true });
-  const gpt: GptConfig = gptConfigOf(config);
+  const gpt: GptConfig = options.model ?? gptConfigOf(config);
   const checkpoint = path.join(outDir, CHECKPOINT_FILE);
   try {
     const firstStep = pool.step;
-    const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep) : null;
+    const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep, options.metricsFrom) : null;
     const matmulRate = leader ? await measureMatmulRate() : 1;
     const flopsPerStep = modelFlopsPerStep(gpt, config.batch * config.dp * config.seq, config.seq);
     if (leader) {

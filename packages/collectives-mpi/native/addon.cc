@@ -152,7 +152,14 @@ Napi::Value DropLane(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// abandonLane(lane): the lane's running and queued jobs stop keeping the process alive.
+Napi::Value GiveUpLane(const Napi::CallbackInfo& info) {
+  AbandonLane(info.Env(), ArgLane(info, 0));
+  return info.Env().Undefined();
+}
+
 Napi::Object Register(Napi::Env env, Napi::Object exports) {
+  exports.Set("abandonLane", Napi::Function::New(env, GiveUpLane, "abandonLane"));
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   exports.Set("finalize", Napi::Function::New(env, Finalize, "finalize"));
   exports.Set("abort", Napi::Function::New(env, Abort, "abort"));

@@ -33,6 +33,9 @@ struct Job {
   // Builds the resolved value on the JS thread (undefined when empty).
   std::function<Napi::Value(Napi::Env)> result;
   std::string error;
+  // Set (JS thread) once the TypeScript side gave up on the job (a timeout):
+  // it no longer keeps the event loop alive. It still settles if MPI returns.
+  bool abandoned = false;
   Napi::Promise::Deferred deferred;
   std::vector<Napi::ObjectReference> pinned;
 };
@@ -42,6 +45,8 @@ void InitDispatcher(Napi::Env env);
 void ShutdownLanes(Napi::Env env);
 uint32_t CreateLane();
 void DestroyLane(uint32_t id);
+// Marks the running and queued jobs of `lane` abandoned (JS thread).
+void AbandonLane(Napi::Env env, uint32_t id);
 // Queues `job` on `lane` (takes ownership); returns its promise.
 Napi::Value Submit(Napi::Env env, uint32_t lane, Job* job);
 // Jobs submitted and not yet settled (JS thread only).

@@ -4,7 +4,11 @@
 // The TypeScript side gives each communicator its own collective lane and each
 // (peer, direction) its own point-to-point lane. Completions come back through
 // one thread-safe function, referenced only while jobs are pending, so an idle
-// addon never keeps the process alive.
+// addon never keeps the process alive. A job the TypeScript side abandoned (a
+// timeout: a peer never joined, so MPI may never return) stops counting, so
+// the process can still end; the lane threads are never destroyed at exit
+// (the table is leaked on purpose: a static std::thread destructor on a
+// thread blocked in MPI would call std::terminate).
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -23,19 +27,22 @@ struct Lane {
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<Job*> queue;
+  Job* current = nullptr;  // the job running on the lane thread (under mutex)
   bool stop = false;
   std::vector<char> scratch;  // reused between jobs of this lane (fresh pages are slow)
 };
 
 Napi::ThreadSafeFunction completions;
 bool dispatcherReady = false;
-int pending = 0;  // JS thread only
+int pending = 0;  // JS thread only: jobs submitted and not settled
+int alive = 0;    // JS thread only: pending jobs not abandoned (they keep the loop alive)
 std::mutex lanesMutex;
-std::map<uint32_t, std::unique_ptr<Lane>> lanes;
+std::map<uint32_t, std::unique_ptr<Lane>>& lanes = *new std::map<uint32_t, std::unique_ptr<Lane>>();
 uint32_t nextLane = 1;
 
 void Settle(Napi::Env env, Napi::Function, Job* job) {
-  if (--pending == 0) completions.Unref(env);
+  --pending;
+  if (!job->abandoned && --alive == 0) completions.Unref(env);
   if (!job->error.empty()) {
     job->deferred.Reject(Napi::Error::New(env, job->error).Value());
   } else {
@@ -53,11 +60,16 @@ void RunLane(Lane* lane) {
       if (lane->queue.empty()) return;  // stop requested and drained
       job = lane->queue.front();
       lane->queue.pop_front();
+      lane->current = job;
     }
     try {
       job->error = job->run(lane->scratch);
     } catch (const std::exception& e) {
       job->error = std::string("native error: ") + e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(lane->mutex);
+      lane->current = nullptr;
     }
     completions.BlockingCall(job, Settle);
   }
@@ -145,7 +157,8 @@ Napi::Value Submit(Napi::Env env, uint32_t id, Job* job) {
     throw Napi::RangeError::New(env, "no live lane " + std::to_string(id) + " (destroyed, or MPI not initialised)");
   }
   Napi::Value promise = job->deferred.Promise();
-  if (pending++ == 0) completions.Ref(env);
+  ++pending;
+  if (alive++ == 0) completions.Ref(env);
   {
     std::lock_guard<std::mutex> lock(lane->mutex);
     lane->queue.push_back(job);
@@ -155,5 +168,23 @@ Napi::Value Submit(Napi::Env env, uint32_t id, Job* job) {
 }
 
 int PendingJobs() { return pending; }
+
+void AbandonLane(Napi::Env env, uint32_t id) {
+  Lane* lane = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(lanesMutex);
+    auto found = lanes.find(id);
+    if (found != lanes.end()) lane = found->second.get();
+  }
+  if (lane == nullptr) return;
+  std::lock_guard<std::mutex> lock(lane->mutex);
+  auto abandon = [env](Job* job) {
+    if (job == nullptr || job->abandoned) return;
+    job->abandoned = true;
+    if (--alive == 0) completions.Unref(env);
+  };
+  abandon(lane->current);
+  for (Job* job : lane->queue) abandon(job);
+}
 
 }  // namespace ulysses_mpi

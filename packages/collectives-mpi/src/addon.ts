@@ -19,6 +19,8 @@ export interface NativeMpi {
   state(): { initialized: boolean; finalized: boolean; pendingJobs: number };
   createLane(): number;
   destroyLane(lane: number): void;
+  /** The lane's running and queued jobs (given up on after a timeout) stop keeping the process alive; they still count in pendingJobs. */
+  abandonLane(lane: number): void;
   commInfo(comm: number): { rank: number; size: number };
   /** color < 0: not a member (resolves -1). */
   commSplit(lane: number, comm: number, color: number, key: number): Promise<number>;

@@ -20,6 +20,13 @@ export interface MpiProcess {
 
 let current: MpiProcess | null = null;
 let finalized = false;
+/** The first failure of any group in this process (a timeout leaves an MPI call pending for good). */
+let firstFailure: string | null = null;
+
+/** Records a group failure; the exit hook names the first one when it must abort the job. */
+export function noteFailure(reason: string): void {
+  firstFailure ??= reason;
+}
 
 /** Text of the line a failing rank prints before the job is aborted. */
 export function abortMessage(rank: number, code: number, reason: string): string {
@@ -44,7 +51,8 @@ function onExit(code: number): void {
     native.finalize();
     return;
   }
-  const reason = code !== 0 ? "is exiting with an error" : `is exiting with ${pending} MPI operations still running`;
+  const after = firstFailure === null ? "" : ` after a failed operation (${firstFailure})`;
+  const reason = code !== 0 ? `is exiting with an error${after}` : `is exiting with ${pending} MPI operation(s) still running${after}`;
   native.abort(code === 0 ? 1 : code, abortMessage(rank, code, reason));
 }
 
@@ -68,9 +76,16 @@ export function startMpi(): MpiProcess {
   return current;
 }
 
-/** Finalizes MPI now (collective: every rank must call it); later exits do nothing. */
+/**
+ * Finalizes MPI now (collective: every rank must call it); later exits do
+ * nothing. With operations still pending (a timed-out one never returns)
+ * MPI cannot be finalized: it throws and leaves the exit hook in place, which
+ * aborts the job naming this rank.
+ */
 export function finalizeMpi(): void {
   if (!current || finalized) return;
+  const pending = current.native.state().pendingJobs;
+  if (pending > 0) throw new MpiError(`cannot finalize MPI on rank ${current.rank} with ${pending} operation(s) still running${firstFailure === null ? "" : ` (the first failure: ${firstFailure})`}; the job will be aborted when this process exits`);
   finalized = true;
   process.off("exit", onExit);
   process.off("uncaughtExceptionMonitor", onUncaught);

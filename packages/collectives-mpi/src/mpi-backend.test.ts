@@ -1,7 +1,10 @@
 import { describe, expect, it } from "vitest";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { addonBuilt, ADDON_PATH, INSTALL_HINT, mpirunAvailable } from "./addon.js";
-import { FIXTURES, markedLines, spawnMpirun } from "./testing-fixtures/spawn-mpirun.js";
+import { FIXTURES, spawnMpirun } from "./testing-fixtures/spawn-mpirun.js";
+import { CONFORMANCE_CHECKS } from "@ulysses/collectives/testing";
 
 interface CheckReport {
   rank: number;
@@ -12,10 +15,10 @@ interface CheckReport {
   failures: string[];
 }
 
-interface ConformanceReport {
+interface ConformanceLine {
   rank: number;
   size: number;
-  results: { name: string; status: "passed" | "failed" | "skipped"; error?: string }[];
+  result: { name: string; status: "passed" | "failed" | "skipped"; error?: string };
 }
 
 const hasMpirun = mpirunAvailable();
@@ -31,8 +34,14 @@ describe.skipIf(skipReason !== null)("mpi backend under mpirun", () => {
     [2, "mpi"],
   ];
   it.each(cases)("np %i, reduction %s: our checks and the shared conformance suite pass on every rank", async (np, reduction) => {
-    const run = await spawnMpirun(np, join(FIXTURES, "rank-checks.ts"), [reduction], 110_000);
-    const reports = markedLines<CheckReport>(run.stdout, "ULYSSES_CHECKS");
+    const dir = mkdtempSync(join(tmpdir(), "ulysses-mpi-checks-"));
+    const run = await spawnMpirun(np, join(FIXTURES, "rank-checks.ts"), [reduction, dir], 110_000);
+    // one file per rank and kind (mpirun would interleave the ranks' stdout mid-line)
+    const linesOf = <T>(name: string): T[] =>
+      readdirSync(dir)
+        .filter((f) => f.startsWith(`${name}-`))
+        .flatMap((f) => readFileSync(join(dir, f), "utf8").split("\n").filter((l) => l).map((l) => JSON.parse(l) as T));
+    const reports = linesOf<CheckReport>("ULYSSES_CHECKS");
     const context = `exit ${run.code} after ${Math.round(run.ms)} ms\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
     expect(reports.map((r) => r.rank).sort(), context).toEqual(Array.from({ length: np }, (_, r) => r));
     for (const report of reports) {
@@ -40,12 +49,15 @@ describe.skipIf(skipReason !== null)("mpi backend under mpirun", () => {
       expect(report.passed).toBe(10);
       expect(report.size).toBe(np);
     }
-    const conformance = markedLines<ConformanceReport>(run.stdout, "ULYSSES_CONFORMANCE");
-    expect(conformance.map((r) => r.rank).sort(), context).toEqual(Array.from({ length: np }, (_, r) => r));
-    for (const report of conformance) {
-      const failed = report.results.filter((c) => c.status === "failed").map((c) => `${c.name}: ${c.error}`);
-      expect(failed, `rank ${report.rank}`).toEqual([]);
-      expect(report.results.filter((c) => c.status === "passed").length, `rank ${report.rank}`).toBeGreaterThanOrEqual(20);
+    const lines = linesOf<ConformanceLine>("ULYSSES_CONFORMANCE");
+    rmSync(dir, { recursive: true, force: true });
+    const checks = CONFORMANCE_CHECKS.length;
+    for (let rank = 0; rank < np; rank++) {
+      const results = lines.filter((l) => l.rank === rank).map((l) => l.result);
+      expect(results.length, `rank ${rank}: conformance results\n${context}`).toBe(checks);
+      const failed = results.filter((c) => c.status === "failed").map((c) => `${c.name}: ${c.error}`);
+      expect(failed, `rank ${rank}`).toEqual([]);
+      expect(results.filter((c) => c.status === "passed").length, `rank ${rank}`).toBeGreaterThanOrEqual(100);
     }
     expect(run.code, context).toBe(0);
   }, 120_000);
@@ -65,5 +77,22 @@ describe.skipIf(skipReason !== null)("mpi backend under mpirun", () => {
     expect(run.code).not.toBe(0);
     expect(run.stderr).toContain("rank 0: barrier (header exchange) on group of world ranks [0, 1] did not complete within 500 ms");
     expect(run.stdout).not.toContain("finished without noticing");
+  }, 70_000);
+
+  it.each([
+    ["world", "drain"],
+    ["sub", "drain"],
+    ["world", "exit"],
+  ])("a timed-out operation on the %s group, then destroy() and exit (%s): destroy resolves, the job ends non-zero naming the rank and the timeout, no native crash", async (mode, end) => {
+    const run = await spawnMpirun(2, join(FIXTURES, "rank-destroy-after-timeout.ts"), [mode, end], 60_000);
+    const context = `exit ${run.code} after ${Math.round(run.ms)} ms\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
+    expect(run.killed, `mpirun hung\n${context}`).toBe(false);
+    expect(run.code, context).not.toBe(0);
+    expect(run.stdout, context).toContain("ULYSSES_TIMEOUT rank 0: MpiError: rank 0: barrier (header exchange)");
+    if (mode === "sub") expect(run.stdout, context).toContain("ULYSSES_DESTROY rank 0 sub-group: resolved");
+    expect(run.stdout, context).toContain("ULYSSES_DESTROY rank 0 world: resolved");
+    expect(run.stderr, context).toMatch(/\[ulysses mpi\] rank 0 \(pid \d+ on [^)]+\) is exiting with 1 MPI operation\(s\) still running after a failed operation \(rank 0: barrier .*did not complete within 500 ms/);
+    expect(run.stderr, context).not.toMatch(/terminate called|Segmentation fault|backtrace|\*\*\* Process received signal/i);
+    expect(run.ms, context).toBeLessThan(20_000);
   }, 70_000);
 });

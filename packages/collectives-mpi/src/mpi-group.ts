@@ -8,15 +8,19 @@
  * synchronous like the reference backend's: the receiver checks the sender's
  * header, answers, and only then does the data travel, so a mismatch rejects
  * on both sides with the same text. A native failure or a timeout fails the
- * group: every later call rejects with the first cause.
+ * group: every later call rejects with the first cause. A timed-out call may
+ * never return from MPI: its lane is abandoned (it no longer keeps the
+ * process alive), destroy() then frees nothing and does not finalize, and the
+ * exit hook (lifecycle.ts) aborts the job with a line naming the rank and the
+ * failure, instead of a hang or a native crash.
  */
-import { checkP2P, CollectiveError, GroupBase, planOp, type Exchanged, type OpHeader, type P2PHeader, type ProcessGroup } from "@ulysses/collectives";
+import { checkP2P, clipText, CollectiveError, GroupBase, planOp, type Exchanged, type OpHeader, type P2PHeader, type ProcessGroup } from "@ulysses/collectives";
 import type { Tensor } from "@ulysses/tensors";
 import type { NativeMpi } from "./addon.js";
 import { Scratch, type Channel } from "./channel.js";
 import { MpiError } from "./errors.js";
 import { HeaderExchange } from "./headers.js";
-import { finalizeMpi } from "./lifecycle.js";
+import { finalizeMpi, noteFailure } from "./lifecycle.js";
 import { allGather, allToAll, broadcast } from "./moves.js";
 import { allReduce, reduceScatter, type ReductionMode } from "./reductions.js";
 
@@ -81,9 +85,10 @@ export class MpiGroup extends GroupBase {
     if (this.failure !== null) throw new MpiError(`${this.describe()} failed earlier: ${this.failure}`);
     const { timeoutMs } = this.init;
     let timer: ReturnType<typeof setTimeout> | undefined;
+    let timedOut = false;
     const timeout = new Promise<never>((_, reject) => {
       if (timeoutMs > 0 && Number.isFinite(timeoutMs)) {
-        timer = setTimeout(() => reject(new MpiError(`rank ${this.rank}: ${what} on ${this.describe()} did not complete within ${timeoutMs} ms (a peer is not calling it, or is stuck or dead); the group is unusable now`)), timeoutMs);
+        timer = setTimeout(() => (timedOut = true) && reject(new MpiError(`rank ${this.rank}: ${what} on ${this.describe()} did not complete within ${timeoutMs} ms (a peer is not calling it, or is stuck or dead); the group is unusable now`)), timeoutMs);
       }
     });
     try {
@@ -91,6 +96,9 @@ export class MpiGroup extends GroupBase {
     } catch (error) {
       const wrapped = error instanceof MpiError ? error : new MpiError(`rank ${this.rank}: ${what} on ${this.describe()} failed: ${(error as Error).message}`, { cause: error });
       this.failure ??= wrapped.message;
+      noteFailure(wrapped.message);
+      // the native call may never return (a peer never joins): it must not keep the process alive
+      if (timedOut) this.init.native.abandonLane(this.init.lane);
       throw wrapped;
     } finally {
       clearTimeout(timer);
@@ -132,49 +140,73 @@ export class MpiGroup extends GroupBase {
     return new MpiGroup({ ...this.init, comm: created, control, lane: childLane, worldRanks: ranks.map((r) => this.worldRanks[r]!), isWorld: false });
   }
 
-  private encode(value: object): Uint8Array {
+  /** A p2p slot holding `value` as JSON; null when it does not fit. */
+  private encode(value: object): Uint8Array | null {
     const bytes = encoder.encode(JSON.stringify(value));
-    if (bytes.length > P2P_SLOT - 4) throw new MpiError(`rank ${this.rank}: point-to-point header of ${bytes.length} bytes is too long (${P2P_SLOT - 4} max)`);
+    if (bytes.length > P2P_SLOT - 4) return null;
     const out = new Uint8Array(P2P_SLOT);
     new DataView(out.buffer).setUint32(0, bytes.length, true);
     out.set(bytes, 4);
     return out;
   }
 
-  private decode<T>(slot: Uint8Array): T {
+  private decode<T>(slot: Uint8Array): T | null {
     const length = new DataView(slot.buffer, slot.byteOffset).getUint32(0, true);
-    return JSON.parse(decoder.decode(slot.subarray(4, 4 + length))) as T;
+    try {
+      return JSON.parse(decoder.decode(slot.subarray(4, 4 + Math.min(length, P2P_SLOT - 4)))) as T;
+    } catch {
+      return null;
+    }
   }
 
-  protected async sendTo(tensor: Tensor, peer: number, tag: number): Promise<void> {
+  protected async sendTo(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void> {
     const { native, lane, comm, control } = this.init;
-    const offer: P2PHeader = { dtype: tensor.dtype, shape: [...tensor.shape], tag };
-    await this.run("send", () => native.send(lane, control, this.encode(offer), peer, HEADER_TAG));
+    // a header too long for the slot (a tensor of very many axes) is replaced by one naming the problem: the receiver rejects too
+    const offer =
+      this.encode(header) ??
+      this.encode({ dtype: header.dtype, shape: [0], tag: header.tag, error: `the send header (a tensor of ${header.shape.length} axes) does not fit the mpi backend's ${P2P_SLOT - 4}-byte header slot` } satisfies P2PHeader)!;
+    await this.run("send", () => native.send(lane, control, offer, peer, HEADER_TAG));
     await this.run("send", () => native.recv(lane, control, this.slot, peer, ANSWER_TAG));
     const answer = this.decode<{ error: string | null }>(this.slot);
+    if (answer === null) throw new CollectiveError(`send from rank ${this.rank} to rank ${peer}: unreadable answer from the receiver`);
     if (answer.error !== null) throw new CollectiveError(answer.error);
-    await this.run("send", () => native.send(lane, comm, tensor.data, peer, DATA_TAG));
+    await this.run("send", () => native.send(lane, comm, tensor!.data, peer, DATA_TAG));
   }
 
-  protected async recvFrom(tensor: Tensor, peer: number, tag: number): Promise<void> {
+  protected async recvFrom(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void> {
     const { native, lane, comm, control } = this.init;
     await this.run("recv", () => native.recv(lane, control, this.slot, peer, HEADER_TAG));
-    const offer = this.decode<P2PHeader>(this.slot);
-    const error = checkP2P(offer, { dtype: tensor.dtype, shape: [...tensor.shape], tag }, peer, this.rank);
-    await this.run("recv", () => native.send(lane, control, this.encode({ error }), peer, ANSWER_TAG));
+    const offer = this.decode<P2PHeader>(this.slot) ?? { dtype: "uint8", shape: [0], tag: 0, error: "unreadable send header" };
+    const found = checkP2P(offer, header, peer, this.rank);
+    // the sender rejects with exactly this text, clipped until its JSON fits the slot
+    let error = found;
+    let answer = this.encode({ error });
+    for (let max = P2P_SLOT - 16; answer === null; max = Math.floor(max * 0.8)) {
+      error = clipText(found!, max);
+      answer = this.encode({ error });
+    }
+    await this.run("recv", () => native.send(lane, control, answer, peer, ANSWER_TAG));
     if (error !== null) throw new CollectiveError(error);
-    await this.run("recv", () => native.recv(lane, comm, tensor.data, peer, DATA_TAG));
+    await this.run("recv", () => native.recv(lane, comm, tensor!.data, peer, DATA_TAG));
   }
 
   protected async release(): Promise<void> {
     this.channel.scratch.release();
+    const { native, lane, comm, control } = this.init;
+    if (native.state().finalized) return;
+    // After a failure (a timeout above all) an operation of this group may
+    // still be inside MPI on its lane: freeing its communicators would block
+    // or crash, joining the lane would never return, and MPI_Finalize would
+    // wait for it. Leave them; the exit hook aborts the job naming this rank.
+    if (this.failure !== null) return;
     if (this.init.isWorld) {
-      // MPI_Finalize frees every communicator; it waits for all ranks to finalize.
+      // MPI_Finalize frees every communicator; it waits for all ranks to
+      // finalize. Not with another group's operation still pending: then the
+      // exit hook aborts the job instead.
+      if (native.state().pendingJobs > 0) return;
       finalizeMpi();
       return;
     }
-    const { native, lane, comm, control } = this.init;
-    if (native.state().finalized) return;
     await this.run("destroy", () => native.commFree(lane, control));
     await this.run("destroy", () => native.commFree(lane, comm));
     native.destroyLane(lane);

@@ -4,12 +4,23 @@
  * (operations complete in call order, as torch's work queue does), stamping
  * sequence numbers, and recording exact stats. Subclasses only exchange
  * headers and move data (`exchange`, `sendTo`, `recvFrom`).
+ *
+ * Bad arguments never throw here before the exchange: they travel in the
+ * header (`error`) so every rank of a collective rejects with the same
+ * CollectiveError naming the rank and the reason, at once. Point-to-point
+ * calls are not collective: a bad tensor or tag travels in the p2p header
+ * and both sides reject with one text; a peer that is not another rank of
+ * the group rejects on the calling rank only (no rank can be the other side
+ * of that message). A recv from a rank that never sends waits for the
+ * group's timeout by design, as does any call that a peer never makes.
+ * destroy() is local to this rank: every rank destroys its own view, and a
+ * call on a destroyed view rejects at once on that rank (a peer still
+ * calling the group then waits for the timeout).
  */
 import type { Tensor } from "@ulysses/tensors";
-import { asTensor } from "./buffer.js";
-import { describeAllGather, describeAllReduce, describeAllToAll, describeBroadcast, describeReduceScatter, type DescribedCall } from "./call.js";
+import { describeAllGather, describeAllReduce, describeAllToAll, describeBroadcast, describeNewGroup, describeP2P, describeReduceScatter, type DescribedCall } from "./call.js";
 import { CollectiveError } from "./errors.js";
-import type { OpHeader, Plan } from "./plan.js";
+import type { OpHeader, P2PHeader, Plan } from "./plan.js";
 import { StatsRecorder, trafficOf } from "./stats.js";
 import type { AllGatherOptions, AllToAllOptions, Buffer, CommStats, ProcessGroup, ReduceOp, ReduceScatterOptions } from "./types.js";
 
@@ -34,8 +45,14 @@ export abstract class GroupBase implements ProcessGroup {
 
   /** Exchanges headers with every rank, validates with `planOp`, moves the data. */
   protected abstract exchange(header: OpHeader, input: Tensor | null, output: Tensor | null): Promise<Exchanged>;
-  protected abstract sendTo(tensor: Tensor, peer: number, tag: number): Promise<void>;
-  protected abstract recvFrom(tensor: Tensor, peer: number, tag: number): Promise<void>;
+  /**
+   * Point-to-point, one side each: exchange headers with `peer` first; when
+   * `checkP2P(send, recv)` reports a message (a mismatch, or either side's
+   * `header.error`), both sides reject with it and no data moves. `tensor` is
+   * null exactly when `header.error` is set.
+   */
+  protected abstract sendTo(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void>;
+  protected abstract recvFrom(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void>;
   protected abstract release(): Promise<void>;
 
   /** Runs `fn` after every operation this rank started earlier on this group. */
@@ -63,23 +80,23 @@ export abstract class GroupBase implements ProcessGroup {
   }
 
   async allToAll(input: Buffer, options?: AllToAllOptions): Promise<Tensor> {
-    return (await this.collective(describeAllToAll(input, options))).result!;
+    return (await this.collective(describeAllToAll(input, options, this.size))).result!;
   }
 
   async allGather(input: Buffer, options?: AllGatherOptions): Promise<Tensor> {
-    return (await this.collective(describeAllGather(input, options))).result!;
+    return (await this.collective(describeAllGather(input, options, this.size))).result!;
   }
 
   async reduceScatter(input: Buffer, options?: ReduceScatterOptions): Promise<Tensor> {
-    return (await this.collective(describeReduceScatter(input, options))).result!;
+    return (await this.collective(describeReduceScatter(input, options, this.size))).result!;
   }
 
-  async allReduce(tensor: Buffer, options: { op?: ReduceOp } = {}): Promise<Tensor> {
-    return (await this.collective(describeAllReduce(tensor, options.op))).result!;
+  async allReduce(tensor: Buffer, options?: { op?: ReduceOp }): Promise<Tensor> {
+    return (await this.collective(describeAllReduce(tensor, options))).result!;
   }
 
   async broadcast(tensor: Buffer, options: { root: number }): Promise<Tensor> {
-    return (await this.collective(describeBroadcast(tensor, options?.root))).result!;
+    return (await this.collective(describeBroadcast(tensor, options, this.size))).result!;
   }
 
   async barrier(): Promise<void> {
@@ -87,36 +104,32 @@ export abstract class GroupBase implements ProcessGroup {
   }
 
   async newGroup(ranks: readonly number[]): Promise<ProcessGroup | null> {
-    const header = Array.isArray(ranks) ? { op: "newGroup" as const, ranks: [...ranks] } : { op: "newGroup" as const, error: `ranks must be an array, got ${String(ranks)}` };
-    return (await this.collective({ header, input: null, output: null })).child ?? null;
+    return (await this.collective({ header: describeNewGroup(ranks, this.size), input: null, output: null })).child ?? null;
   }
 
-  private p2p(kind: "send" | "recv", buffer: Buffer, peer: number, tag: number, move: (t: Tensor) => Promise<void>): Promise<void> {
+  private async p2p(kind: "send" | "recv", buffer: Buffer, peer: number, tag: unknown): Promise<Tensor | null> {
     const start = performance.now();
-    const tensor = asTensor(buffer);
-    if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || peer === this.rank) {
-      throw new CollectiveError(`${kind} on rank ${this.rank}: peer ${peer} must be another rank of the group of ${this.size}`);
-    }
-    if (!Number.isInteger(tag)) throw new CollectiveError(`${kind} on rank ${this.rank}: tag ${tag} must be an integer`);
+    const call = describeP2P(kind, buffer, peer, tag, this.rank, this.size);
     return this.serial(async () => {
       this.checkAlive(kind);
-      await move(tensor);
-      const bytes = tensor.byteLength;
-      this.recorder.record(kind, kind === "send" ? { bytesSent: bytes, bytesReceived: 0 } : { bytesSent: 0, bytesReceived: bytes }, tensor.size, performance.now() - start);
+      if (call.peerError) throw new CollectiveError(call.peerError);
+      const { header, tensor } = call;
+      if (kind === "send") await this.sendTo(header, tensor, peer);
+      else await this.recvFrom(header, tensor, peer);
+      // a backend must reject a call whose header carries an error; never move on without a tensor
+      if (!tensor) throw new CollectiveError(`${kind} on rank ${this.rank}: ${header.error}`);
+      const bytes = tensor!.byteLength;
+      this.recorder.record(kind, kind === "send" ? { bytesSent: bytes, bytesReceived: 0 } : { bytesSent: 0, bytesReceived: bytes }, tensor!.size, performance.now() - start);
+      return tensor;
     });
   }
 
   async send(tensor: Buffer, peer: number, tag = 0): Promise<void> {
-    await this.p2p("send", tensor, peer, tag, (t) => this.sendTo(t, peer, tag));
+    await this.p2p("send", tensor, peer, tag);
   }
 
   async recv(tensor: Buffer, peer: number, tag = 0): Promise<Tensor> {
-    let result: Tensor | undefined;
-    await this.p2p("recv", tensor, peer, tag, async (t) => {
-      await this.recvFrom(t, peer, tag);
-      result = t;
-    });
-    return result!;
+    return (await this.p2p("recv", tensor, peer, tag))!;
   }
 
   stats(): CommStats {

@@ -2,13 +2,13 @@
 export { CollectiveError } from "./errors.js";
 export { OP_KINDS, type ProcessGroup, type Buffer, type ReduceOp, type OpKind, type OpStats, type CommStats, type AllToAllOptions, type AllGatherOptions, type ReduceScatterOptions, type BackendInitOptions, type BackendFactory } from "./types.js";
 export { StatsRecorder, trafficOf, type Traffic } from "./stats.js";
-export { planOp, outputShapeOf, checkP2P, type OpHeader, type Plan, type PlanResult, type P2PHeader } from "./plan.js";
+export { planOp, outputShapeOf, checkP2P, clipText, type OpHeader, type Plan, type PlanResult, type P2PHeader } from "./plan.js";
 export { reduceInto, type Source } from "./reduce.js";
 export { asTensor } from "./buffer.js";
 export { GroupBase, type Exchanged } from "./group-base.js";
 export { createLocalGroups, type LocalGroupsOptions } from "./local/local-group.js";
 export { registerBackend, getBackend, listBackends, init, type InitOptions } from "./registry.js";
-export { launch, type LaunchOptions, type LaunchedWorld } from "./threads/launch.js";
+export { launch, type LaunchOptions, type LaunchedWorld, type ShutdownOptions } from "./threads/launch.js";
 export type { RankContext, RankSetup } from "./threads/protocol.js";
 export { createThreadsGroup } from "./threads/context.js";
 export { splitWorld, type SplitWorld } from "./split-world.js";

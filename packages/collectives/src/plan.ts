@@ -77,7 +77,10 @@ function fail(message: string): never {
 const list = (values: readonly unknown[]) => values.map((v, r) => `rank ${r} ${v}`).join(", ");
 const sameArray = (a: readonly number[] | null | undefined, b: readonly number[] | null | undefined) =>
   (a ?? null) === (b ?? null) || (!!a && !!b && a.length === b.length && a.every((v, i) => v === b[i]));
-const fmt = (a: readonly number[] | null | undefined) => (a ? `[${a.join(", ")}]` : "none");
+const fmt = (a: readonly number[] | null | undefined): string => {
+  if (!Array.isArray(a)) return a == null ? "none" : String(a);
+  return a.length > 16 ? `[${a.slice(0, 16).join(", ")}, ... (${a.length} entries)]` : `[${a.join(", ")}]`;
+};
 
 function checkSplits(what: string, splits: readonly number[], size: number, rank: number, rows?: number): void {
   if (!Array.isArray(splits) || splits.length !== size || splits.some((s) => !Number.isInteger(s) || s < 0)) {
@@ -238,12 +241,33 @@ export interface P2PHeader {
   dtype: DType;
   shape: number[];
   tag: number;
+  /** An argument error of this side (bad tensor or tag): both sides reject, naming it. */
+  error?: string;
 }
 
-/** The message both sides reject with when a send and a recv do not match, or null. */
+/** The message both sides reject with when a send and a recv do not match (or either side's arguments are bad), or null. */
 export function checkP2P(send: P2PHeader, recv: P2PHeader, src: number, dst: number): string | null {
+  if (send.error || recv.error) {
+    const sides = [send.error ? `sender rank ${src}: ${send.error}` : "", recv.error ? `receiver rank ${dst}: ${recv.error}` : ""].filter((s) => s);
+    return `send/recv from rank ${src} to rank ${dst} refused: ${sides.join("; ")}`;
+  }
   if (send.tag !== recv.tag || send.dtype !== recv.dtype || send.shape.reduce((a, b) => a * b, 1) !== recv.shape.reduce((a, b) => a * b, 1)) {
     return `send/recv mismatch from rank ${src} to rank ${dst}: sender offers ${send.dtype} ${formatShape(send.shape)} tag ${send.tag}, receiver expects ${recv.dtype} ${formatShape(recv.shape)} tag ${recv.tag}`;
   }
   return null;
+}
+
+const utf8 = new TextEncoder();
+
+/**
+ * `text` cut to at most `maxBytes` of UTF-8 (ending in "..." when cut): for
+ * backends that carry messages in fixed-size slots. Both sides of an exchange
+ * reject with the clipped text, so they still agree.
+ */
+export function clipText(text: string, maxBytes: number): string {
+  if (utf8.encode(text).length <= maxBytes) return text;
+  let keep = Math.max(0, maxBytes - 3);
+  let cut = text.slice(0, keep);
+  while (cut.length > 0 && utf8.encode(cut).length > keep) cut = cut.slice(0, --keep);
+  return `${cut}...`;
 }

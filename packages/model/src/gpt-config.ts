@@ -47,16 +47,55 @@ export function blockConfigOf(config: GptConfig): ResolvedBlockConfig {
   });
 }
 
+/**
+ * Upper bounds of a GPT config. They are far above anything this CPU trainer
+ * runs (and above common large models: 128 layers, hidden 16384, 256K vocab)
+ * but keep a config from a file (a checkpoint's metadata) from describing a
+ * parameter list or a vector no process could hold: a config is checked
+ * against them before anything is allocated for it.
+ */
+export const GPT_CONFIG_LIMITS = {
+  vocab: 1 << 24,
+  hidden: 1 << 16,
+  heads: 1 << 12,
+  kvHeads: 1 << 12,
+  layers: 1 << 12,
+  maxSeq: 1 << 24,
+  mlpRatio: 64,
+  /** maxSeq x headDim: the RoPE tables the ONNX export builds (cos and sin, 1 GiB each at the limit). */
+  ropeTable: 1 << 28,
+  /** Parameters in all (the flat vector is one Float32Array; 2^31 of them are 8 GiB, and the gradient and two moments as much again each). */
+  parameters: 2 ** 31 - 1,
+} as const;
+
 /** Checks the configuration (throws a ModelError naming the values). */
 export function validateGptConfig(config: GptConfig): void {
+  if (config === null || typeof config !== "object" || Array.isArray(config)) throw new ModelError(`GPT config must be an object, got ${JSON.stringify(config)}`);
   for (const key of ["vocab", "hidden", "heads", "kvHeads", "layers", "maxSeq"] as const) {
     const value = config[key];
     if (!Number.isInteger(value) || value < 1) throw new ModelError(`GPT config: ${key} must be a positive integer, got ${String(value)}`);
+    if (value > GPT_CONFIG_LIMITS[key]) throw new ModelError(`GPT config: ${key} ${value} is above the limit of ${GPT_CONFIG_LIMITS[key]}`);
   }
+  if (typeof config.mlpRatio !== "number" || !(config.mlpRatio > 0) || config.mlpRatio > GPT_CONFIG_LIMITS.mlpRatio) {
+    throw new ModelError(`GPT config: mlpRatio must be a number in (0, ${GPT_CONFIG_LIMITS.mlpRatio}], got ${String(config.mlpRatio)}`);
+  }
+  if (typeof config.tiedHead !== "boolean") throw new ModelError(`GPT config: tiedHead must be true or false, got ${JSON.stringify(config.tiedHead)}`);
+  let block: ResolvedBlockConfig;
   try {
-    blockConfigOf(config);
+    block = blockConfigOf(config);
   } catch (cause) {
     throw new ModelError(`GPT config: ${(cause as Error).message}`, { cause });
+  }
+  if (config.maxSeq * block.headDim > GPT_CONFIG_LIMITS.ropeTable) {
+    throw new ModelError(`GPT config: maxSeq ${config.maxSeq} x head dim ${block.headDim} = ${config.maxSeq * block.headDim} is above the limit of ${GPT_CONFIG_LIMITS.ropeTable} (the RoPE tables)`);
+  }
+  const perLayer = blockWeightSpecs(block).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0);
+  const total = config.vocab * config.hidden * (config.tiedHead ? 1 : 2) + config.layers * perLayer + 2 * config.hidden;
+  if (total > GPT_CONFIG_LIMITS.parameters) {
+    throw new ModelError(
+      `GPT config: ${config.layers} layers x hidden ${config.hidden}, vocab ${config.vocab} make about ${total.toExponential(3)} parameters, ` +
+        `above the limit of ${GPT_CONFIG_LIMITS.parameters}`,
+    );
   }
 }
 

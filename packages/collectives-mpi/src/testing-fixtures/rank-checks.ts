@@ -3,15 +3,19 @@
  * mpi backend against expected values written out from the definitions (not
  * computed by the backend), then prints one `ULYSSES_CHECKS {json}` line per
  * rank, then runs the shared conformance suite (@ulysses/collectives/testing)
- * and prints one `ULYSSES_CONFORMANCE {json}` line per rank.
- * Argument: the reduction mode ("ordered" or "mpi").
+ * and prints one `ULYSSES_CONFORMANCE {json}` line per rank and check.
+ * Arguments: the reduction mode ("ordered" or "mpi"), then optionally a
+ * folder: each rank then writes its lines to NAME-RANK.jsonl there instead.
  */
 import { CollectiveError, init, type ProcessGroup } from "@ulysses/collectives";
 import { runConformance } from "@ulysses/collectives/testing";
 import { Tensor } from "@ulysses/tensors";
+import { appendFileSync } from "node:fs";
+import { join } from "node:path";
 import { MpiGroup, type ReductionMode } from "../index.js";
 
 const reduction = (process.argv[2] ?? "ordered") as ReductionMode;
+const reportDir = process.argv[3];
 // importing ../index.js registered backend "mpi"
 const world = await init({ backend: "mpi", timeoutMs: 60_000, reduction });
 if (!(world instanceof MpiGroup)) throw new Error(`init({ backend: "mpi" }) returned ${world.backend}`);
@@ -175,7 +179,11 @@ await check("the event loop runs while a rank waits in MPI for a late peer", asy
   for (let j = 0; j < P; j++) expectEqual(`block ${j}`, [out.data[j * 1024], out.data[(j + 1) * 1024 - 1]], [j, j]);
 });
 
-console.log(`ULYSSES_CHECKS ${JSON.stringify({ rank: r, size: P, reduction, passed, failed: failures.length, failures })}`);
-const conformance = await runConformance(world);
-console.log(`ULYSSES_CONFORMANCE ${JSON.stringify({ rank: r, size: P, results: conformance })}`);
+// mpirun forwards the ranks' output in raw chunks (one rank's line can be cut
+// by another's), so with a report folder each rank writes its own file
+const report = (name: string, line: string) => (reportDir ? appendFileSync(join(reportDir, `${name}-${r}.jsonl`), `${line}\n`) : console.log(`${name} ${line}`));
+report("ULYSSES_CHECKS", JSON.stringify({ rank: r, size: P, reduction, passed, failed: failures.length, failures }));
+await runConformance(world, {
+  onResult: (result) => report("ULYSSES_CONFORMANCE", JSON.stringify({ rank: r, size: P, result: { ...result, error: result.error?.slice(0, 1500) } })),
+});
 await world.destroy();

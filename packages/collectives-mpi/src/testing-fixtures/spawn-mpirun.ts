@@ -49,5 +49,11 @@ export function markedLines<T>(output: string, marker: string): T[] {
   return output
     .split("\n")
     .filter((line) => line.startsWith(`${marker} `))
-    .map((line) => JSON.parse(line.slice(marker.length + 1)) as T);
+    .map((line) => {
+      try {
+        return JSON.parse(line.slice(marker.length + 1)) as T;
+      } catch (cause) {
+        throw new Error(`unreadable ${marker} line: ${line.slice(0, 400)}`, { cause });
+      }
+    });
 }

@@ -96,4 +96,33 @@ describe("local backend", () => {
     const bad = await Promise.allSettled([subs[1]!.send(new Int32Array(2), 1, 1), subs[3]!.recv(new Int32Array(2), 0, 2)]);
     expect(bad.map((r) => (r as PromiseRejectedResult).reason.message)).toEqual([expect.stringContaining("tag 1"), expect.stringContaining("tag 1")]);
   });
+
+  it("a bad argument on one rank only (inputSplits not an array) rejects on every rank at once with the same message naming that rank", async () => {
+    const groups = createLocalGroups(2, { timeoutMs: 5000 });
+    const start = performance.now();
+    const results = await Promise.allSettled([
+      groups[0]!.allToAll(rowsTensor(0, 4, 1)),
+      groups[1]!.allToAll(rowsTensor(1, 4, 1), { inputSplits: 2 as unknown as number[] }),
+    ]);
+    expect(performance.now() - start).toBeLessThan(500);
+    const reasons = results.map((r) => (r as PromiseRejectedResult).reason as Error);
+    for (const reason of reasons) expect(reason).toBeInstanceOf(CollectiveError);
+    expect(reasons[0]!.message).toBe("allToAll (call 1 on group of world ranks [0, 1]): rank 1: inputSplits must be an array of 2 non-negative integers (one per rank), got 2");
+    expect(reasons[1]!.message).toBe(reasons[0]!.message);
+    await Promise.all(groups.map((g) => g.barrier()));
+  });
+
+  it("point-to-point: a bad tag rejects both sides with one message; a peer outside the group rejects the caller only, at once", async () => {
+    const groups = createLocalGroups(2, { timeoutMs: 5000 });
+    const bad = await Promise.allSettled([groups[0]!.send(new Float32Array(2), 1, 0.5), groups[1]!.recv(new Float32Array(2), 0, 0)]);
+    const messages = bad.map((r) => ((r as PromiseRejectedResult).reason as Error).message);
+    expect(messages).toEqual(Array(2).fill("send/recv from rank 0 to rank 1 refused: sender rank 0: tag 0.5 must be an integer"));
+    const start = performance.now();
+    await expect(groups[0]!.send(new Float32Array(2), 2)).rejects.toThrow(new CollectiveError("send on rank 0: peer 2 must be another rank of the group of 2"));
+    await expect(groups[1]!.recv(new Float32Array(2), 1)).rejects.toThrow("recv on rank 1: peer 1 must be another rank of the group of 2");
+    expect(performance.now() - start).toBeLessThan(500);
+    const got = new Float32Array(2);
+    await Promise.all([groups[0]!.send(Float32Array.from([1, 2]), 1), groups[1]!.recv(got, 0)]);
+    expect(Array.from(got)).toEqual([1, 2]);
+  });
 });

@@ -37,7 +37,7 @@ interface Rendezvous {
 
 interface Mail {
   header: P2PHeader;
-  tensor: Tensor;
+  tensor: Tensor | null;
   resolve(): void;
   reject(error: Error): void;
   timer: ReturnType<typeof setTimeout>;
@@ -125,7 +125,7 @@ class LocalGroupState {
   }
 
   /** Queues one side of a point-to-point message from `src` to `dst`; matches in FIFO order. */
-  post(side: "send" | "recv", src: number, dst: number, header: P2PHeader, tensor: Tensor): Promise<void> {
+  post(side: "send" | "recv", src: number, dst: number, header: P2PHeader, tensor: Tensor | null): Promise<void> {
     if (this.failure !== null) return Promise.reject(this.aborted());
     const key = `${src}>${dst}`;
     return new Promise<void>((resolve, reject) => {
@@ -166,7 +166,7 @@ class LocalGroupState {
       r.reject(new CollectiveError(mismatch));
       return;
     }
-    copyElements(r.tensor.data, 0, s.tensor.data, 0, s.tensor.size);
+    copyElements(r.tensor!.data, 0, s.tensor!.data, 0, s.tensor!.size);
     s.resolve();
     r.resolve();
   }
@@ -197,12 +197,12 @@ class LocalGroup extends GroupBase {
     });
   }
 
-  protected sendTo(tensor: Tensor, peer: number, tag: number): Promise<void> {
-    return this.state.post("send", this.rank, peer, { dtype: tensor.dtype, shape: [...tensor.shape], tag }, tensor);
+  protected sendTo(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void> {
+    return this.state.post("send", this.rank, peer, header, tensor);
   }
 
-  protected recvFrom(tensor: Tensor, peer: number, tag: number): Promise<void> {
-    return this.state.post("recv", peer, this.rank, { dtype: tensor.dtype, shape: [...tensor.shape], tag }, tensor);
+  protected recvFrom(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void> {
+    return this.state.post("recv", peer, this.rank, header, tensor);
   }
 
   protected async release(): Promise<void> {}

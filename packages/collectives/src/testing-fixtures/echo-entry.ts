@@ -26,6 +26,15 @@ export default function setup({ rank, worldSize, group, ortThreads, args }: Rank
       }, 0);
       return "scheduled";
     },
+    /** Spins forever from a timer: a rank stuck in compute (it never answers again). */
+    spin() {
+      setTimeout(() => {
+        for (;;) {
+          // stuck
+        }
+      }, 0);
+      return "spinning";
+    },
     async exit(code: number) {
       process.exit(code);
     },

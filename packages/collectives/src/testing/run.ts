@@ -10,9 +10,10 @@ import type { ConformanceCheck } from "./check.js";
 import { DATA_CHECKS } from "./checks-data.js";
 import { GROUP_CHECKS } from "./checks-groups.js";
 import { RANDOM_CHECKS } from "./checks-random.js";
+import { ERROR_CHECKS } from "./checks-errors.js";
 
 /** Every check, in the order they run. */
-export const CONFORMANCE_CHECKS: readonly ConformanceCheck[] = [...DATA_CHECKS, ...RANDOM_CHECKS, ...GROUP_CHECKS];
+export const CONFORMANCE_CHECKS: readonly ConformanceCheck[] = [...DATA_CHECKS, ...RANDOM_CHECKS, ...GROUP_CHECKS, ...ERROR_CHECKS];
 
 export interface CheckResult {
   name: string;

@@ -12,6 +12,7 @@ interface EchoApi {
   fail(message: string): Promise<never>;
   crash(message: string): string;
   exit(code: number): Promise<never>;
+  spin(): string;
   barrier(): Promise<void>;
   print(text: string): void;
 }
@@ -72,6 +73,19 @@ describe("threads backend failures", () => {
     await expect(world.rank(0).barrier()).rejects.toThrow(/barrier \(call 1 on group of world ranks \[0, 1\]\): world rank\(s\) 1 did not arrive within 300 ms/);
     // the group is broken from then on, on every rank
     await expect(world.rank(1).barrier()).rejects.toThrow(/aborted because .* did not arrive/);
+  });
+
+  it("a watchdog's abort rejects the peers' collectives naming its reason, and shutdown terminates a stuck rank at once", async () => {
+    const world = await start(2);
+    expect(await world.rank(1).spin()).toBe("spinning");
+    const pending = world.rank(0).barrier().then(() => "resolved", (e: Error) => e.message);
+    world.abort(1, "rank 1 did not finish step 3 within 5 s (stuck in compute?)");
+    expect(await pending).toMatch(/aborted because rank 1 did not finish step 3 within 5 s \(stuck in compute\?\)/);
+    expect(world.failure()).toEqual({ rank: 1, reason: "rank 1 did not finish step 3 within 5 s (stuck in compute?)" });
+    const started = performance.now();
+    await world.shutdown({ terminate: [1] });
+    expect(performance.now() - started).toBeLessThan(5000);
+    expect(world.liveWorkers()).toBe(0);
   });
 
   it("launch rejects, and leaves no worker alive, when a rank's setup throws", async () => {

@@ -82,10 +82,28 @@ export interface LaunchedWorld<Api extends object> {
   stats(): Promise<CommStats[]>;
   /** The first failure recorded in shared memory, if any. */
   failure(): { rank: number; reason: string } | null;
+  /**
+   * Marks the world failed as if `rank` had failed with `reason`, so every
+   * pending and later collective rejects on every rank (a watchdog's verdict,
+   * e.g. a rank that stopped making progress). The first failure recorded wins.
+   */
+  abort(rank: number, reason: string): void;
   /** Workers not yet exited. */
   liveWorkers(): number;
-  /** Stops every rank (see module comment); resolves with the exit codes. */
-  shutdown(): Promise<number[]>;
+  /** Stops every rank (see module comment and ShutdownOptions); resolves with the exit codes. */
+  shutdown(options?: ShutdownOptions): Promise<number[]>;
+}
+
+export interface ShutdownOptions {
+  /**
+   * Ranks to terminate at once instead of asking them to stop: ranks known to
+   * be stuck (their thread never returns to its event loop, so they cannot
+   * answer). Terminating a rank inside an ONNX Runtime run of
+   * onnxruntime-node aborts the process: name only ranks stuck elsewhere.
+   */
+  terminate?: readonly number[];
+  /** Overrides LaunchOptions.shutdownTimeoutMs for this call. */
+  timeoutMs?: number;
 }
 
 const TS_FILE = /\.[mc]?ts$/;
@@ -268,14 +286,19 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
   const controls = workers.map((w) => Comlink.wrap<WorkerControl>(nodeEndpoint(w)));
   const race = <T>(r: number, p: Promise<T>) => Promise.race([p, gone[r]!]);
 
-  const shutdown = async (): Promise<number[]> => {
+  const shutdown = async (how: ShutdownOptions = {}): Promise<number[]> => {
     stopping = true;
+    const patience = how.timeoutMs ?? shutdownTimeoutMs;
+    const terminate = new Set(how.terminate ?? []);
     await Promise.all(
       ranks.map(async (r) => {
-        if (exitCodes[r] === null) {
-          await withTimeout(race(r, controls[r]!.stop()).catch(() => undefined), shutdownTimeoutMs);
-          if ((await withTimeout(exited[r]!, shutdownTimeoutMs)) === "timeout") await workers[r]!.terminate();
+        if (exitCodes[r] !== null) return;
+        if (terminate.has(r)) {
+          await workers[r]!.terminate();
+          return;
         }
+        await withTimeout(race(r, controls[r]!.stop()).catch(() => undefined), patience);
+        if ((await withTimeout(exited[r]!, patience)) === "timeout") await workers[r]!.terminate();
       }),
     );
     await Promise.all(exited);
@@ -317,6 +340,7 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
       return (await Promise.all(ranks.map((r) => race(r, controls[r]!.statsOf() as Promise<CommStats>)))) as CommStats[];
     },
     failure: () => world.failure(),
+    abort: (rank, reason) => world.abort(rank, reason),
     liveWorkers: () => exitCodes.filter((c) => c === null).length,
     shutdown,
   };

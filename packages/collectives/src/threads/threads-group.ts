@@ -22,7 +22,7 @@ import type { Tensor } from "@ulysses/tensors";
 import { copyElements, storageView } from "../buffer.js";
 import { CollectiveError } from "../errors.js";
 import { GroupBase, type Exchanged } from "../group-base.js";
-import { checkP2P, planOp, type OpHeader, type P2PHeader } from "../plan.js";
+import { checkP2P, clipText, planOp, type OpHeader, type P2PHeader } from "../plan.js";
 import type { ProcessGroup } from "../types.js";
 import { collectChunks, gather, reduceOwnChunk, stage } from "./move.js";
 import { GroupLayout, ensureCapacity, readText, writeText, type GroupResources, type WorldControl } from "./shared-layout.js";
@@ -36,6 +36,7 @@ export interface ThreadsRuntime {
   joinGroup(key: string, worldRanks: number[]): Promise<GroupResources>;
 }
 
+const utf8 = new TextEncoder();
 const SEND = 0;
 const ACK = 1;
 const STATUS = 2;
@@ -101,7 +102,9 @@ export class ThreadsGroup extends GroupBase {
     const slot = this.layout.slot(parity, this.rank);
     const json = JSON.stringify(header);
     if (!writeText(control, slot, this.layout.slotBytes, json)) {
-      writeText(control, slot, this.layout.slotBytes, JSON.stringify({ op: header.op, seq: header.seq, error: `call header of ${json.length} bytes does not fit ${this.layout.slotBytes}` }));
+      // every rank learns why from this rank's header (never a silent drop)
+      const error = clipText(`the call header of ${utf8.encode(json).length} bytes does not fit the threads backend's ${this.layout.slotBytes - 4}-byte header slot`, 512);
+      writeText(control, slot, this.layout.slotBytes, JSON.stringify({ op: header.op, seq: header.seq, error }));
     }
     await this.arriveAndWait(what);
     const headers = this.worldRanks.map((_, j) => JSON.parse(readText(control, this.layout.slot(parity, j))) as OpHeader);
@@ -134,32 +137,61 @@ export class ThreadsGroup extends GroupBase {
     return { words: new Int32Array(this.resources.control, offset, 4), text: offset + 16 };
   }
 
-  protected async sendTo(tensor: Tensor, peer: number, tag: number): Promise<void> {
-    const what = `send from rank ${this.rank} to rank ${peer} (tag ${tag}) on ${this.label}`;
+  /** Bytes of JSON (plus its 4-byte length) a mailbox carries. */
+  private get mailboxText(): number {
+    return this.layout.mailboxBytes - 16;
+  }
+
+  protected async sendTo(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void> {
+    const what = `send from rank ${this.rank} to rank ${peer} (tag ${header.tag}) on ${this.label}`;
     this.checkAbort(what);
     const seq = ++this.sent[peer]!;
     const box = this.mailbox(this.rank, peer);
-    const outbox = this.resources.p2pOutboxes[this.rank]!;
-    ensureCapacity(outbox, tensor.byteLength);
-    copyElements(storageView(tensor.data, outbox, 0, tensor.size), 0, tensor.data, 0, tensor.size);
-    const header: P2PHeader = { dtype: tensor.dtype, shape: [...tensor.shape], tag };
-    writeText(this.resources.control, box.text, 1024, JSON.stringify(header));
+    let offer = header;
+    if (tensor && !offer.error) {
+      try {
+        const outbox = this.resources.p2pOutboxes[this.rank]!;
+        ensureCapacity(outbox, tensor.byteLength);
+        copyElements(storageView(tensor.data, outbox, 0, tensor.size), 0, tensor.data, 0, tensor.size);
+      } catch (e) {
+        offer = { ...header, error: (e as Error).message };
+      }
+    }
+    let json = JSON.stringify(offer);
+    const bytes = utf8.encode(json).length;
+    if (bytes + 4 > this.mailboxText) {
+      // a tensor of very many axes: tell the receiver instead of dropping the header
+      const error = `the send header of ${bytes} bytes (a tensor of ${header.shape.length} axes) does not fit the threads backend's ${this.mailboxText - 4}-byte mailbox`;
+      json = JSON.stringify({ dtype: header.dtype, shape: [0], tag: header.tag, error: clipText(error, this.mailboxText / 2) } satisfies P2PHeader);
+    }
+    if (!writeText(this.resources.control, box.text, this.mailboxText, json)) throw new Error(`threads backend: a p2p header of ${json.length} characters does not fit its mailbox`);
     Atomics.store(box.words, SEND, seq);
     this.runtime.world.wake(this.worldRanks[peer]!);
     await waitUntil(this.waitContext(what), () => Atomics.load(box.words, ACK) >= seq, () => [this.worldRanks[peer]!], "receive");
     if (Atomics.load(box.words, STATUS) !== 0) throw new CollectiveError(readText(this.resources.control, box.text));
   }
 
-  protected async recvFrom(tensor: Tensor, peer: number, tag: number): Promise<void> {
-    const what = `recv on rank ${this.rank} from rank ${peer} (tag ${tag}) on ${this.label}`;
+  protected async recvFrom(header: P2PHeader, tensor: Tensor | null, peer: number): Promise<void> {
+    const what = `recv on rank ${this.rank} from rank ${peer} (tag ${header.tag}) on ${this.label}`;
     this.checkAbort(what);
     const seq = ++this.received[peer]!;
     const box = this.mailbox(peer, this.rank);
     await waitUntil(this.waitContext(what), () => Atomics.load(box.words, SEND) >= seq, () => [this.worldRanks[peer]!], "send");
-    const offered = JSON.parse(readText(this.resources.control, box.text)) as P2PHeader;
-    const mismatch = checkP2P(offered, { dtype: tensor.dtype, shape: [...tensor.shape], tag }, peer, this.rank);
-    if (mismatch) writeText(this.resources.control, box.text, 1024, mismatch);
-    else copyElements(tensor.data, 0, storageView(tensor.data, this.resources.p2pOutboxes[peer]!, 0, tensor.size), 0, tensor.size);
+    const text = readText(this.resources.control, box.text);
+    let offered: P2PHeader;
+    try {
+      offered = JSON.parse(text) as P2PHeader;
+    } catch {
+      offered = { dtype: "uint8", shape: [0], tag: 0, error: `unreadable send header (${text.length} characters)` };
+    }
+    let mismatch = checkP2P(offered, header, peer, this.rank);
+    if (mismatch) {
+      // the sender rejects with exactly this text, clipped to the mailbox
+      mismatch = clipText(mismatch, this.mailboxText - 4);
+      writeText(this.resources.control, box.text, this.mailboxText, mismatch);
+    } else {
+      copyElements(tensor!.data, 0, storageView(tensor!.data, this.resources.p2pOutboxes[peer]!, 0, tensor!.size), 0, tensor!.size);
+    }
     Atomics.store(box.words, STATUS, mismatch ? 1 : 0);
     Atomics.store(box.words, ACK, seq);
     this.runtime.world.wake(this.worldRanks[peer]!);

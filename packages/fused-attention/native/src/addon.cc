@@ -206,14 +206,28 @@ Binding bind(Napi::Env env, const RuntimeState& rt, const Napi::Value& names_v, 
   return b;
 }
 
+// One Session.run off the JS thread. Its completion must never throw a C++
+// exception: it is called from libuv, where an exception ends in
+// std::terminate ("terminate called after throwing an instance of
+// 'Napi::Error'", exit 134) for the whole process. That happens when the
+// worker thread that started the run is going away (an uncaught error,
+// process.exit() or worker.terminate() there): Node lets the run finish, then
+// calls the completion while the thread can no longer run JavaScript, and
+// every N-API call fails (node-addon-api's default completion turns that
+// failure into a thrown Napi::Error). So the completion below uses the plain
+// N-API calls and ignores their failures: with JavaScript gone there is
+// nobody to tell, and the promise is dropped with its thread.
 class RunWorker : public Napi::AsyncWorker {
  public:
   RunWorker(Napi::Env env, std::shared_ptr<SessionState> session, Binding inputs, Binding outputs)
       : Napi::AsyncWorker(env, "ulysses-fused-attention-run"),
-        deferred_(Napi::Promise::Deferred::New(env)),
         session_(std::move(session)),
         inputs_(std::move(inputs)),
-        outputs_(std::move(outputs)) {}
+        outputs_(std::move(outputs)) {
+    if (napi_create_promise(env, &deferred_, &promise_) != napi_ok) {
+      throw Napi::Error::New(env, "Session.run: could not create a promise");
+    }
+  }
 
   ~RunWorker() override {
     const OrtApi* api = session_->runtime->api;
@@ -221,7 +235,8 @@ class RunWorker : public Napi::AsyncWorker {
     for (OrtValue* v : outputs_.values) api->ReleaseValue(v);
   }
 
-  Napi::Promise Promise() const { return deferred_.Promise(); }
+  // Valid in the scope of the Session.run call that made this worker.
+  napi_value Promise() const { return promise_; }
 
   void Execute() override {
     const OrtApi* api = session_->runtime->api;
@@ -232,19 +247,49 @@ class RunWorker : public Napi::AsyncWorker {
     OrtStatus* status = api->Run(session_->session, nullptr, in_names.data(), in_values.data(), in_values.size(),
                                  out_names.data(), out_names.size(), outputs_.values.data());
     if (status) {
-      SetError(api->GetErrorMessage(status));
+      error_ = api->GetErrorMessage(status);
+      failed_ = true;
       api->ReleaseStatus(status);
     }
   }
 
-  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+ protected:
+  void OnWorkComplete(Napi::Env env, napi_status status) override {
+    // napi_cancelled: the run never started because the thread is going away.
+    if (status != napi_cancelled) Settle(env);
+    Destroy();  // delete this: releases the OrtValues, the arrays' references and the session
+  }
 
  private:
-  Napi::Promise::Deferred deferred_;
+  void Settle(napi_env env) noexcept {
+    napi_handle_scope scope = nullptr;
+    if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+    napi_value value = nullptr;
+    if (!failed_) {
+      if (napi_get_undefined(env, &value) == napi_ok) napi_resolve_deferred(env, deferred_, value);
+    } else {
+      napi_value message = nullptr;
+      if (napi_create_string_utf8(env, error_.c_str(), error_.size(), &message) == napi_ok &&
+          napi_create_error(env, nullptr, message, &value) == napi_ok) {
+        napi_reject_deferred(env, deferred_, value);
+      }
+    }
+    // A failure above may leave an exception pending (the thread is stopping): drop it.
+    bool pending = false;
+    if (napi_is_exception_pending(env, &pending) == napi_ok && pending) {
+      napi_value ignored;
+      napi_get_and_clear_last_exception(env, &ignored);
+    }
+    napi_close_handle_scope(env, scope);
+  }
+
+  napi_deferred deferred_ = nullptr;
+  napi_value promise_ = nullptr;
   std::shared_ptr<SessionState> session_;
   Binding inputs_;
   Binding outputs_;
+  std::string error_;
+  bool failed_ = false;
 };
 
 class Session : public Napi::ObjectWrap<Session> {
@@ -299,9 +344,9 @@ class Session : public Napi::ObjectWrap<Session> {
       throw;
     }
     auto* worker = new RunWorker(env, state_, std::move(inputs), std::move(outputs));
-    Napi::Promise promise = worker->Promise();
+    napi_value promise = worker->Promise();
     worker->Queue();
-    return promise;
+    return Napi::Value(env, promise);
   }
 
   Napi::Value Release(const Napi::CallbackInfo& info) {

@@ -1,0 +1,122 @@
+import { describe, expect, it } from "vitest";
+import { DEFAULTS, type TrainConfig } from "./config.js";
+import { availableMemory, cgroupMemoryLimit, checkMemory, estimateMemory, memAvailable, parseBytes, parseCgroupLimit, type ReadText } from "./preflight.js";
+
+const MODEL: TrainConfig = { ...DEFAULTS, layers: 2, hidden: 256, heads: 8, kvHeads: 8, batch: 1, sp: 2 };
+const GiB = 2 ** 30;
+
+/** A fake /proc and /sys: the given files exist, every other file is missing. */
+function files(contents: Record<string, string>): ReadText {
+  return (file) => contents[file] ?? null;
+}
+
+const meminfo = (availableKb: number) => `MemTotal:       24000000 kB\nMemFree:        20000000 kB\nMemAvailable:   ${availableKb} kB\n`;
+
+describe("memory estimate", () => {
+  it("grows linearly in the sequence length for a fixed model", () => {
+    const at = (seq: number) => estimateMemory({ ...MODEL, seq }).bytes;
+    const step = at(2048) - at(1024);
+    expect(step).toBeGreaterThan(0);
+    for (const seq of [2048, 4096, 8192, 65536]) expect(at(2 * seq) - at(seq)).toBeCloseTo((step * seq) / 1024, -3);
+  });
+
+  it("breaks the estimate down and counts every rank", () => {
+    const e = estimateMemory({ ...MODEL, seq: 4096 });
+    expect(e.ranks).toBe(2);
+    expect(e.tokensPerRank).toBe(2048);
+    expect(e.terms.reduce((n, t) => n + t.bytes, 0)).toBe(e.bytes);
+    for (const name of ["weights", "gradients", "AdamW", "saved activations", "attention", "exchange", "logits", "baseline"]) {
+      expect(e.terms.some((t) => t.name.includes(name)), name).toBe(true);
+    }
+    expect(estimateMemory({ ...MODEL, seq: 4096, dp: 2 }).bytes).toBeGreaterThan(e.bytes);
+  });
+
+  it("is smaller with activation checkpointing and with ZeRO-1", () => {
+    const base = estimateMemory({ ...MODEL, seq: 8192, layers: 8 }).bytes;
+    expect(estimateMemory({ ...MODEL, seq: 8192, layers: 8, activationCheckpointing: true }).bytes).toBeLessThan(base);
+    const big = { ...MODEL, seq: 128, hidden: 1024, heads: 16, kvHeads: 16, sp: 4 };
+    expect(estimateMemory({ ...big, zero1: true }).bytes).toBeLessThan(estimateMemory(big).bytes);
+  });
+});
+
+describe("checkMemory", () => {
+  it("refuses a run whose estimate exceeds the limit, naming both numbers and --skip-memory-check", () => {
+    const config = { ...MODEL, seq: 4194304 };
+    const estimate = estimateMemory(config).bytes;
+    const read = files({ "/proc/meminfo": meminfo(8 * 1024 * 1024) });
+    let message = "";
+    try {
+      checkMemory(config, { read, env: {} });
+    } catch (error) {
+      expect((error as Error).name).toBe("TrainerError");
+      message = (error as Error).message;
+    }
+    expect(message).toContain(`${estimate} bytes`);
+    expect(message).toContain(`${8 * GiB} bytes`);
+    expect(message).toContain("8.00 GiB");
+    expect(message).toContain("MemAvailable in /proc/meminfo");
+    expect(message).toMatch(/saved activations .* GiB/);
+    expect(message).toContain("--skip-memory-check");
+  });
+
+  it("takes the smallest of the cgroup limit, MemAvailable and ULYSSES_MEMORY_LIMIT", () => {
+    const config = { ...MODEL, seq: 2048 };
+    const estimate = estimateMemory(config).bytes;
+    const read = files({ "/proc/meminfo": meminfo(64 * 1024 * 1024), "/sys/fs/cgroup/memory.max": `${Math.floor(estimate / 2)}\n` });
+    expect(() => checkMemory(config, { read, env: {} })).toThrow(new RegExp(`${Math.floor(estimate / 2)} bytes\\) is available \\(cgroup limit /sys/fs/cgroup/memory.max\\)`));
+    const roomy = files({ "/proc/meminfo": meminfo(64 * 1024 * 1024) });
+    expect(checkMemory(config, { read: roomy, env: {} })!.available.bytes).toBe(64 * GiB);
+    expect(() => checkMemory(config, { read: roomy, env: { ULYSSES_MEMORY_LIMIT: "100M" } })).toThrow(/104857600 bytes\) is available \(ULYSSES_MEMORY_LIMIT\)/);
+    expect(() => checkMemory(config, { read: roomy, env: { ULYSSES_MEMORY_LIMIT: "lots" } })).toThrow(/ULYSSES_MEMORY_LIMIT='lots' is not a byte count/);
+  });
+
+  it("falls back to os.freemem() without /proc/meminfo, and checks nothing when skipped", () => {
+    const config = { ...MODEL, seq: 4194304 };
+    expect(availableMemory({ read: files({}), env: {}, freemem: () => 3 * GiB })).toEqual({ bytes: 3 * GiB, source: "os.freemem()" });
+    expect(() => checkMemory(config, { read: files({}), env: {}, freemem: () => 3 * GiB })).toThrow(/is available \(os.freemem\(\)\)/);
+    expect(checkMemory(config, { skip: true, read: files({}), env: {}, freemem: () => 1 })).toBeNull();
+  });
+
+  it("names an impossible model size instead of estimating it", () => {
+    expect(() => checkMemory({ ...MODEL, layers: 1e8 }, { read: files({}), env: {} })).toThrow(/invalid model size: GPT config: layers 100000000 is above the limit/);
+  });
+});
+
+describe("cgroup and meminfo parsing", () => {
+  it("parses limit files: numbers, 'max', v1's no-limit sentinel, missing and garbage", () => {
+    expect(parseCgroupLimit("1073741824\n")).toBe(GiB);
+    expect(parseCgroupLimit("max\n")).toBeNull();
+    expect(parseCgroupLimit("9223372036854771712\n")).toBeNull();
+    expect(parseCgroupLimit(null)).toBeNull();
+    expect(parseCgroupLimit("")).toBeNull();
+    expect(parseCgroupLimit("-1")).toBeNull();
+  });
+
+  it("finds the tightest limit of this process's cgroup and its ancestors (v2 and v1)", () => {
+    const v2 = files({
+      "/proc/self/cgroup": "0::/user.slice/job.scope\n",
+      "/sys/fs/cgroup/user.slice/job.scope/memory.max": "max\n",
+      "/sys/fs/cgroup/user.slice/memory.max": "4294967296\n",
+    });
+    expect(cgroupMemoryLimit(v2)).toEqual({ bytes: 4 * GiB, file: "/sys/fs/cgroup/user.slice/memory.max" });
+    const v1 = files({
+      "/proc/self/cgroup": "9:name=systemd:/\n4:memory:/docker/abc\n3:cpuset:/\n",
+      "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "2147483648\n",
+      "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
+    });
+    expect(cgroupMemoryLimit(v1)).toEqual({ bytes: 2 * GiB, file: "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes" });
+    expect(cgroupMemoryLimit(files({ "/sys/fs/cgroup/memory.max": "max" }))).toBeNull();
+    expect(cgroupMemoryLimit(files({}))).toBeNull();
+  });
+
+  it("reads MemAvailable and byte counts with suffixes", () => {
+    expect(memAvailable(files({ "/proc/meminfo": meminfo(1024) }))).toBe(1024 * 1024);
+    expect(memAvailable(files({ "/proc/meminfo": "MemTotal: 1 kB\n" }))).toBeNull();
+    expect(memAvailable(files({}))).toBeNull();
+    expect(parseBytes("8G")).toBe(8 * GiB);
+    expect(parseBytes("512MiB")).toBe(512 * 2 ** 20);
+    expect(parseBytes("1.5k")).toBe(1536);
+    expect(parseBytes("123")).toBe(123);
+    expect(parseBytes("-1G")).toBeNull();
+  });
+});

@@ -1,0 +1,170 @@
+/**
+ * The run directory: the checks made before anything is written (is it an
+ * existing run, a non-empty directory, on a pseudo file system such as /proc),
+ * its creation with a bounded probe of writability, and the start-up clean-up
+ * (temporaries a crash left behind, the old run's files under --overwrite).
+ * Every error names the flag and the path.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { errnoText } from "./config.js";
+import { TrainerError } from "./errors.js";
+
+/** What a run writes into its directory. */
+export const RUN_FILES = ["checkpoint.safetensors", "metrics.jsonl", "config.json", "model.onnx", "loss.svg", "summary.txt"] as const;
+
+/** The files whose presence makes a directory a run. */
+export const RUN_MARKERS = ["checkpoint.safetensors", "metrics.jsonl", "config.json"] as const;
+
+/** Temporaries of writeFileAtomic (`.<name>.tmp-<pid>-<time>-<n>`) for the run's files. */
+const TEMPORARY = /^\.(.+)\.tmp-\d+-\d+-\d+$/;
+
+/** Pseudo file systems (statfs f_type) where a run directory makes no sense; mkdir on some of them never returns. */
+const PSEUDO_FILE_SYSTEMS: Record<number, string> = {
+  0x9fa0: "proc",
+  0x62656572: "sysfs",
+  0x27e0eb: "cgroup",
+  0x63677270: "cgroup2",
+  0x64626720: "debugfs",
+  0x74726163: "tracefs",
+  0x73636673: "securityfs",
+  0x1cd1: "devpts",
+  0xcafe4a11: "bpf",
+  0x6165676c: "pstore",
+  0xde5e81e4: "efivarfs",
+  0x62656570: "configfs",
+  0x65735543: "fusectl",
+  0x42494e4d: "binfmt_misc",
+};
+
+/** The deepest existing ancestor of `dir` (itself when it exists). */
+function existingAncestor(dir: string): string {
+  let at = path.resolve(dir);
+  for (;;) {
+    try {
+      fs.statSync(at);
+      return at;
+    } catch {
+      const parent = path.dirname(at);
+      if (parent === at) return at;
+      at = parent;
+    }
+  }
+}
+
+/** The name of the pseudo file system `dir` (or its deepest existing ancestor) lies on, or null. */
+export function pseudoFileSystemOf(dir: string): string | null {
+  try {
+    return PSEUDO_FILE_SYSTEMS[fs.statfsSync(existingAncestor(dir)).type] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+function sameDirectory(a: string, b: string): boolean {
+  try {
+    return fs.realpathSync(a) === fs.realpathSync(b);
+  } catch {
+    return path.resolve(a) === path.resolve(b);
+  }
+}
+
+export interface RunDirCheck {
+  /** The flag the directory came from (for messages): --out or --resume. */
+  flag: string;
+  /** The directory of the checkpoint being resumed, or null. */
+  resumeDir: string | null;
+  overwrite: boolean;
+}
+
+/** What the directory is: new (to be created), empty, the resumed run's own, or one --overwrite lets the run write into. */
+export type RunDirState = "new" | "empty" | "resumed" | "overwritten";
+
+/**
+ * Checks `dir` without writing anything: refuses a pseudo file system, a
+ * path that is not a directory, an existing run (unless it is the one being
+ * resumed, or --overwrite) and a non-empty directory (unless --overwrite).
+ */
+export function checkRunDir(dir: string, check: RunDirCheck): RunDirState {
+  const { flag } = check;
+  const pseudo = pseudoFileSystemOf(dir);
+  if (pseudo !== null) throw new TrainerError(`${flag} '${dir}': that is on the ${pseudo} pseudo file system, which cannot hold a run directory; choose a directory on a disk`);
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(dir);
+  } catch (cause) {
+    if ((cause as NodeJS.ErrnoException).code === "ENOENT") return "new";
+    const doing = (cause as NodeJS.ErrnoException).code === "ENOTDIR" ? "cannot create the run directory" : "cannot use it as the run directory";
+    throw new TrainerError(`${flag} '${dir}': ${doing}: ${errnoText(cause)}`);
+  }
+  if (!stat.isDirectory()) throw new TrainerError(`${flag} '${dir}' exists and is not a directory`);
+  let entries: string[];
+  try {
+    entries = fs.readdirSync(dir);
+  } catch (cause) {
+    throw new TrainerError(`${flag} '${dir}': cannot list the directory: ${errnoText(cause)}`);
+  }
+  if (check.resumeDir !== null && sameDirectory(dir, check.resumeDir)) return "resumed";
+  if (entries.length === 0) return "empty";
+  const markers = RUN_MARKERS.filter((name) => entries.includes(name));
+  if (check.overwrite) return "overwritten";
+  if (markers.length > 0) {
+    throw new TrainerError(`${flag} '${dir}' holds a run (${markers.join(", ")}): continue it with --resume '${dir}', write elsewhere with another --out, or replace it with --overwrite`);
+  }
+  const shown = entries.slice(0, 3).map((e) => `'${e}'`).join(", ");
+  throw new TrainerError(`${flag} '${dir}' is not empty (${entries.length} entr${entries.length === 1 ? "y" : "ies"}: ${shown}${entries.length > 3 ? ", ..." : ""}) and holds no run: choose a new or empty directory, or pass --overwrite to write the run's files there`);
+}
+
+/**
+ * Creates `dir` (parents too, one level at a time: Node's recursive mkdir
+ * never returns on /proc) and proves it writable with a small temporary file.
+ * On failure removes the directories it created and throws naming the flag.
+ */
+export function createRunDir(dir: string, flag: string): void {
+  const absolute = path.resolve(dir);
+  const missing: string[] = [];
+  for (let at = absolute; !fs.existsSync(at); at = path.dirname(at)) {
+    missing.unshift(at);
+    if (path.dirname(at) === at) break;
+  }
+  const created: string[] = [];
+  const undo = () => {
+    for (const d of created.reverse()) fs.rmSync(d, { recursive: true, force: true });
+  };
+  for (const d of missing) {
+    try {
+      fs.mkdirSync(d);
+      created.push(d);
+    } catch (cause) {
+      if ((cause as NodeJS.ErrnoException).code === "EEXIST" && fs.statSync(d).isDirectory()) continue;
+      undo();
+      throw new TrainerError(`${flag} '${dir}': cannot create the run directory: ${errnoText(cause)}${d === absolute ? "" : ` (at '${d}')`}`);
+    }
+  }
+  const probe = path.join(absolute, `.ulysses-write-test-${process.pid}`);
+  try {
+    fs.writeFileSync(probe, "ok\n");
+    fs.rmSync(probe);
+  } catch (cause) {
+    fs.rmSync(probe, { force: true });
+    undo();
+    throw new TrainerError(`${flag} '${dir}': cannot write in the run directory: ${errnoText(cause)}`);
+  }
+}
+
+/** Removes what a crash during an atomic write left in `dir` (`.checkpoint.safetensors.tmp-*` and the like); returns their names. */
+export function removeStaleTemporaries(dir: string): string[] {
+  const removed: string[] = [];
+  for (const name of fs.readdirSync(dir)) {
+    const match = TEMPORARY.exec(name);
+    if (match === null || !(RUN_FILES as readonly string[]).includes(match[1]!)) continue;
+    fs.rmSync(path.join(dir, name), { force: true });
+    removed.push(name);
+  }
+  return removed;
+}
+
+/** Removes the run files of an earlier run (under --overwrite); other files stay. */
+export function clearRunFiles(dir: string): void {
+  for (const name of RUN_FILES) fs.rmSync(path.join(dir, name), { force: true });
+}
