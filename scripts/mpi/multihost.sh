@@ -92,16 +92,19 @@ if [[ $seeing_two != 4 ]]; then
   echo "== multihost: hosts FAILED: $seeing_two of 4 ranks saw exactly their host's two /dev/shm files" >&2
   exit 1
 fi
-log="$(mktemp)"
-step "conformance" "mpirun ${mpi_flags[*]} ${node_flags[*]} packages/collectives-mpi/src/testing-fixtures/rank-checks.ts ordered" | tee "$log" | grep -v '^ULYSSES_CONFORMANCE'
+# Each rank writes its reports to its own file in a shared folder (mpirun
+# forwards output in raw chunks, so one rank's line can be cut by another's).
+reports_dir="$(mktemp -d)"
+step "conformance" "mpirun ${mpi_flags[*]} ${node_flags[*]} packages/collectives-mpi/src/testing-fixtures/rank-checks.ts ordered '$reports_dir'"
 # Every rank must report, with no failed check (our checks and the shared suite).
-reports=$(grep -c '^ULYSSES_CONFORMANCE ' "$log" || true)
-clean=$(grep -c '^ULYSSES_CHECKS .*"failed":0,' "$log" || true)
-failed=$( (grep -o '"status":"failed"' "$log" || true) | wc -l)
-passed=$( (grep -o '"status":"passed"' "$log" || true) | wc -l)
-rm -f "$log"
+reports=$(find "$reports_dir" -name 'ULYSSES_CONFORMANCE-*.jsonl' | wc -l)
+clean=$(cat "$reports_dir"/ULYSSES_CHECKS-*.jsonl 2>/dev/null | grep -c '"failed":0,' || true)
+failed=$( (cat "$reports_dir"/ULYSSES_CONFORMANCE-*.jsonl 2>/dev/null | grep -o '"status":"failed"' || true) | wc -l)
+passed=$( (cat "$reports_dir"/ULYSSES_CONFORMANCE-*.jsonl 2>/dev/null | grep -o '"status":"passed"' || true) | wc -l)
+if [[ $failed != 0 ]]; then grep -h '"status":"failed"' "$reports_dir"/ULYSSES_CONFORMANCE-*.jsonl | cut -c1-400 >&2; fi
+rm -rf "$reports_dir"
 echo "== multihost: conformance: $reports of 4 ranks reported, $passed checks passed, $failed failed; mpi checks clean on $clean of 4 ranks"
-if [[ $reports != 4 || $clean != 4 || $failed != 0 ]]; then
+if [[ $reports != 4 || $clean != 4 || $failed != 0 || $passed == 0 ]]; then
   echo "== multihost: conformance FAILED" >&2
   exit 1
 fi
