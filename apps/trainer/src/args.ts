@@ -7,7 +7,7 @@
  * plain data only, never code or paths.
  */
 import fs from "node:fs";
-import { BYTE_VOCAB, type GptConfig } from "@ulysses/model";
+import { BYTE_VOCAB, type CheckpointInfo } from "@ulysses/model";
 import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, camel, dataDigest, kebab, type TrainConfig } from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
@@ -162,13 +162,8 @@ export function parseArgs(argv: readonly string[]): ParseResult {
 }
 
 /** What resume needs of a checkpoint (LoadedCheckpoint has it). */
-export interface CheckpointFacts {
-  file: string;
-  step: number;
-  config: GptConfig;
-  /** The recorded settings (untrusted: anything JSON can hold). */
-  settings: unknown;
-}
+/** What resume reads of a checkpoint's header (its settings are untrusted: anything JSON can hold). */
+export type CheckpointFacts = Pick<CheckpointInfo, "file" | "step" | "config" | "settings">;
 
 export interface ResumedSettings {
   config: TrainConfig;

@@ -14,7 +14,7 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { loadCheckpoint, type GptConfig } from "@ulysses/model";
+import { inspectCheckpoint, type GptConfig } from "@ulysses/model";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
 import { launcherRank, validateConfig, type TrainConfig } from "./config.js";
 import { checkMemory } from "./preflight.js";
@@ -81,7 +81,8 @@ function plan(argv: readonly string[]): RunPlan | "help" | "version" {
     resumeFile = resolveResumeFile(config.resume);
     let checkpoint;
     try {
-      checkpoint = loadCheckpoint(resumeFile);
+      // the header only (each rank reads the tensors when it starts)
+      checkpoint = inspectCheckpoint(resumeFile);
     } catch (cause) {
       throw new TrainerError(`--resume '${config.resume}': ${(cause as Error).message}`, { cause });
     }

@@ -118,8 +118,8 @@ export abstract class GroupBase implements ProcessGroup {
       else await this.recvFrom(header, tensor, peer);
       // a backend must reject a call whose header carries an error; never move on without a tensor
       if (!tensor) throw new CollectiveError(`${kind} on rank ${this.rank}: ${header.error}`);
-      const bytes = tensor!.byteLength;
-      this.recorder.record(kind, kind === "send" ? { bytesSent: bytes, bytesReceived: 0 } : { bytesSent: 0, bytesReceived: bytes }, tensor!.size, performance.now() - start);
+      const bytes = tensor.byteLength;
+      this.recorder.record(kind, kind === "send" ? { bytesSent: bytes, bytesReceived: 0 } : { bytesSent: 0, bytesReceived: bytes }, tensor.size, performance.now() - start);
       return tensor;
     });
   }

@@ -2,7 +2,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { CHECKPOINT_FORMAT, loadCheckpoint } from "./checkpoint.js";
+import { CHECKPOINT_FORMAT, inspectCheckpoint, loadCheckpoint } from "./checkpoint.js";
 import { GPT_CONFIG_LIMITS, gptParamSpecs, type GptConfig } from "./gpt-config.js";
 
 const TINY: GptConfig = { vocab: 8, hidden: 4, heads: 2, kvHeads: 2, layers: 1, mlp: "gelu", mlpRatio: 2, maxSeq: 8, tiedHead: false, attention: "ulysses" };
@@ -49,24 +49,28 @@ const countOf = (config: GptConfig) => gptParamSpecs(config).reduce((n, s) => n 
 const withMoments = (config: GptConfig, n = countOf(config)): CraftedTensor[] => [...paramsOf(config), { name: "optimizer.m", shape: [n] }, { name: "optimizer.v", shape: [n] }];
 
 /** Expects loadCheckpoint(file) to throw a ModelError naming the file and matching `pattern`, in under 1 s and 100 MB of RSS. */
+/** Both readers (the whole file, and the header only) refuse `file` quickly and cheaply; returns loadCheckpoint's message. */
 function expectRefused(file: string, pattern: RegExp): string {
-  const rss = process.memoryUsage().rss;
-  const started = performance.now();
-  let error: Error | null = null;
-  try {
-    loadCheckpoint(file);
-  } catch (e) {
-    error = e as Error;
-  }
-  const ms = performance.now() - started;
-  const grown = process.memoryUsage().rss - rss;
-  expect(error, "loadCheckpoint did not refuse the file").not.toBeNull();
-  expect(error!.name).toBe("ModelError");
-  expect(error!.message).toContain(file);
-  expect(error!.message).toMatch(pattern);
-  expect(ms).toBeLessThan(1000);
-  expect(grown).toBeLessThan(100 * 2 ** 20);
-  return error!.message;
+  const messages = [loadCheckpoint, inspectCheckpoint].map((read) => {
+    const rss = process.memoryUsage().rss;
+    const started = performance.now();
+    let error: Error | null = null;
+    try {
+      read(file);
+    } catch (e) {
+      error = e as Error;
+    }
+    const ms = performance.now() - started;
+    const grown = process.memoryUsage().rss - rss;
+    expect(error, `${read.name} did not refuse the file`).not.toBeNull();
+    expect(error!.name).toBe("ModelError");
+    expect(error!.message).toContain(file);
+    expect(error!.message).toMatch(pattern);
+    expect(ms).toBeLessThan(1000);
+    expect(grown).toBeLessThan(100 * 2 ** 20);
+    return error!.message;
+  });
+  return messages[0]!;
 }
 
 describe("loadCheckpoint from untrusted files", () => {
@@ -81,6 +85,8 @@ describe("loadCheckpoint from untrusted files", () => {
     expect(c.weights.get("embed.weight")!.shape).toEqual([8, 4]);
     expect(c.m!.length).toBe(countOf(TINY));
     expect(c.v![0]).toBe(paramsOf(TINY).length + 1);
+    const header = inspectCheckpoint(file);
+    expect([header.file, header.step, header.config, header.rng]).toEqual([file, 3, TINY, [1, 2]]);
     const weightsOnly = loadCheckpoint(craft(dir, "weights-only.safetensors", TINY, paramsOf(TINY)));
     expect(weightsOnly.m).toBeNull();
     expect(weightsOnly.v).toBeNull();

@@ -14,7 +14,7 @@ import { Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
 import type { GptConfig, ParamSpec } from "./gpt-config.js";
 import { gptParamSpecs } from "./gpt-config.js";
-import { readSafetensors, writeSafetensors, type SafetensorsHeader } from "./safetensors.js";
+import { readSafetensors, readSafetensorsHeader, writeSafetensors, type SafetensorsHeader } from "./safetensors.js";
 import type { Trainer } from "./train-step.js";
 import type { ParameterStore } from "./parameters.js";
 
@@ -40,12 +40,16 @@ function checkSettings(file: string, settings: CheckpointSettings): void {
   }
 }
 
-export interface LoadedCheckpoint {
+/** What a checkpoint's header says (inspectCheckpoint): everything but the tensors. */
+export interface CheckpointInfo {
   file: string;
   step: number;
   config: GptConfig;
   rng: unknown;
   settings: unknown;
+}
+
+export interface LoadedCheckpoint extends CheckpointInfo {
   weights: Map<string, Tensor>;
   m: Float32Array | null;
   v: Float32Array | null;
@@ -90,12 +94,8 @@ function listNames(names: readonly string[]): string {
   return names.length > NAMES_SHOWN ? `${shown} and ${names.length - NAMES_SHOWN} more` : shown;
 }
 
-interface CheckedHeader {
-  step: number;
-  config: GptConfig;
-  rng: unknown;
-  settings: unknown;
-}
+
+type CheckedHeader = Omit<CheckpointInfo, "file">;
 
 /**
  * Checks a checkpoint's header before any tensor is read: the format, the
@@ -162,6 +162,15 @@ function describeConfig(config: GptConfig): string {
 }
 
 /**
+ * Reads and validates a checkpoint's header only (the same checks as
+ * loadCheckpoint, without reading any tensor): for callers that need the
+ * step, the model config or the settings.
+ */
+export function inspectCheckpoint(file: string): CheckpointInfo {
+  return { file, ...checkCheckpointHeader(file, readSafetensorsHeader(file)) };
+}
+
+/**
  * Reads a checkpoint (weights-only files without optimizer moments load too).
  * The file is untrusted: its header and model config are validated against
  * each other before any tensor is allocated (see checkCheckpointHeader and
@@ -170,9 +179,8 @@ function describeConfig(config: GptConfig): string {
 export function loadCheckpoint(file: string): LoadedCheckpoint {
   let checked: CheckedHeader | undefined;
   const { tensors } = readSafetensors(file, { check: (header) => (checked = checkCheckpointHeader(file, header)) });
-  const { step, config, rng, settings } = checked!;
   const flat = (name: string) => (tensors.get(name)?.data as Float32Array | undefined) ?? null;
-  return { file, step, config, rng, settings, weights: tensors, m: flat("optimizer.m"), v: flat("optimizer.v") };
+  return { file, ...checked!, weights: tensors, m: flat("optimizer.m"), v: flat("optimizer.v") };
 }
 
 /** Copies the checkpoint's weights into a parameter store. */

@@ -13,6 +13,6 @@ export { ParameterStore, type ParamSlot } from "./parameters.js";
 export { Gpt, type GptOptions, type GptContext } from "./gpt.js";
 export { lossAndGradients, countCorrect, type LossResult } from "./loss.js";
 export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
-export { saveCheckpoint, loadCheckpoint, restoreCheckpoint, loadWeightsInto, CHECKPOINT_FORMAT, type CheckpointExtras, type LoadedCheckpoint } from "./checkpoint.js";
+export { saveCheckpoint, loadCheckpoint, inspectCheckpoint, restoreCheckpoint, loadWeightsInto, CHECKPOINT_FORMAT, type CheckpointExtras, type LoadedCheckpoint, type CheckpointInfo } from "./checkpoint.js";
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
 export { sampleToken, type SamplingOptions } from "./sampling.js";
