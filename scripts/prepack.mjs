@@ -4,20 +4,27 @@
 //
 //   node ../../scripts/prepack.mjs [extra required files...]
 //
-// 1. removes dist/ (so no stale file, e.g. an old benchmark, is packed);
-// 2. builds it with `tsc -p tsconfig.build.json` (TypeScript resolved from the
-//    package folder, as the package's `build` script finds it);
+// 1. removes dist/ (so no stale file, e.g. an old benchmark, is packed; the
+//    build info, dist/tsconfig.build.tsbuildinfo, goes with it);
+// 2. builds it with `tsc --build tsconfig.build.json` (TypeScript resolved from
+//    the package folder, as the package's `build` script finds it), which
+//    first builds the workspace packages it references when they are not up
+//    to date, so a package packs on a fresh clone without `pnpm build`;
 // 3. fails, naming the files, when any file the published exports map or the
 //    bin map points at (dist/index.js and dist/index.d.ts for a package with a
 //    "." export), or an extra file given on the command line is missing, or
-//    when dist holds a test or a benchmark.
+//    when dist holds a test or a benchmark, or when a dist/*.d.ts imports a
+//    relative path outside dist (another package's or this package's src/:
+//    declarations must name other packages by their package names only).
+//
+// The build info is never packed: `files` says "!dist/*.tsbuildinfo".
 //
 // It leaves the native addons alone: they are built at install time by the
 // native packages' own install scripts.
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
-import { join, relative, resolve } from "node:path";
+import { dirname, join, relative, resolve, sep } from "node:path";
 
 const packageDir = process.cwd();
 const manifest = JSON.parse(readFileSync(join(packageDir, "package.json"), "utf8"));
@@ -37,8 +44,8 @@ try {
 } catch (cause) {
   fail(`cannot find TypeScript from ${packageDir} (${cause.message}); run pnpm install at the repository root`);
 }
-const build = spawnSync(process.execPath, [tsc, "-p", "tsconfig.build.json"], { cwd: packageDir, stdio: "inherit" });
-if (build.status !== 0) fail(`tsc -p tsconfig.build.json exited ${build.status ?? build.signal}`);
+const build = spawnSync(process.execPath, [tsc, "--build", "tsconfig.build.json"], { cwd: packageDir, stdio: "inherit" });
+if (build.status !== 0) fail(`tsc --build tsconfig.build.json exited ${build.status ?? build.signal}`);
 
 /** Every file path an exports map names (conditions other than "@ulysses/source"; no patterns). */
 function exportTargets(entry) {
@@ -52,7 +59,7 @@ const bins = typeof manifest.bin === "string" ? [manifest.bin] : Object.values(m
 const required = new Set([...(exportsMap["."] ? ["./dist/index.js", "./dist/index.d.ts"] : []), ...exportTargets(exportsMap), ...bins.map((b) => (b.startsWith("./") ? b : `./${b}`))]);
 for (const extra of process.argv.slice(2)) required.add(extra.startsWith("./") ? extra : `./${extra}`);
 const missing = [...required].filter((file) => !existsSync(resolve(packageDir, file)));
-if (missing.length > 0) fail(`after tsc -p tsconfig.build.json these files are missing: ${missing.join(", ")}`);
+if (missing.length > 0) fail(`after tsc --build tsconfig.build.json these files are missing: ${missing.join(", ")}`);
 
 function walk(dir) {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
@@ -64,5 +71,16 @@ const unwanted = walk(join(packageDir, "dist"))
   .map((file) => relative(packageDir, file))
   .filter((file) => /\.test\.|(^|[/-])bench(\.|[/-])|testing-fixtures/.test(file));
 if (unwanted.length > 0) fail(`dist holds tests, fixtures or benchmarks (exclude them in tsconfig.build.json): ${unwanted.join(", ")}`);
+
+const distDir = join(packageDir, "dist");
+const escaping = walk(distDir)
+  .filter((file) => file.endsWith(".d.ts"))
+  .flatMap((file) =>
+    [...readFileSync(file, "utf8").matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^\s*import\s+)["']([^"']+)["']/gm)]
+      .map((match) => match[1])
+      .filter((specifier) => specifier.startsWith(".") && !resolve(dirname(file), specifier).startsWith(distDir + sep))
+      .map((specifier) => `${relative(packageDir, file)} imports '${specifier}'`),
+  );
+if (escaping.length > 0) fail(`declarations reach outside dist (build with tsconfig.build.base.json's customConditions []): ${escaping.join(", ")}`);
 
 console.log(`${tag}: dist built; ${required.size} required files present`);

@@ -32,7 +32,7 @@ start=$(date +%s)
 phase() { echo "consumer: [$(( $(date +%s) - start )) s] $*"; }
 
 # --- 1. pack ---------------------------------------------------------------
-publishable=(packages/tensors packages/collectives packages/collectives-mpi packages/kernels packages/fused-attention packages/block packages/model apps/trainer)
+publishable=(packages/tensors packages/collectives packages/collectives-mpi packages/kernels packages/measure packages/fused-attention packages/block packages/model packages/parallel packages/training apps/trainer)
 mkdir -p "$work/ulysses-packs"
 for dir in "${publishable[@]}"; do
   (cd "$repo/$dir" && "${pnpm_cmd[@]}" pack --pack-destination "$work/ulysses-packs" >"$work/pack.log" 2>&1) || { cat "$work/pack.log"; echo "consumer: pnpm pack failed in $dir"; exit 1; }
@@ -78,7 +78,7 @@ run_check() { # folder command...
 packs=../ulysses-packs
 # the packages version together (one changesets "fixed" group)
 version="$(node -p "require('$repo/packages/tensors/package.json').version")"
-everything=("$packs"/ulysses-{tensors,collectives,collectives-mpi,kernels,fused-attention,block,model,trainer}-"$version".tgz)
+everything=("$packs"/ulysses-{tensors,collectives,collectives-mpi,kernels,measure,fused-attention,block,model,parallel,training,trainer}-"$version".tgz)
 for manager in ${CONSUMER_MANAGERS:-npm pnpm}; do
   # --- 2. every package ----------------------------------------------------
   folder="$work/$manager-all"
@@ -93,7 +93,7 @@ for manager in ${CONSUMER_MANAGERS:-npm pnpm}; do
 
   # --- 3. fused-attention alone --------------------------------------------
   folder="$work/$manager-fused"
-  install_consumer "$folder" "$manager" "$packs"/ulysses-{tensors,fused-attention}-"$version".tgz
+  install_consumer "$folder" "$manager" "$packs"/ulysses-{tensors,kernels,fused-attention}-"$version".tgz
   cp "$here"/fused/* "$here"/common/* "$folder"/
   run_check "$folder" node check-fused.mjs
   phase "$manager: @ulysses/fused-attention installed alone"

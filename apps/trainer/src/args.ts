@@ -7,7 +7,7 @@
  * plain data only, never code or paths.
  */
 import fs from "node:fs";
-import { BYTE_VOCAB, type CheckpointInfo } from "@ulysses/model";
+import { BYTE_VOCAB, type CheckpointInfo } from "@ulysses/training";
 import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, camel, dataDigest, kebab, type TrainConfig } from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
@@ -68,7 +68,7 @@ export function helpText(): string {
     lines.push(`  ${flag.padEnd(34)} ${HELP[key]}${shown}`);
   }
   lines.push("  --config <file.json>               read settings from a JSON file", "  -h, --help                         show this text", "  -V, --version                      print the version", "");
-  lines.push("Outputs in the run directory: metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.", "", EXIT_CODES_HELP);
+  lines.push("Outputs in the run directory: config.json, metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.", "", EXIT_CODES_HELP);
   return lines.join("\n");
 }
 

@@ -14,7 +14,8 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { inspectCheckpoint, type GptConfig } from "@ulysses/model";
+import type { GptConfig } from "@ulysses/model";
+import { inspectCheckpoint } from "@ulysses/training";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
 import { launcherRank, validateConfig, type TrainConfig } from "./config.js";
 import { checkMemory } from "./preflight.js";

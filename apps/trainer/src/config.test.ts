@@ -4,8 +4,6 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { helpText, parseArgs } from "./args.js";
 import { DEFAULTS, validateConfig, type TrainConfig } from "./config.js";
-import { lossPlotSvg, niceTicks } from "./loss-plot.js";
-import { formatTable } from "./summary.js";
 
 function parse(argv: string[]): TrainConfig {
   const result = parseArgs(argv);
@@ -69,36 +67,6 @@ describe("validation before any rank starts", () => {
     expect(problems({ hidden: 60, heads: 4 })).toMatch(/head dimension hidden\/heads = 60\/4 = 15 must be even/);
     expect(problems({ steps: 0, batch: 1.5 })).toMatch(/--batch must be a positive integer, got 1.5[\s\S]*--steps must be a positive integer, got 0/);
     expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
-  });
-});
-
-describe("plot and table", () => {
-  it("produces round ticks", () => {
-    expect(niceTicks(0, 4.2)).toEqual([0, 1, 2, 3, 4]);
-    expect(niceTicks(1, 300)).toEqual([100, 200, 300]);
-    expect(niceTicks(0.5, 1.3)).toEqual([0.6, 0.8, 1, 1.2]);
-  });
-  it("draws a polyline through every step", () => {
-    const m = [1, 2, 3].map((step) => ({ step, time: new Date(0).toISOString(), loss: 3 - step, lr: 0, gradNorm: 0, tokensPerSec: 0, stepMs: 0, computeMs: 0, commMs: 0, commBytesPerRank: 0, peakRssBytes: 0, mfu: 0, accuracy: step / 4 }));
-    const svg = lossPlotSvg(m, "a < b");
-    expect(svg).toMatch(/^<svg/);
-    expect(svg).toContain("a &lt; b");
-    const points = svg.match(/<polyline points="([^"]+)"/)![1]!.split(" ");
-    expect(points.length).toBe(3);
-    // steps are 1-based: step 1 sits on the left edge of the plot (x 64), step 3 on the right (x 720 - 64)
-    expect([points[0]!.split(",")[0], points[2]!.split(",")[0]]).toEqual(["64.0", "656.0"]);
-    expect(formatTable([["a", "1"], ["bb", "22"]])).toBe("+----+----+\n| a  | 1  |\n| bb | 22 |\n+----+----+");
-  });
-});
-
-describe("model FLOPs", () => {
-  it("counts 6 FLOPs per matrix weight per token plus the causal attention triangle", async () => {
-    const { modelFlopsPerStep } = await import("./flops.js");
-    // 1 layer, hidden 4, mlp ratio 1, vocab 8, untied: matrices q,k,v,o (4x4 each), up, down (4x4), head 4x8
-    const config = { vocab: 8, hidden: 4, heads: 2, kvHeads: 2, layers: 1, mlp: "gelu" as const, mlpRatio: 1, maxSeq: 16, tiedHead: false, attention: "ulysses" as const };
-    const weights = 6 * 16 + 32;
-    expect(modelFlopsPerStep(config, 10, 5)).toBe(10 * (6 * weights + 6 * 1 * 4 * 5));
-    expect(modelFlopsPerStep({ ...config, tiedHead: true }, 10, 5)).toBe(10 * (6 * weights + 6 * 1 * 4 * 5));
   });
 });
 

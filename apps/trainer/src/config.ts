@@ -6,7 +6,9 @@
  */
 import { createHash } from "node:crypto";
 import fs from "node:fs";
-import { ByteTextData, recallMinSeq, recallVocabulary, validateGptConfig, validateRecallTask, BYTE_VOCAB, type GptConfig } from "@ulysses/model";
+import { validateGptConfig, type GptConfig } from "@ulysses/model";
+import { parallelDimsProblems } from "@ulysses/parallel";
+import { ByteTextData, recallMinSeq, recallVocabulary, validateRecallTask, BYTE_VOCAB } from "@ulysses/training";
 import { TrainerError } from "./errors.js";
 
 export interface TrainConfig {
@@ -115,7 +117,6 @@ export function gptConfigOf(config: TrainConfig): GptConfig {
     mlpRatio: config.mlpRatio,
     maxSeq: config.seq,
     tiedHead: config.tiedHead,
-    attention: config.attention,
   };
 }
 
@@ -132,8 +133,8 @@ export function vocabOf(config: TrainConfig): number {
  */
 export const NEVER_FROM_CHECKPOINT = ["backend", "data", "out", "resume", "overwrite", "skipMemoryCheck"] as const satisfies readonly (keyof TrainConfig)[];
 
-/** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config). */
-export const MODEL_SHAPE_KEYS = ["hidden", "layers", "heads", "kvHeads", "mlp", "mlpRatio", "tiedHead", "attention"] as const satisfies readonly (keyof TrainConfig)[];
+/** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config); --attention is how it is parallelised, a run setting. */
+export const MODEL_SHAPE_KEYS = ["hidden", "layers", "heads", "kvHeads", "mlp", "mlpRatio", "tiedHead"] as const satisfies readonly (keyof TrainConfig)[];
 
 const dataDigests = new Map<string, { bytes: number; sha256: string }>();
 
@@ -207,7 +208,6 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!["gelu", "swiglu"].includes(config.mlp)) problems.push(`--mlp must be gelu or swiglu, got '${config.mlp}'`);
   if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);
-  if (!["ulysses", "allgather"].includes(config.attention)) problems.push(`--attention must be ulysses or allgather, got '${config.attention}'`);
   if (!(BACKENDS as readonly string[]).includes(config.backend) && !isModulePath(config.backend)) {
     problems.push(`unknown backend '${config.backend}': use ${BACKENDS.join(", ")} or a module path (./my-backend.js)`);
   } else if (isModulePath(config.backend)) {
@@ -223,8 +223,9 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (hidden % heads !== 0) problems.push(`--hidden ${hidden} is not divisible by --heads ${heads}`);
     else if ((hidden / heads) % 2 !== 0) problems.push(`head dimension hidden/heads = ${hidden}/${heads} = ${hidden / heads} must be even (rotary embeddings)`);
     if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
-    if (config.attention === "ulysses" && heads < sp) problems.push(`--heads ${heads} is smaller than --sp ${sp}: Ulysses gives every rank at least one attention head`);
-    if (seq < sp) problems.push(`--seq ${seq} is too short for --sp ${sp}: every rank needs at least one token`);
+    // the layout's own checks (heads per rank, tokens per rank), in flag names
+    const layout = { sp, dp, attention: config.attention };
+    problems.push(...parallelDimsProblems(layout, { worldSize: sp * dp, heads, kvHeads, seqLength: seq }, { sp: "--sp", dp: "--dp", heads: "--heads", seqLength: "--seq", attention: "--attention" }));
     const mlpWidth = hidden * config.mlpRatio;
     if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
     if (config.task === "recall") {
@@ -252,7 +253,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (problems.length === 0) {
       // the model package's own bounds (sizes it refuses to build)
       try {
-        validateGptConfig({ vocab: vocabOf(config), hidden, heads, kvHeads, layers: config.layers, mlp: config.mlp, mlpRatio: config.mlpRatio, maxSeq: seq, tiedHead: config.tiedHead, attention: config.attention });
+        validateGptConfig({ vocab: vocabOf(config), hidden, heads, kvHeads, layers: config.layers, mlp: config.mlp, mlpRatio: config.mlpRatio, maxSeq: seq, tiedHead: config.tiedHead });
       } catch (error) {
         problems.push((error as Error).message);
       }

@@ -11,7 +11,8 @@ import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import * as ort from "onnxruntime-node";
-import { BYTE_VOCAB, IGNORE_INDEX, ParameterStore, buildOnnxModel, gptParamSpecs, loadCheckpoint, loadWeightsInto, recallBatch, sampleToken, validateGptConfig, validateRecallTask, type GptConfig } from "@ulysses/model";
+import { ParameterStore, buildOnnxModel, gptParamSpecs, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
+import { BYTE_VOCAB, IGNORE_INDEX, loadCheckpoint, loadWeightsInto, recallBatch, validateRecallTask } from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
 import { DEFAULTS, errnoText } from "./config.js";
 import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
@@ -147,7 +148,7 @@ function readFile(file: string, what: string): Buffer {
 }
 
 /** Loads model.onnx (with the run's config.json) or a checkpoint; every problem names its file. */
-export function loadModel(from: string): LoadedModel {
+export async function loadModel(from: string): Promise<LoadedModel> {
   let stat: fs.Stats;
   try {
     stat = fs.statSync(from);
@@ -178,7 +179,7 @@ export function loadModel(from: string): LoadedModel {
     if (fs.existsSync(checkpoint)) {
       config = loadCheckpoint(checkpoint).config;
     } else {
-      config = { vocab: c.task === "text" ? BYTE_VOCAB : c.vocab, hidden: c.hidden, heads: c.heads, kvHeads: c.kvHeads, layers: c.layers, mlp: c.mlp, mlpRatio: c.mlpRatio, maxSeq: c.seq, tiedHead: c.tiedHead, attention: c.attention } as GptConfig;
+      config = { vocab: c.task === "text" ? BYTE_VOCAB : c.vocab, hidden: c.hidden, heads: c.heads, kvHeads: c.kvHeads, layers: c.layers, mlp: c.mlp, mlpRatio: c.mlpRatio, maxSeq: c.seq, tiedHead: c.tiedHead } as GptConfig;
       try {
         validateGptConfig(config);
       } catch (cause) {
@@ -191,7 +192,7 @@ export function loadModel(from: string): LoadedModel {
   const params = new ParameterStore(gptParamSpecs(checkpoint.config));
   loadWeightsInto(params, checkpoint);
   const settings = taskSettings(checkpoint.settings, checkpoint.config, `checkpoint '${file}'`);
-  return { bytes: buildOnnxModel(checkpoint.config, params.values), config: checkpoint.config, settings, source: file };
+  return { bytes: await buildOnnxModel(checkpoint.config, params.values), config: checkpoint.config, settings, source: file };
 }
 
 /** Logits of the last position of `ids` (the last maxSeq tokens). */
@@ -212,7 +213,7 @@ async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids
 }
 
 export async function generate(options: GenerateOptions, write: (text: string) => void): Promise<void> {
-  const model = loadModel(options.from);
+  const model = await loadModel(options.from);
   const { maxSeq, vocab } = model.config;
   // flag values that depend on the model: checked before anything is generated
   const prompt = [...Buffer.from(options.prompt, "utf8")];

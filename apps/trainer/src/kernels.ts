@@ -4,7 +4,9 @@
  * intra-op threads; attention is the fused custom op of
  * @ulysses/fused-attention (faster in `pnpm bench:kernels`) or OrtAttention.
  * "auto" picks fused when its native addon is built and says which it used.
+ * Importing @ulysses/fused-attention registers "fused" with createAttention.
  */
+import "@ulysses/fused-attention"; // registers attention implementation "fused"
 import { fusedAttentionStatus } from "@ulysses/fused-attention";
 import { SessionCache, createAttention, createOrtOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
 import type { TrainConfig } from "./config.js";
@@ -30,11 +32,7 @@ export function resolveKernel(kernel: TrainConfig["kernel"]): { kernel: "fused" 
 export async function createRankKernels(threads: number, kernel: TrainConfig["kernel"] = "auto"): Promise<RankKernels> {
   const chosen = resolveKernel(kernel);
   const cache = new SessionCache({ intraOpThreads: threads });
-  const attention = await createAttention({
-    implementation: chosen.kernel === "fused" ? "custom" : "ort",
-    cache,
-    load: () => import("@ulysses/fused-attention"),
-  });
+  const attention = await createAttention({ implementation: chosen.kernel === "fused" ? "fused" : "ort", cache });
   const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
   const name = chosen.kernel === "fused" ? "FusedAttention (C++ custom op)" : "OrtAttention";
   return {
@@ -42,7 +40,7 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
     attention,
     description: `OrtOps + ${name}${chosen.note} (${threadNote})`,
     release: async () => {
-      (attention as { release?: () => unknown }).release?.();
+      await attention.release();
       await cache.release();
     },
   };

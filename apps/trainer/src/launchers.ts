@@ -33,9 +33,6 @@ export function localRanksOnHost(env: NodeJS.ProcessEnv): number {
 async function processRank(config: TrainConfig, resumeFile: string | null): Promise<RankPool> {
   if (config.backend === "mpi") await loadMpiBackend();
   const world = await init({ backend: config.backend, timeoutMs: collectiveTimeoutMs(config) });
-  if (world.size !== config.sp * config.dp) {
-    throw new TrainerError(`backend ${config.backend} started ${world.size} ranks but --sp ${config.sp} x --dp ${config.dp} = ${config.sp * config.dp}`);
-  }
   // Ranks that mpirun placed on this host share its cores.
   const ranksInProcess = localRanksOnHost(process.env);
   const trainer = await RankTrainer.create({ world, config, ranksInProcess, resumeFile }).catch((cause: unknown) => {

@@ -20,7 +20,7 @@ export interface StepMetrics {
   commMs: number;
   commBytesPerRank: number;
   peakRssBytes: number;
-  /** Model FLOPs per second over the ONNX Runtime MatMul rate measured at start-up (all ranks). */
+  /** Model FLOPs per second (@ulysses/measure's count) over the MatMul rate `measureMatmulRate` found at start-up (all ranks). */
   mfu: number;
   /** Recall task: fraction of queries answered correctly this step. */
   accuracy?: number;

@@ -38,6 +38,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
+import type { SequenceParallelKind } from "@ulysses/parallel";
 import { gptConfigOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
@@ -71,13 +72,13 @@ export interface MemoryEstimate {
 }
 
 /** Floats per token that one layer's forward keeps for backward, and that its backward works with. */
-export function layerFloatsPerToken(model: GptConfig, sp: number): { saved: number; backward: number; exchange: number; attention: number } {
+export function layerFloatsPerToken(model: GptConfig, sp: number, kind: SequenceParallelKind): { saved: number; backward: number; exchange: number; attention: number } {
   const block = blockConfigOf(model);
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
   const qWidth = heads * headDim;
   // k and v as the local kernel sees them, per local token: Ulysses gathers the sequence for the rank's
   // kv heads (replicated up to one per rank when kvHeads < sp); all-gather KV holds every rank's keys
-  const kvWidth = model.attention === "allgather" ? kvHeads * headDim * sp : Math.max(kvHeads, sp) * headDim;
+  const kvWidth = kind === "allgather" ? kvHeads * headDim * sp : Math.max(kvHeads, sp) * headDim;
   const normStats = block.norm === "layernorm" ? 2 : 1;
   const mlpTensors = block.mlp === "swiglu" ? 3 : 2;
   const saved =
@@ -110,7 +111,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const params = parameterCount(model);
   const block = blockConfigOf(model);
   const tokensPerRank = config.batch * Math.ceil(config.seq / config.sp);
-  const perLayer = layerFloatsPerToken(model, config.sp);
+  const perLayer = layerFloatsPerToken(model, config.sp, config.attention);
   const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.saved : model.layers * perLayer.saved;
   const logitsFloats = 3 * model.vocab; // logits, softmax, dLogits
   const finalNormFloats = 2 * model.hidden + 2; // the final norm's input and output

@@ -8,19 +8,10 @@
  * logging, progress and signals belong to the driver (`run.ts`).
  */
 import type { ProcessGroup } from "@ulysses/collectives";
-import {
-  ByteTextData,
-  Gpt,
-  Trainer,
-  learningRateAt,
-  loadCheckpoint,
-  recallBatch,
-  restoreCheckpoint,
-  saveCheckpoint,
-  shardBatch,
-  type Batch,
-  type GptConfig,
-} from "@ulysses/model";
+import { commDelta } from "@ulysses/measure";
+import { Gpt } from "@ulysses/model";
+import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
+import { ByteTextData, Trainer, learningRateAt, loadCheckpoint, recallBatch, restoreCheckpoint, saveCheckpoint } from "@ulysses/training";
 import { Rng, narrow, type RngState } from "@ulysses/tensors";
 import { checkpointSettings, gptConfigOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
@@ -47,18 +38,6 @@ export interface RankStepReport {
   commBytes: number;
   tokens: number;
   peakRssBytes: number;
-}
-
-/** Splits the world into DP groups of SP consecutive ranks; returns this rank's SP group. */
-async function spGroupOf(world: ProcessGroup, sp: number, dp: number): Promise<ProcessGroup> {
-  if (dp === 1) return world;
-  let mine: ProcessGroup | null = null;
-  for (let d = 0; d < dp; d++) {
-    const group = await world.newGroup(Array.from({ length: sp }, (_, i) => d * sp + i));
-    if (group !== null) mine = group;
-  }
-  if (mine === null) throw new TrainerError(`world rank ${world.rank} is in no SP group (sp ${sp}, dp ${dp})`);
-  return mine;
 }
 
 /**
@@ -120,8 +99,7 @@ function injectedFailure(rank: number, step: number, atEnd = false): void {
 export class RankTrainer {
   private constructor(
     readonly config: TrainConfig,
-    readonly world: ProcessGroup,
-    readonly sp: ProcessGroup,
+    readonly dims: ParallelDims,
     readonly trainer: Trainer,
     private readonly kernels: RankKernels,
     private readonly dataRng: Rng,
@@ -130,29 +108,22 @@ export class RankTrainer {
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
     const { world, config } = setup;
-    if (world.size !== config.sp * config.dp) {
-      throw new TrainerError(`the world has ${world.size} ranks but --sp ${config.sp} x --dp ${config.dp} = ${config.sp * config.dp}`);
-    }
-    const sp = await spGroupOf(world, config.sp, config.dp);
-    const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
-    const kernels = await createRankKernels(threads, config.kernel);
     const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile);
     const gptConfig = checkpoint?.config ?? gptConfigOf(config);
-    const model = new Gpt(gptConfig, {
-      ops: kernels.ops,
-      localAttention: kernels.attention,
-      group: sp,
-      seed: config.seed,
-      activationCheckpointing: config.activationCheckpointing,
-    });
-    const trainer = new Trainer(model, { world, ops: kernels.ops, gradClip: config.gradClip, adamw: { weightDecay: config.weightDecay }, zero1: config.zero1 });
+    // validated before any group is built: one message naming every value that is off
+    const dims = await ParallelDims.create(world, { sp: config.sp, dp: config.dp, attention: config.attention }, { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
+    const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
+    const kernels = await createRankKernels(threads, config.kernel);
+    // the one-device model, parallelised from outside
+    const model = new Gpt(gptConfig, { ops: kernels.ops, localAttention: kernels.attention, seed: config.seed, activationCheckpointing: config.activationCheckpointing });
+    const trainer = new Trainer(parallelize(model, dims), { ops: kernels.ops, gradClip: config.gradClip, adamw: { weightDecay: config.weightDecay }, zero1: config.zero1 });
     const dataRng = new Rng(config.seed, 1_000_003);
     if (checkpoint !== null) {
       restoreCheckpoint(trainer, checkpoint);
       dataRng.setState(checkpoint.rng as RngState);
     }
     const text = config.task === "text" ? new ByteTextData(config.data!, config.seq) : null;
-    return new RankTrainer(config, world, sp, trainer, kernels, dataRng, text);
+    return new RankTrainer(config, dims, trainer, kernels, dataRng, text);
   }
 
   get step(): number {
@@ -173,24 +144,21 @@ export class RankTrainer {
   }
 
   async runStep(): Promise<RankStepReport> {
-    const { config, world, sp } = this;
+    const { config, dims } = this;
+    const { world } = dims;
     const step = this.trainer.step;
     const lr = learningRateAt(step, { peak: config.lr, warmupSteps: config.warmup, totalSteps: config.steps, minLr: config.minLr });
     const global = this.globalBatch();
-    const dpRank = Math.floor(world.rank / config.sp);
-    // [batch * dp, seq] -> [batch, seq] (this DP group's rows)
-    const rows = { tokens: narrow(global.tokens, 0, dpRank * config.batch, config.batch), labels: narrow(global.labels, 0, dpRank * config.batch, config.batch) };
-    const shard = shardBatch(rows, sp.rank, sp.size);
-    const groups = sp === world ? [world] : [world, sp];
-    const before = groups.map((g) => g.stats().total);
+    // [batch * dp, seq] -> [batch, seq] (this DP group's rows; the model takes this rank's sequence shard)
+    const rows: Batch = { tokens: narrow(global.tokens, 0, dims.dpRank * config.batch, config.batch), labels: narrow(global.labels, 0, dims.dpRank * config.batch, config.batch) };
+    const groups = dims.spGroup === world ? [world] : [world, dims.spGroup];
+    const before = groups.map((g) => g.stats());
     const started = performance.now();
     injectedFailure(world.rank, step);
-    const result = await this.trainer.trainStep(shard, lr);
+    const result = await this.trainer.trainStep(rows, lr);
     injectedFailure(world.rank, step, true);
     const stepMs = performance.now() - started;
-    const after = groups.map((g) => g.stats().total);
-    const commMs = after.reduce((n, s, i) => n + s.timeMs - before[i]!.timeMs, 0);
-    const commBytes = after.reduce((n, s, i) => n + s.bytesSent - before[i]!.bytesSent, 0);
+    const { timeMs: commMs, bytesSent: commBytes } = commDelta(before, groups.map((g) => g.stats()));
     return {
       step,
       loss: result.loss,
@@ -207,7 +175,7 @@ export class RankTrainer {
 
   /** Collective; world rank 0 writes `file`. */
   async save(file: string): Promise<void> {
-    await saveCheckpoint(file, this.trainer, { rng: this.dataRng.getState(), settings: checkpointSettings(this.config) }, this.world.rank === 0);
+    await saveCheckpoint(file, this.trainer, { rng: this.dataRng.getState(), settings: checkpointSettings(this.config) }, this.dims.world.rank === 0);
   }
 
   /** The flat parameter vector (tests compare it across runs). */

@@ -10,11 +10,12 @@
  */
 import fs from "node:fs";
 import path from "node:path";
+import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { errnoText, fileProblem, gptConfigOf, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
-import { measureMatmulRate, modelFlopsPerStep } from "./flops.js";
+import { modelFlopsPerStep } from "./flops.js";
 import { lossPlotSvg } from "./loss-plot.js";
 import { MetricsLog, readMetrics, type StepMetrics } from "./metrics.js";
 import { Progress } from "./progress.js";
@@ -168,7 +169,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     await pool.save(checkpoint);
     const interrupted = pool.step < config.steps;
     if (leader && !interrupted && config.export) {
-      exportOnnx(path.join(outDir, "model.onnx"), gpt, await pool.weights());
+      await exportOnnx(path.join(outDir, "model.onnx"), gpt, await pool.weights());
     }
     let summary = "";
     if (leader) {

@@ -6,7 +6,6 @@ import { BlockError } from "./errors.js";
 
 export type MlpKind = "gelu" | "swiglu";
 export type NormKind = "layernorm" | "rmsnorm";
-export type AttentionKind = "ulysses" | "allgather";
 
 export interface BlockConfig {
   hidden: number;
@@ -23,8 +22,6 @@ export interface BlockConfig {
   eps?: number;
   /** default 10000 */
   ropeBase?: number;
-  /** Sequence-parallel attention wrapper; default "ulysses". */
-  attention?: AttentionKind;
   /** default true */
   causal?: boolean;
   /** Biases on every linear layer; default false. */
@@ -42,7 +39,6 @@ export interface ResolvedBlockConfig {
   readonly norm: NormKind;
   readonly eps: number;
   readonly ropeBase: number;
-  readonly attention: AttentionKind;
   readonly causal: boolean;
   readonly bias: boolean;
 }
@@ -71,10 +67,6 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
   if (mlp !== "gelu" && mlp !== "swiglu") throw new BlockError(`block config: mlp must be 'gelu' or 'swiglu', got '${String(mlp)}'`);
   const norm = config.norm ?? "layernorm";
   if (norm !== "layernorm" && norm !== "rmsnorm") throw new BlockError(`block config: norm must be 'layernorm' or 'rmsnorm', got '${String(norm)}'`);
-  const attention = config.attention ?? "ulysses";
-  if (attention !== "ulysses" && attention !== "allgather") {
-    throw new BlockError(`block config: attention must be 'ulysses' or 'allgather', got '${String(attention)}'`);
-  }
   const eps = config.eps ?? 1e-5;
   const ropeBase = config.ropeBase ?? 10000;
   if (!(eps > 0) || !(ropeBase > 0)) throw new BlockError(`block config: eps (${eps}) and ropeBase (${ropeBase}) must be positive`);
@@ -89,7 +81,6 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
     norm,
     eps,
     ropeBase,
-    attention,
     causal: config.causal ?? true,
     bias: config.bias ?? false,
   };

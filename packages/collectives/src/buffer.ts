@@ -1,9 +1,9 @@
 /**
- * Turning the `Buffer` argument of every operation into a Tensor, and the
+ * Turning the `CommBuffer` argument of every operation into a Tensor, and the
  * element copies the backends move data with. Nothing here communicates.
  */
 import { Tensor, type DType, type Storage } from "@ulysses/tensors";
-import type { Buffer } from "./types.js";
+import type { CommBuffer } from "./types.js";
 import { CollectiveError } from "./errors.js";
 
 type Copyable = { set(v: ArrayLike<number> | ArrayLike<bigint>, offset?: number): void; subarray(a: number, b: number): Copyable & ArrayLike<number> };
@@ -20,7 +20,7 @@ export function dtypeOfArray(data: Storage): DType {
 }
 
 /** A Tensor as is; a bare TypedArray as a 1-D tensor over the same memory. */
-export function asTensor(buffer: Buffer): Tensor {
+export function asTensor(buffer: CommBuffer): Tensor {
   if (buffer instanceof Tensor) return buffer;
   if (ArrayBuffer.isView(buffer)) return new Tensor(dtypeOfArray(buffer), [buffer.length], buffer);
   throw new CollectiveError(`expected a Tensor or a TypedArray, got ${Object.prototype.toString.call(buffer)}`);

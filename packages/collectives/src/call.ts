@@ -11,7 +11,7 @@
 import { Tensor } from "@ulysses/tensors";
 import { asTensor } from "./buffer.js";
 import type { OpHeader, P2PHeader } from "./plan.js";
-import type { Buffer } from "./types.js";
+import type { CommBuffer } from "./types.js";
 
 /** A header before the group stamps its sequence number on it. */
 export type Described = Omit<OpHeader, "seq">;
@@ -78,7 +78,7 @@ function reduceOpArg(value: unknown): Checked<"sum" | "mean" | "max"> {
 
 function tensorOrError(buffer: unknown): Tensor | string {
   try {
-    return asTensor(buffer as Buffer);
+    return asTensor(buffer as CommBuffer);
   } catch (e) {
     return (e as Error).message;
   }

@@ -22,7 +22,7 @@ import { describeAllGather, describeAllReduce, describeAllToAll, describeBroadca
 import { CollectiveError } from "./errors.js";
 import type { OpHeader, P2PHeader, Plan } from "./plan.js";
 import { StatsRecorder, trafficOf } from "./stats.js";
-import type { AllGatherOptions, AllToAllOptions, Buffer, CommStats, ProcessGroup, ReduceOp, ReduceScatterOptions } from "./types.js";
+import type { AllGatherOptions, AllToAllOptions, CommBuffer, CommStats, ProcessGroup, ReduceOp, ReduceScatterOptions } from "./types.js";
 
 export interface Exchanged {
   plan: Plan;
@@ -79,23 +79,23 @@ export abstract class GroupBase implements ProcessGroup {
     });
   }
 
-  async allToAll(input: Buffer, options?: AllToAllOptions): Promise<Tensor> {
+  async allToAll(input: CommBuffer, options?: AllToAllOptions): Promise<Tensor> {
     return (await this.collective(describeAllToAll(input, options, this.size))).result!;
   }
 
-  async allGather(input: Buffer, options?: AllGatherOptions): Promise<Tensor> {
+  async allGather(input: CommBuffer, options?: AllGatherOptions): Promise<Tensor> {
     return (await this.collective(describeAllGather(input, options, this.size))).result!;
   }
 
-  async reduceScatter(input: Buffer, options?: ReduceScatterOptions): Promise<Tensor> {
+  async reduceScatter(input: CommBuffer, options?: ReduceScatterOptions): Promise<Tensor> {
     return (await this.collective(describeReduceScatter(input, options, this.size))).result!;
   }
 
-  async allReduce(tensor: Buffer, options?: { op?: ReduceOp }): Promise<Tensor> {
+  async allReduce(tensor: CommBuffer, options?: { op?: ReduceOp }): Promise<Tensor> {
     return (await this.collective(describeAllReduce(tensor, options))).result!;
   }
 
-  async broadcast(tensor: Buffer, options: { root: number }): Promise<Tensor> {
+  async broadcast(tensor: CommBuffer, options: { root: number }): Promise<Tensor> {
     return (await this.collective(describeBroadcast(tensor, options, this.size))).result!;
   }
 
@@ -107,7 +107,7 @@ export abstract class GroupBase implements ProcessGroup {
     return (await this.collective({ header: describeNewGroup(ranks, this.size), input: null, output: null })).child ?? null;
   }
 
-  private async p2p(kind: "send" | "recv", buffer: Buffer, peer: number, tag: unknown): Promise<Tensor | null> {
+  private async p2p(kind: "send" | "recv", buffer: CommBuffer, peer: number, tag: unknown): Promise<Tensor | null> {
     const start = performance.now();
     const call = describeP2P(kind, buffer, peer, tag, this.rank, this.size);
     return this.serial(async () => {
@@ -124,11 +124,11 @@ export abstract class GroupBase implements ProcessGroup {
     });
   }
 
-  async send(tensor: Buffer, peer: number, tag = 0): Promise<void> {
+  async send(tensor: CommBuffer, peer: number, tag = 0): Promise<void> {
     await this.p2p("send", tensor, peer, tag);
   }
 
-  async recv(tensor: Buffer, peer: number, tag = 0): Promise<Tensor> {
+  async recv(tensor: CommBuffer, peer: number, tag = 0): Promise<Tensor> {
     return (await this.p2p("recv", tensor, peer, tag))!;
   }
 

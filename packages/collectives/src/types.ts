@@ -14,7 +14,7 @@
 import type { DType, Storage, Tensor } from "@ulysses/tensors";
 
 /** A tensor, or a bare TypedArray taken as a 1-D tensor. */
-export type Buffer = Tensor | Storage;
+export type CommBuffer = Tensor | Storage;
 
 export type ReduceOp = "sum" | "mean" | "max";
 
@@ -73,20 +73,20 @@ export interface ProcessGroup {
   readonly backend: string;
 
   /** Exchanges axis-0 chunks: chunk j of the input goes to rank j; the output concatenates chunks from ranks 0..P-1. */
-  allToAll(input: Buffer, options?: AllToAllOptions): Promise<Tensor>;
+  allToAll(input: CommBuffer, options?: AllToAllOptions): Promise<Tensor>;
   /** Concatenates every rank's input along axis 0. */
-  allGather(input: Buffer, options?: AllGatherOptions): Promise<Tensor>;
+  allGather(input: CommBuffer, options?: AllGatherOptions): Promise<Tensor>;
   /** Reduces the inputs elementwise and scatters axis-0 chunks: rank r gets chunk r. */
-  reduceScatter(input: Buffer, options?: ReduceScatterOptions): Promise<Tensor>;
+  reduceScatter(input: CommBuffer, options?: ReduceScatterOptions): Promise<Tensor>;
   /** Reduces elementwise across ranks, in place; resolves with the same tensor. */
-  allReduce(tensor: Buffer, options?: { op?: ReduceOp }): Promise<Tensor>;
+  allReduce(tensor: CommBuffer, options?: { op?: ReduceOp }): Promise<Tensor>;
   /** Copies root's tensor into every rank's tensor, in place. */
-  broadcast(tensor: Buffer, options: { root: number }): Promise<Tensor>;
+  broadcast(tensor: CommBuffer, options: { root: number }): Promise<Tensor>;
   barrier(): Promise<void>;
   /** Point-to-point: sends to group rank `peer`; matched by a recv with the same tag. */
-  send(tensor: Buffer, peer: number, tag?: number): Promise<void>;
+  send(tensor: CommBuffer, peer: number, tag?: number): Promise<void>;
   /** Receives into `tensor` from group rank `peer`. */
-  recv(tensor: Buffer, peer: number, tag?: number): Promise<Tensor>;
+  recv(tensor: CommBuffer, peer: number, tag?: number): Promise<Tensor>;
 
   /** Creates a sub-group of the given group ranks. Collective over this group: every rank calls it with the same ranks; non-members get null. */
   newGroup(ranks: readonly number[]): Promise<ProcessGroup | null>;

@@ -203,7 +203,10 @@ describe.skipIf(!status.available)(suite, () => {
     const q2 = new Tensor("float32", [1, 4, 2, 8]);
     const bad = new Tensor("float32", [1, 2, 3]);
     await expect(fused.backward(q2, k, k, q2, q2, bad, { causal: true })).rejects.toThrow(FusedAttentionError);
-    await expect(fused.forward(q2, k, new Tensor("float32", [1, 5, 2, 8]), { causal: false })).rejects.toThrow(/v float32 \[1, 5, 2, 8\]/);
+    await expect(fused.backward(q2, k, k, q2, q2, bad, { causal: true })).rejects.toThrow(/^FusedAttention\.backward: logSumExp must be float32 \[1, 2, 4\], got float32 \[1, 2, 3\]$/);
+    await expect(fused.forward(q2, k, new Tensor("float32", [1, 5, 2, 8]), { causal: false })).rejects.toThrow(
+      /^FusedAttention\.forward: v float32 \[1, 5, 2, 8\] does not match k float32 \[1, 4, 2, 8\]/,
+    );
     expect(() => new FusedAttention({ threads: 0 })).toThrow(/threads must be an integer >= 1, got 0/);
     expect(() => new FusedAttention({ threads: 1, isa: "sse" as CpuIsa })).toThrow(/isa must be auto, avx512, avx2 or portable, got 'sse'/);
   });

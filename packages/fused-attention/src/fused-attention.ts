@@ -1,18 +1,18 @@
 /**
- * FusedAttention: the LocalAttention contract (packages/kernels/src/attention/
- * types.ts, matched structurally so this package needs only @ulysses/tensors)
- * on our fused ONNX Runtime custom ops. Each instance owns a native runtime
+ * FusedAttention: @ulysses/kernels' LocalAttention contract (its types and
+ * its shape check, `attentionDims`) on our fused ONNX Runtime custom ops,
+ * registered there as "fused" (`register.ts`). Each instance owns a native runtime
  * (session options with the "ulysses" op domain, its kernels running on
  * `threads` threads) and one session per (graph, causal, scale), created on
  * first use. Runs take the tensors' memory as is (no copies) and happen off
  * the JS thread. The kernels themselves live in native/src/cpu (and cuda).
  */
 import { availableParallelism } from "node:os";
+import { attentionDims, checkBackwardShapes, type AttentionForwardResult, type AttentionGradients, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import { GRAPH_IO, attentionModel, type GraphKind } from "./model.js";
 import { loadNative, type NativeBinding, type NativeInfo, type NativeRuntime, type NativeSession } from "./native.js";
-import { checkBackward, forwardSizes } from "./shapes.js";
 
 export type CpuIsa = "auto" | "avx512" | "avx2" | "portable";
 
@@ -33,20 +33,16 @@ export interface FusedAttentionOptions {
   executionProvider?: "cpu" | "cuda";
 }
 
-/** Same fields as LocalAttention's AttentionOptions. */
-export interface FusedAttentionCallOptions {
-  causal: boolean;
-  /** Score scale; default 1 / sqrt(headDim). */
-  scale?: number;
-}
-
 /** What the loaded addon reports, or why it is unavailable. */
 export function fusedAttentionStatus(): { available: true; info: NativeInfo; path: string } | { available: false; reason: string } {
   const native = loadNative();
   return native.ok ? { available: true, info: native.info, path: native.path } : { available: false, reason: native.error.message };
 }
 
-export class FusedAttention {
+/** Shape errors from kernels' check, as this package's error class. */
+const fusedError = (message: string): FusedAttentionError => new FusedAttentionError(message);
+
+export class FusedAttention implements LocalAttention {
   readonly name = "fused";
   readonly threads: number;
   private readonly binding: NativeBinding;
@@ -76,9 +72,9 @@ export class FusedAttention {
     q: Tensor<"float32">,
     k: Tensor<"float32">,
     v: Tensor<"float32">,
-    options: FusedAttentionCallOptions,
-  ): Promise<{ out: Tensor<"float32">; logSumExp: Tensor<"float32"> }> {
-    const s = forwardSizes(q, k, v, options.scale, "FusedAttention.forward");
+    options: AttentionOptions,
+  ): Promise<AttentionForwardResult> {
+    const s = attentionDims(q, k, v, options, "FusedAttention.forward", fusedError);
     const out = new Tensor("float32", q.shape);
     const logSumExp = new Tensor("float32", [s.batch, s.heads, s.seqQ]);
     await this.run("forward", options.causal, s.scale, [q, k, v], [out, logSumExp]);
@@ -92,10 +88,10 @@ export class FusedAttention {
     out: Tensor<"float32">,
     dOut: Tensor<"float32">,
     logSumExp: Tensor<"float32">,
-    options: FusedAttentionCallOptions,
-  ): Promise<{ dq: Tensor<"float32">; dk: Tensor<"float32">; dv: Tensor<"float32"> }> {
-    const s = forwardSizes(q, k, v, options.scale, "FusedAttention.backward");
-    checkBackward(s, q, out, dOut, logSumExp, "FusedAttention.backward");
+    options: AttentionOptions,
+  ): Promise<AttentionGradients> {
+    const s = attentionDims(q, k, v, options, "FusedAttention.backward", fusedError);
+    checkBackwardShapes(s, out, dOut, logSumExp, q, "FusedAttention.backward", fusedError);
     const dq = new Tensor("float32", q.shape);
     const dk = new Tensor("float32", k.shape);
     const dv = new Tensor("float32", v.shape);
@@ -103,7 +99,11 @@ export class FusedAttention {
     return { dq, dk, dv };
   }
 
-  /** Releases the sessions and the native runtime; runs in flight finish first. */
+  /**
+   * LocalAttention.release: frees the sessions and the native runtime; runs
+   * in flight finish first. Idempotent; later calls reject with "used after
+   * release()".
+   */
   release(): void {
     for (const session of this.sessions.values()) session.release();
     this.sessions.clear();

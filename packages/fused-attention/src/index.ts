@@ -1,5 +1,9 @@
-/** @ulysses/fused-attention: fused FlashAttention-style attention as ONNX Runtime custom ops. */
+/**
+ * @ulysses/fused-attention: fused FlashAttention-style attention as ONNX Runtime custom ops.
+ * Importing the package registers FusedAttention in @ulysses/kernels as attention implementation "fused".
+ */
 export { FusedAttentionError } from "./errors.js";
-export { FusedAttention, fusedAttentionStatus, type FusedAttentionOptions, type CpuIsa, type FusedAttentionCallOptions } from "./fused-attention.js";
+export { FusedAttention, fusedAttentionStatus, type FusedAttentionOptions, type CpuIsa } from "./fused-attention.js";
+export { registerFusedAttention, FUSED_ATTENTION_NAME } from "./register.js";
 export { attentionModel, CUSTOM_OP_DOMAIN, GRAPH_IO, type GraphKind } from "./model.js";
 export type { NativeInfo } from "./native.js";

@@ -1,6 +1,7 @@
 /**
- * Without the addon, importing the package still works and constructing
- * FusedAttention throws an error that says how to build it. Runs in a child
+ * Without the addon, importing the package still works (and registers
+ * "fused"), and constructing FusedAttention, directly or through
+ * createAttention, throws an error that says how to build it. Runs in a child
  * process pointed at a missing addon, so it runs whether or not the addon is
  * built here.
  */
@@ -10,10 +11,13 @@ import { describe, expect, it } from "vitest";
 
 const script = `
 import { FusedAttention, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { createAttention } from "@ulysses/kernels";
 const status = fusedAttentionStatus();
 let message = "constructed";
 try { new FusedAttention({ threads: 1 }); } catch (error) { message = error.name + ": " + error.message; }
-console.log(JSON.stringify({ available: status.available, message }));
+let created = "created";
+try { await createAttention({ implementation: "fused", threads: 1 }); } catch (error) { created = error.name + ": " + error.message; }
+console.log(JSON.stringify({ available: status.available, message, created }));
 `;
 
 describe("FusedAttention without the native addon", () => {
@@ -24,10 +28,13 @@ describe("FusedAttention without the native addon", () => {
       encoding: "utf8",
     });
     expect(run.status, run.stderr).toBe(0);
-    const result = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as { available: boolean; message: string };
+    const result = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as { available: boolean; message: string; created: string };
     expect(result.available).toBe(false);
     expect(result.message).toMatch(/^FusedAttentionError: the fused-attention addon is not built \(no \/nonexistent\/ulysses_fused_attention.node\)/);
     expect(result.message).toContain("npm rebuild @ulysses/fused-attention");
     expect(result.message).toContain("pnpm --filter @ulysses/fused-attention build:native");
+    // Through the registry ("fused" is registered on import even without the addon): the same hint, naming the implementation.
+    expect(result.created).toMatch(/^KernelError: attention implementation 'fused' could not be created: the fused-attention addon is not built/);
+    expect(result.created).toContain("npm rebuild @ulysses/fused-attention");
   });
 });

@@ -6,7 +6,7 @@ export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeO
 export type { LocalAttention, AttentionOptions, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
 export type { BlockOps, LayerNormSaved, CrossEntropyResult } from "./ops/types.js";
 export { ReferenceAttention, referenceForward64, referenceBackward64, type Forward64, type Gradients64 } from "./reference/attention.js";
-export { attentionDims, type AttentionDims } from "./attention/shapes.js";
+export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionErrorFactory } from "./attention/shapes.js";
 export { ReferenceOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";
 export { toFloat64, toFloat32, type Real, type F64 } from "./reference/float64.js";
 export { linearForward64, linearBackward64 } from "./reference/linear.js";
@@ -19,4 +19,12 @@ export { OrtAttention, type OrtAttentionOptions } from "./attention/ort-attentio
 export { OrtOps, createOrtOps } from "./ops/ort-ops.js";
 export { Tape, type TapeValue, type TapeNode } from "./graph/gradients-tape.js";
 export { gradients, registerGradient, getGradient, registeredGradients, unbroadcast, type GradientRule } from "./graph/gradients.js";
-export { createAttention, ATTENTION_IMPLEMENTATIONS, type AttentionImplementation, type CreateAttentionOptions } from "./attention/select.js";
+export {
+  createAttention,
+  registerAttention,
+  attentionImplementations,
+  type AttentionImplementation,
+  type AttentionFactory,
+  type AttentionFactoryOptions,
+  type CreateAttentionOptions,
+} from "./attention/registry.js";

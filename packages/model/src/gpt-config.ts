@@ -19,7 +19,6 @@ export interface GptConfig {
   maxSeq: number;
   /** Use the token embedding (transposed) as the LM head. */
   tiedHead: boolean;
-  attention: "ulysses" | "allgather";
   /** Norm of the blocks and the final norm (default layernorm). */
   norm?: "layernorm" | "rmsnorm";
 }
@@ -42,7 +41,6 @@ export function blockConfigOf(config: GptConfig): ResolvedBlockConfig {
     mlp: config.mlp,
     mlpRatio: config.mlpRatio,
     norm: config.norm ?? "layernorm",
-    attention: config.attention,
     causal: true,
   });
 }

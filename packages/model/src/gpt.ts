@@ -1,17 +1,19 @@
 /**
- * The GPT, written as single-device model code: token embedding, L pre-norm
+ * The GPT as plain one-device model code: token embedding, L pre-norm
  * TransformerBlocks, a final norm and the LM head (optionally tied to the
- * embedding). It runs on whatever shard of the sequence it is given; the
- * parallelism lives in the blocks and in the SP group handed to them. Weight
- * gradients are accumulated, unreduced, into the flat gradient of the
- * ParameterStore: summing them over ranks, clipping and the optimizer step are
- * `train-step.ts`'s job; the SP-aware loss is `loss.ts`'s.
+ * embedding). Its forward is `gptForward` (gpt-forward.ts) run on tensors;
+ * positions are an input (`positionOffset`, the global position of the first
+ * token). The model never communicates: sequence parallelism
+ * (`parallelize` of @ulysses/parallel) swaps each block's attention and
+ * shards the input from outside. Weight gradients are accumulated into the
+ * flat gradient of the ParameterStore; summing, clipping and the optimizer
+ * step belong to @ulysses/training.
  */
-import type { ProcessGroup } from "@ulysses/collectives";
+import { BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
 import type { BlockOps, LayerNormSaved, LocalAttention } from "@ulysses/kernels";
-import { BlockContext, TransformerBlock, blockWeightSpecs, createShardedAttention, type BlockWeights, type ShardedAttention } from "@ulysses/block";
-import { Tensor, permute } from "@ulysses/tensors";
+import { permute, type Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
+import { gptForward, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
 import { ParameterStore } from "./parameters.js";
 
@@ -20,21 +22,26 @@ type I32 = Tensor<"int32">;
 
 export interface GptOptions {
   ops: BlockOps;
-  /** The local attention kernel each block's sequence-parallel wrapper calls. */
-  localAttention: LocalAttention;
-  /** The sequence-parallel group (size 1 on a single device). */
-  group: ProcessGroup;
+  /** The attention kernel every layer runs (or give `attention`). */
+  localAttention?: LocalAttention;
+  /** One BlockAttention shared by every layer (layers run one at a time). */
+  attention?: BlockAttention;
   seed: number;
   /** Recompute each block's activations in backward. */
   activationCheckpointing?: boolean;
 }
 
+export interface GptForwardOptions {
+  /** Global position of the first token (RoPE); default 0. */
+  positionOffset?: number;
+}
+
 /** What forward keeps for backward. */
 export interface GptContext {
-  /** [rows] token ids of this shard, rows = b * s_r */
+  /** [rows] token ids, rows = b * s */
   ids: I32;
   batch: number;
-  shardLength: number;
+  seqLength: number;
   blocks: BlockContext[];
   /** Final-norm input [rows, hidden] and output. */
   xFinal: F32;
@@ -44,41 +51,29 @@ export interface GptContext {
   logits: F32;
 }
 
-const NORM_EPS = 1e-5;
-
 export class Gpt {
   readonly config: GptConfig;
   readonly params: ParameterStore;
   readonly blocks: TransformerBlock[];
-  readonly group: ProcessGroup;
   private readonly ops: BlockOps;
-  private readonly norm: "layernorm" | "rmsnorm";
 
   constructor(config: GptConfig, options: GptOptions) {
     validateGptConfig(config);
     this.config = config;
     this.ops = options.ops;
-    this.group = options.group;
     this.params = new ParameterStore(gptParamSpecs(config));
     this.params.initialise(options.seed);
     const blockConfig = blockConfigOf(config);
-    this.norm = blockConfig.norm;
+    let attention = options.attention;
+    if (attention === undefined) {
+      if (options.localAttention === undefined) throw new ModelError("Gpt: give `localAttention` (a kernel) or `attention` (a BlockAttention)");
+      attention = new LocalBlockAttention(options.localAttention);
+    }
     this.blocks = [];
-    // one sequence-parallel wrapper for every layer: layers run one at a time, and a
-    // shared wrapper keeps one set of exchange buffers instead of one per layer
-    const attention: ShardedAttention = createShardedAttention(config.attention, options.localAttention, options.group);
     for (let layer = 0; layer < config.layers; layer++) {
       const weights: BlockWeights = {};
       for (const spec of blockWeightSpecs(blockConfig)) weights[spec.name] = this.params.value(`blocks.${layer}.${spec.name}`);
-      this.blocks.push(
-        new TransformerBlock(blockConfig, {
-          ops: options.ops,
-          group: options.group,
-          attention,
-          weights,
-          checkpoint: options.activationCheckpointing ?? false,
-        }),
-      );
+      this.blocks.push(new TransformerBlock(blockConfig, { ops: options.ops, attention, weights, checkpoint: options.activationCheckpointing ?? false }));
     }
   }
 
@@ -88,51 +83,61 @@ export class Gpt {
     return this.config.tiedHead ? permute(this.params.value("embed.weight"), [1, 0]) : this.params.value("head.w");
   }
 
-  /**
-   * tokens [b, s_r]: this rank's shard of a global sequence of `seqLength`
-   * tokens. Returns logits [b * s_r, vocab] and the context for backward.
-   */
-  async forward(tokens: I32, seqLength: number): Promise<GptContext> {
+  /** tokens [b, s] at global positions [positionOffset, positionOffset + s) -> logits [b * s, vocab] and the context for backward. */
+  async forward(tokens: I32, options: GptForwardOptions = {}): Promise<GptContext> {
     const { hidden, vocab, maxSeq } = this.config;
+    const positionOffset = options.positionOffset ?? 0;
     if (tokens.rank !== 2) throw new ModelError(`Gpt.forward: tokens must be [batch, seq], got ${tokens}`);
-    if (seqLength > maxSeq) throw new ModelError(`Gpt.forward: sequence of ${seqLength} tokens exceeds maxSeq ${maxSeq}`);
-    const [batch, shardLength] = tokens.shape as [number, number];
-    const rows = batch * shardLength;
+    const [batch, seqLength] = tokens.shape as [number, number];
+    if (!Number.isInteger(positionOffset) || positionOffset < 0 || positionOffset + seqLength > maxSeq) {
+      throw new ModelError(`Gpt.forward: positions [${positionOffset}, ${positionOffset + seqLength}) exceed maxSeq ${maxSeq}`);
+    }
+    const rows = batch * seqLength;
     const ids = tokens.reshape([rows]);
     for (let i = 0; i < rows; i++) {
       const id = ids.data[i]!;
       if (id < 0 || id >= vocab) throw new ModelError(`Gpt.forward: token id ${id} at row ${i} is outside the vocabulary of ${vocab}`);
     }
-    // [rows, hidden] -> [b, s_r, hidden]
-    let x = (await this.ops.embeddingForward(ids, this.params.value("embed.weight"))).reshape([batch, shardLength, hidden]);
-    const contexts: BlockContext[] = [];
-    for (const block of this.blocks) {
-      const { y, context } = await block.forward(x, { seqLength });
-      contexts.push(context);
-      x = y;
-    }
-    // [b, s_r, hidden] -> [rows, hidden]
-    const xFinal = x.reshape([rows, hidden]);
-    const gamma = this.params.value("norm.gamma");
-    let hFinal: F32;
-    let normSaved: LayerNormSaved | { rstd: F32 };
-    if (this.norm === "rmsnorm") {
-      const r = await this.ops.rmsNormForward(xFinal, gamma, NORM_EPS);
-      hFinal = r.y;
-      normSaved = { rstd: r.rstd };
-    } else {
-      const r = await this.ops.layerNormForward(xFinal, gamma, this.params.value("norm.beta"), NORM_EPS);
-      hFinal = r.y;
-      normSaved = { mean: r.mean, rstd: r.rstd };
-    }
-    const logits = await this.ops.linearForward(hFinal, this.headWeight());
-    return { ids, batch, shardLength, blocks: contexts, xFinal, hFinal, normSaved, logits };
+    const blocks: BlockContext[] = [];
+    const final: { x?: F32; h?: F32; saved?: LayerNormSaved | { rstd: F32 } } = {};
+    const math: GptMath<F32> = {
+      embed: () => this.ops.embeddingForward(ids, this.params.value("embed.weight")),
+      block: async (layer, x) => {
+        // [rows, hidden] -> [b, s, hidden] -> [rows, hidden]
+        const { y, context } = await this.blocks[layer]!.forward(x.reshape([batch, seqLength, hidden]), { positionOffset });
+        blocks.push(context);
+        return y.reshape([rows, hidden]);
+      },
+      norm: async (x) => {
+        final.x = x;
+        const gamma = this.params.value("norm.gamma");
+        const eps = this.blocks[0]?.config.eps ?? blockConfigOf(this.config).eps;
+        if ((this.config.norm ?? "layernorm") === "rmsnorm") {
+          const r = await this.ops.rmsNormForward(x, gamma, eps);
+          final.saved = { rstd: r.rstd };
+          final.h = r.y;
+        } else {
+          const r = await this.ops.layerNormForward(x, gamma, this.params.value("norm.beta"), eps);
+          final.saved = { mean: r.mean, rstd: r.rstd };
+          final.h = r.y;
+        }
+        return final.h;
+      },
+      head: (x) => this.ops.linearForward(x, this.headWeight()),
+    };
+    const logits = await gptForward(this.config, math);
+    return { ids, batch, seqLength, blocks, xFinal: final.x!, hFinal: final.h!, normSaved: final.saved!, logits };
   }
 
-  /** Backpropagates dLogits [rows, vocab]; adds this rank's (unreduced) weight gradients into params.grads. */
+  /** Gives the blocks' attention buffers back when backward will not run (evaluation). */
+  release(context: GptContext): void {
+    context.blocks.forEach((c, layer) => this.blocks[layer]!.release(c));
+  }
+
+  /** Backpropagates dLogits [rows, vocab]; adds the weight gradients of this input into params.grads. */
   async backward(context: GptContext, dLogits: F32): Promise<void> {
     const { hidden, vocab } = this.config;
-    const { batch, shardLength } = context;
+    const { batch, seqLength } = context;
     const head = await this.ops.linearBackward(context.hFinal, this.headWeight(), dLogits, false);
     if (this.config.tiedHead) {
       // [hidden, vocab] -> [vocab, hidden]
@@ -142,7 +147,7 @@ export class Gpt {
     }
     const gamma = this.params.value("norm.gamma");
     let dx: F32;
-    if (this.norm === "rmsnorm") {
+    if ((this.config.norm ?? "layernorm") === "rmsnorm") {
       const r = await this.ops.rmsNormBackward(context.xFinal, gamma, (context.normSaved as { rstd: F32 }).rstd, head.dx);
       this.params.accumulate("norm.gamma", r.dGamma.data);
       dx = r.dx;
@@ -152,16 +157,16 @@ export class Gpt {
       this.params.accumulate("norm.beta", r.dBeta.data);
       dx = r.dx;
     }
-    // [rows, hidden] -> [b, s_r, hidden]
-    let dy = dx.reshape([batch, shardLength, hidden]);
+    // [rows, hidden] -> [b, s, hidden]
+    let dy = dx.reshape([batch, seqLength, hidden]);
     const firstName = blockWeightSpecs(this.blocks[0]?.config ?? blockConfigOf(this.config))[0]!.name;
     for (let layer = this.blocks.length - 1; layer >= 0; layer--) {
-      const g = await this.blocks[layer]!.backward(context.blocks[layer]!, dy, { reduceGradients: false });
+      const g = await this.blocks[layer]!.backward(context.blocks[layer]!, dy);
       this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat);
       dy = g.dx;
     }
-    // [b, s_r, hidden] -> [rows, hidden]
-    const dEmbed = await this.ops.embeddingBackward(context.ids, dy.reshape([batch * shardLength, hidden]), vocab);
+    // [b, s, hidden] -> [rows, hidden]
+    const dEmbed = await this.ops.embeddingBackward(context.ids, dy.reshape([batch * seqLength, hidden]), vocab);
     this.params.accumulate("embed.weight", dEmbed.data);
   }
 }

@@ -1,5 +1,5 @@
 // Consumer check: @ulysses/fused-attention installed on its own (with
-// @ulysses/tensors) built its addon at install time, and its forward and
+// @ulysses/tensors and @ulysses/kernels) built its addon at install time, and its forward and
 // backward match a float64 attention written here, causal and not.
 import assert from "node:assert/strict";
 import { relativeError } from "./compare.mjs";

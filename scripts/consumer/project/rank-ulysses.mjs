@@ -1,6 +1,6 @@
 // Rank entry: UlyssesAttention around ONNX Runtime attention on this rank's
 // sequence shard; returns the shard's out, dq, dk, dv.
-import { UlyssesAttention } from "@ulysses/block";
+import { UlyssesAttention } from "@ulysses/parallel";
 import { OrtAttention, SessionCache, randomTensor, seededRandom } from "@ulysses/kernels";
 import { evenSplitSizes, narrow } from "@ulysses/tensors";
 

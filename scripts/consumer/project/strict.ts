@@ -1,11 +1,12 @@
 // Type-checked only (tsc --noEmit, strict, no skipLibCheck): every package's
 // public types as a TypeScript user sees them from the installed tarballs.
-import { UlyssesAttention, type ShardedAttention } from "@ulysses/block";
+import { ParallelDims, UlyssesAttention, parallelize, type ShardedAttention } from "@ulysses/parallel";
 import { CollectiveError, launch, type LaunchedWorld, type ProcessGroup } from "@ulysses/collectives";
 import { runConformance, type CheckResult } from "@ulysses/collectives/testing";
 import { FusedAttention, type FusedAttentionOptions } from "@ulysses/fused-attention";
-import { GraphBuilder, OrtAttention, SessionCache, type LocalAttention } from "@ulysses/kernels";
+import { GraphBuilder, OrtAttention, SessionCache, createOrtOps, type LocalAttention } from "@ulysses/kernels";
 import * as model from "@ulysses/model";
+import { Trainer, type TrainModel } from "@ulysses/training";
 import { Tensor, narrow, type DType } from "@ulysses/tensors";
 
 const dtype: DType = "float32";
@@ -23,6 +24,14 @@ export async function wrap(group: ProcessGroup): Promise<ShardedAttention> {
 
 export async function start(): Promise<LaunchedWorld<{ ping(): Promise<number> }>> {
   return launch<{ ping(): Promise<number> }>({ worldSize: 2, entry: new URL("./rank.mjs", import.meta.url) });
+}
+
+/** The one-device model, parallelised from outside, in a trainer. */
+export async function trainer(world: ProcessGroup, config: model.GptConfig): Promise<Trainer> {
+  const ops = createOrtOps(cache);
+  const dims = await ParallelDims.create(world, { sp: world.size }, { heads: config.heads, kvHeads: config.kvHeads, seqLength: config.maxSeq });
+  const parallel: TrainModel = parallelize(new model.Gpt(config, { ops, localAttention: local, seed: 0 }), dims);
+  return new Trainer(parallel, { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: false });
 }
 
 export const used = [half, options, GraphBuilder, FusedAttention, Object.keys(model).length];

@@ -11,13 +11,16 @@
  * Checkpoint rows: Ulysses with activation checkpointing at one N per P (saved
  * bytes per rank with and without it; the recompute adds a forward's traffic).
  * The full sweep of the brief is `--max-seq 32768` (about 10+ minutes on 2 cores).
+ * `--help` lists the flags; a bad flag or value exits 2 naming it.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus } from "node:os";
 import { fileURLToPath } from "node:url";
 import { launch } from "@ulysses/collectives";
-import type { AttentionKind, BlockConfig } from "@ulysses/block";
+import type { BlockConfig } from "@ulysses/block";
+import type { SequenceParallelKind } from "@ulysses/parallel";
 import type { BlockRunArgs, BlockRunResult } from "./block-rank.js";
+import { parseFlags, positiveInteger, positiveIntegers, readCommandLine } from "./cli-flags.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
@@ -36,37 +39,66 @@ interface Flags {
   checkpointSeq: number;
 }
 
-function parseFlags(argv: string[]): Flags {
-  const flags: Flags = { ranks: [2, 4], minSeq: 2048, maxSeq: 8192, weakPerRank: 2048, weakRanks: [1, 2, 4], iters: 3, hidden: 256, heads: 8, batch: 1, weak: true, checkpointSeq: -1 };
-  const list = (v: string) => v.split(",").map(Number);
-  for (let i = 0; i < argv.length; i++) {
-    const [name, value] = [argv[i]!, argv[i + 1] ?? ""];
-    const take = () => (i++, value);
-    switch (name) {
-      case "--ranks": flags.ranks = list(take()); break;
-      case "--min-seq": flags.minSeq = Number(take()); break;
-      case "--max-seq": flags.maxSeq = Number(take()); break;
-      case "--weak-per-rank": flags.weakPerRank = Number(take()); break;
-      case "--weak-ranks": flags.weakRanks = list(take()); break;
-      case "--iters": flags.iters = Number(take()); break;
-      case "--hidden": flags.hidden = Number(take()); break;
-      case "--heads": flags.heads = Number(take()); break;
-      case "--batch": flags.batch = Number(take()); break;
-      case "--no-weak": flags.weak = false; break;
-      case "--checkpoint-seq": flags.checkpointSeq = Number(take()); break;
-      case "--no-checkpoint": flags.checkpointSeq = 0; break;
-      case "--": break;
-      default: throw new Error(`bench:block: unknown flag '${name}' (see the comment at the top of block-bench.ts)`);
-    }
-  }
-  if (flags.checkpointSeq < 0) flags.checkpointSeq = flags.maxSeq;
-  return flags;
+const BLOCK_HELP = `Usage: pnpm bench:block [flags]
+
+One TransformerBlock forward + backward per rank (threads backend, ONNX Runtime
+kernels), Ulysses against the all-gather-KV baseline; writes bench-results/block.json.
+
+  --ranks LIST            SP degrees (default 2,4)
+  --min-seq N --max-seq N sequence lengths, doubling (default 2048 to 8192; the full sweep: --max-seq 32768)
+  --weak-per-rank N       tokens per rank of the weak-scaling rows (default 2048)
+  --weak-ranks LIST       degrees of the weak-scaling rows (default 1,2,4)
+  --no-weak               no weak-scaling rows
+  --iters N               timed steps per row, median reported (default 3)
+  --hidden N --heads N    block size (default 256, 8)
+  --batch N               sequences per step (default 1)
+  --checkpoint-seq N      N of the activation-checkpointing rows (default: max-seq)
+  --no-checkpoint         no activation-checkpointing rows
+  --help, -h              this text
+`;
+
+const FLAGS = {
+  ranks: { type: "string" },
+  "min-seq": { type: "string" },
+  "max-seq": { type: "string" },
+  "weak-per-rank": { type: "string" },
+  "weak-ranks": { type: "string" },
+  iters: { type: "string" },
+  hidden: { type: "string" },
+  heads: { type: "string" },
+  batch: { type: "string" },
+  "no-weak": { type: "boolean" },
+  "checkpoint-seq": { type: "string" },
+  "no-checkpoint": { type: "boolean" },
+} as const;
+
+function parseBlockFlags(argv: readonly string[]): Flags | null {
+  const values = parseFlags("bench:block", argv, FLAGS);
+  if (values === null) return null;
+  const count = (flag: keyof typeof FLAGS, fallback: number) => {
+    const text = values[flag];
+    return typeof text === "string" ? positiveInteger(`--${flag}`, text) : fallback;
+  };
+  const maxSeq = count("max-seq", 8192);
+  return {
+    ranks: values.ranks === undefined ? [2, 4] : positiveIntegers("--ranks", values.ranks),
+    minSeq: count("min-seq", 2048),
+    maxSeq,
+    weakPerRank: count("weak-per-rank", 2048),
+    weakRanks: values["weak-ranks"] === undefined ? [1, 2, 4] : positiveIntegers("--weak-ranks", values["weak-ranks"]),
+    iters: count("iters", 3),
+    hidden: count("hidden", 256),
+    heads: count("heads", 8),
+    batch: count("batch", 1),
+    weak: values["no-weak"] !== true,
+    checkpointSeq: values["no-checkpoint"] === true ? 0 : count("checkpoint-seq", maxSeq),
+  };
 }
 
 interface Row {
   ranks: number;
   seq: number;
-  kind: AttentionKind;
+  kind: SequenceParallelKind;
   checkpoint: boolean;
   stepMs: number;
   forwardMs: number;
@@ -84,14 +116,14 @@ interface Row {
 }
 
 /** Bytes per rank of one forward + backward, from the README formulas (N divisible by P, MHA). */
-function expectedBytes(kind: AttentionKind, checkpoint: boolean, p: number, n: number, f: Flags): number {
+function expectedBytes(kind: SequenceParallelKind, checkpoint: boolean, p: number, n: number, f: Flags): number {
   const headDim = f.hidden / f.heads;
   const passes = checkpoint ? 3 : 2; // the recompute repeats the forward's exchanges
   if (kind === "ulysses") return (passes * 4 * (p - 1) * (n / p) * f.heads * headDim * 4 * f.batch) / p;
   return 2 * (p - 1) * (n / p) * 2 * f.batch * f.heads * headDim * 4;
 }
 
-type Job = { seq: number; kind: AttentionKind; checkpoint: boolean };
+type Job = { seq: number; kind: SequenceParallelKind; checkpoint: boolean };
 const keyOf = (p: number, j: Job) => `${p}/${j.seq}/${j.kind}${j.checkpoint ? "/checkpoint" : ""}`;
 
 async function measure(p: number, jobs: Job[], f: Flags, results: Map<string, Row>): Promise<void> {
@@ -106,7 +138,7 @@ async function measure(p: number, jobs: Job[], f: Flags, results: Map<string, Ro
   try {
     for (const job of todo) {
       const { seq, kind, checkpoint } = job;
-      const config: BlockConfig = { hidden: f.hidden, heads: f.heads, attention: kind, causal: true };
+      const config: BlockConfig & { attention: SequenceParallelKind } = { hidden: f.hidden, heads: f.heads, attention: kind, causal: true };
       const ranks = await world.all("run", { config, batch: f.batch, seq, iters: f.iters, checkpoint });
       const max = (pick: (r: BlockRunResult) => number) => Math.max(...ranks.map(pick));
       const mean = (pick: (r: BlockRunResult) => number) => ranks.reduce((a, r) => a + pick(r), 0) / ranks.length;
@@ -148,7 +180,7 @@ function table(header: string[], rows: string[][]): string {
 }
 
 async function main(): Promise<void> {
-  const f = parseFlags(process.argv.slice(2));
+  const f = readCommandLine(BLOCK_HELP, process.argv.slice(2), parseBlockFlags);
   const seqs: number[] = [];
   for (let n = f.minSeq; n <= f.maxSeq; n *= 2) seqs.push(n);
   const results = new Map<string, Row>();
@@ -164,7 +196,7 @@ async function main(): Promise<void> {
   }
   if (f.weak) for (const p of f.weakRanks) await measure(p, both(f.weakPerRank * p), f, results);
 
-  const get = (p: number, n: number, kind: AttentionKind, checkpoint = false) => results.get(keyOf(p, { seq: n, kind, checkpoint }))!;
+  const get = (p: number, n: number, kind: SequenceParallelKind, checkpoint = false) => results.get(keyOf(p, { seq: n, kind, checkpoint }))!;
   const strong = f.ranks.flatMap((p) => seqs.map((n) => ({ p, n, u: get(p, n, "ulysses"), a: get(p, n, "allgather") })));
   const commSplit = (r: Row) => `${ms(r.attentionCommMs + r.gradCommMs)}/${ms(r.computeMs)}`;
   console.log(`\nTransformerBlock forward+backward, hidden ${f.hidden}, ${f.heads} heads, batch ${f.batch}, causal, threads backend + ONNX Runtime (${cpus().length} cores)`);

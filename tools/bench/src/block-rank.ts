@@ -5,13 +5,15 @@
  * Timing, bytes and communication time are measured here; the table is made
  * by block-bench.ts.
  */
-import type { ProcessGroup } from "@ulysses/collectives";
+import type { OpKind, ProcessGroup } from "@ulysses/collectives";
+import { commDelta, median, medianBy } from "@ulysses/measure";
 import { createOrtOps, OrtAttention, SessionCache } from "@ulysses/kernels";
 import { TransformerBlock, type BlockConfig } from "@ulysses/block";
+import { ParallelBlock, type SequenceParallelKind } from "@ulysses/parallel";
 import { evenSplitSizes, Rng, Tensor } from "@ulysses/tensors";
 
 export interface BlockRunArgs {
-  config: BlockConfig;
+  config: BlockConfig & { attention?: SequenceParallelKind };
   batch: number;
   seq: number;
   iters: number;
@@ -41,10 +43,8 @@ interface RankContext {
   ortThreads: number;
 }
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
-}
+/** The collectives of the attention exchanges (the gradient all-reduce is counted apart). */
+const ATTENTION_OPS: readonly OpKind[] = ["allToAll", "allGather", "reduceScatter"];
 
 /** Wraps every method of `target` so the time spent inside it adds to `clock.ms`. */
 function timed<T extends object>(target: T, clock: { ms: number }): T {
@@ -73,7 +73,8 @@ export default function setup(ctx: RankContext) {
   const { group } = ctx;
   return {
     async run(args: BlockRunArgs): Promise<BlockRunResult> {
-      const block = new TransformerBlock(args.config, { ops, localAttention: attention, group, seed: 1, checkpoint: args.checkpoint });
+      const { attention: kind = "ulysses", ...blockConfig } = args.config;
+      const block = new ParallelBlock(new TransformerBlock(blockConfig, { ops, localAttention: attention, seed: 1, checkpoint: args.checkpoint }), group, kind);
       const local = evenSplitSizes(args.seq, group.size)[group.rank]!;
       const rng = new Rng(7, group.rank);
       const x = new Tensor("float32", [args.batch, local, args.config.hidden]);
@@ -84,7 +85,7 @@ export default function setup(ctx: RankContext) {
         const t0 = performance.now();
         const { context } = await block.forward(x, { seqLength: args.seq });
         const t1 = performance.now();
-        const savedBytes = context.savedBytes;
+        const savedBytes = context.block.savedBytes;
         await block.backward(context, dy);
         return { forwardMs: t1 - t0, stepMs: performance.now() - t0, savedBytes };
       };
@@ -92,24 +93,24 @@ export default function setup(ctx: RankContext) {
       const runs: BlockRunResult[] = [];
       for (let i = 0; i < args.iters; i++) {
         await group.barrier();
-        group.resetStats();
+        const before = group.stats();
         opsClock.ms = 0;
         attentionClock.ms = 0;
         const timing = await step();
-        const s = group.stats().byOp;
-        const attentionOps = [s.allToAll, s.allGather, s.reduceScatter];
+        const after = group.stats();
+        const attentionComm = commDelta(before, after, ATTENTION_OPS);
+        const gradComm = commDelta(before, after, ["allReduce"]);
         runs.push({
           ...timing,
-          attentionBytes: attentionOps.reduce((n, o) => n + o.bytesSent, 0),
-          gradBytes: s.allReduce.bytesSent,
-          attentionCommMs: attentionOps.reduce((n, o) => n + o.timeMs, 0),
-          gradCommMs: s.allReduce.timeMs,
+          attentionBytes: attentionComm.bytesSent,
+          gradBytes: gradComm.bytesSent,
+          attentionCommMs: attentionComm.timeMs,
+          gradCommMs: gradComm.timeMs,
           kernelAttentionMs: attentionClock.ms,
           kernelOpsMs: opsClock.ms,
         });
       }
-      const byStep = [...runs].sort((a, b) => a.stepMs - b.stepMs);
-      const mid = byStep[Math.floor(byStep.length / 2)]!;
+      const mid = medianBy(runs, (r) => r.stepMs);
       return { ...mid, forwardMs: median(runs.map((r) => r.forwardMs)) };
     },
     async dispose() {

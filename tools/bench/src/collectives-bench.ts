@@ -11,29 +11,40 @@
  * reuse collectives-measure.ts from their own entry instead.
  */
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { launch } from "@ulysses/collectives";
+import { parseFlags, positiveIntegers, positiveNumbers, readCommandLine } from "./cli-flags.js";
 import { measureMemcpy, measureMemcpyHot, printTable, summarize, writeResults, type BenchConfig, type BenchRow, type RankTiming } from "./collectives-measure.js";
 
-const { values } = parseArgs({
-  options: {
+const HELP = `Usage: pnpm bench:collectives [flags]
+
+All-to-all and all-reduce bandwidth per rank next to a single-thread memcpy of
+the same bytes; writes bench-results/collectives.json.
+
+  --backend NAME   the backend each rank initialises: a registered name or a module path (default threads)
+  --ranks LIST     world sizes (default 2,4)
+  --sizes LIST     MiB per rank (default 1,4,8,16,64)
+  --help, -h       this text
+`;
+
+const values = readCommandLine(HELP, process.argv.slice(2), (argv) => {
+  const parsed = parseFlags("bench:collectives", argv, {
     backend: { type: "string", default: "threads" },
     ranks: { type: "string", default: "2,4" },
     sizes: { type: "string", default: "1,4,8,16,64" },
-  },
+  });
+  return parsed === null ? null : { backend: parsed.backend, ranks: positiveIntegers("--ranks", parsed.ranks), sizesMiB: positiveNumbers("--sizes", parsed.sizes) };
 });
-const list = (text: string) => text.split(",").map(Number).filter((n) => n > 0);
-const sizesMiB = list(values.sizes!);
+const { sizesMiB } = values;
 const config: BenchConfig = { sizesMiB, ops: ["allToAll", "allReduce"] };
 const entry = fileURLToPath(new URL("./collectives-rank.ts", import.meta.url));
 
 const rows: BenchRow[] = [];
-for (const worldSize of list(values.ranks!)) {
+for (const worldSize of values.ranks) {
   const world = await launch<{ measure(c: BenchConfig): Promise<RankTiming[]> }>({ worldSize, entry, backend: values.backend, timeoutMs: 120_000 });
   try {
     const perRank = await world.all("measure", config);
     // memcpy measured right after, in the same process, while the ranks idle
-    rows.push(...summarize(values.backend!, perRank, measureMemcpy(sizesMiB), sizesMiB, measureMemcpyHot(sizesMiB)));
+    rows.push(...summarize(values.backend, perRank, measureMemcpy(sizesMiB), sizesMiB, measureMemcpyHot(sizesMiB)));
   } finally {
     await world.shutdown();
   }

@@ -11,15 +11,31 @@
  */
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
+import { mpirunCommand, REDUCTION_MODES, SOURCE_CONDITION_ARG } from "@ulysses/collectives-mpi";
+import { parseFlags, positiveIntegers, positiveNumbers, readCommandLine, UsageError } from "./cli-flags.js";
 import { printTable, writeResults, type BenchRow } from "./collectives-measure.js";
 
-const { values } = parseArgs({
-  options: {
+const HELP = `Usage: pnpm bench:collectives:mpi [flags]
+
+The collectives benchmark on the mpi backend (one process per rank under
+mpirun; needs OpenMPI and the built addon); writes bench-results/collectives-mpi.json.
+
+  --ranks LIST        world sizes (default 2,4)
+  --sizes LIST        MiB per rank (default 1,4,8,16,64)
+  --reduction MODE    ${REDUCTION_MODES.join(" | ")} (default ordered)
+  --help, -h          this text
+`;
+
+const values = readCommandLine(HELP, process.argv.slice(2), (argv) => {
+  const parsed = parseFlags("bench:collectives:mpi", argv, {
     ranks: { type: "string", default: "2,4" },
     sizes: { type: "string", default: "1,4,8,16,64" },
     reduction: { type: "string", default: "ordered" },
-  },
+  });
+  if (parsed === null) return null;
+  if (!(REDUCTION_MODES as readonly string[]).includes(parsed.reduction)) throw new UsageError(`bench:collectives:mpi: --reduction must be one of ${REDUCTION_MODES.join(", ")}, got '${parsed.reduction}'`);
+  positiveNumbers("--sizes", parsed.sizes); // checked here; the ranks read the list themselves
+  return { ranks: positiveIntegers("--ranks", parsed.ranks), sizes: parsed.sizes, reduction: parsed.reduction };
 });
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
 const entry = fileURLToPath(new URL("./collectives-mpi-rank.ts", import.meta.url));
@@ -32,11 +48,10 @@ interface RankZeroReport {
 }
 
 const reports: RankZeroReport[] = [];
-for (const np of values.ranks!.split(",").map(Number).filter((n) => n > 0)) {
-  // the flags of the package's mpirunCommand with typescript: true and nodeArgs: [SOURCE_CONDITION_ARG]
-  // (the rank entry is TypeScript run from the workspace sources; kept inline: tools/bench does not depend on the package by name)
-  const args = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-x", "ORT_DISABLE_TELEMETRY=1", "-np", String(np), "node", "--conditions=@ulysses/source", "--import", "tsx", entry, values.sizes!, values.reduction!];
-  const run = spawnSync("mpirun", args, { cwd: repoRoot, encoding: "utf8", env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" }, maxBuffer: 64 << 20 });
+for (const np of values.ranks) {
+  // the rank entry is TypeScript run from the workspace sources
+  const [command, ...args] = mpirunCommand({ np, entry, args: [values.sizes, values.reduction], typescript: true, nodeArgs: [SOURCE_CONDITION_ARG] });
+  const run = spawnSync(command, args, { cwd: repoRoot, encoding: "utf8", env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" }, maxBuffer: 64 << 20 });
   const line = run.stdout?.split("\n").find((l) => l.startsWith("ULYSSES_BENCH "));
   if (run.status !== 0 || !line) {
     console.error(run.stdout, run.stderr, run.error ?? "");

@@ -14,8 +14,8 @@ import { measureMemcpy, measureMemcpyHot, measureRank, summarize, type BenchConf
 
 const sizesMiB = (process.argv[2] ?? "1,4,8,16,64").split(",").map(Number).filter((n) => n > 0);
 const reduction = process.argv[3] ?? "ordered";
-// by path: tools/bench does not depend on the package by name
-const backendModule = fileURLToPath(new URL("../../../packages/collectives-mpi/src/module.ts", import.meta.url));
+// the backend module by its package subpath (its TypeScript source under the workspace's source condition)
+const backendModule = fileURLToPath(import.meta.resolve("@ulysses/collectives-mpi/module"));
 const world = await init({ backend: backendModule, timeoutMs: 300_000, reduction });
 
 /** Mean microseconds per call of `call`, after warm-up; the slowest rank's value on every rank. */

@@ -4,12 +4,15 @@
  * (2048^3) or one attention configuration (forward, then forward+backward).
  * Prints one JSON line; the orchestrator (kernels-bench.ts) builds the table.
  *
- * FLOP convention ("useful" FLOPs, no recomputation counted): forward
- * 4·b·h·pairs·d, backward 8·b·h·pairs·d, where pairs = the (query, key) pairs
- * attended (seqQ·seqK non-causal, about half of that causal).
+ * FLOP convention ("useful" FLOPs, no recomputation counted; @ulysses/measure's
+ * attentionFlops): forward 4·b·h·pairs·d, backward 8·b·h·pairs·d, where pairs
+ * = the (query, key) pairs attended (seq² non-causal, seq(seq+1)/2 causal).
+ * The MatMul rate is @ulysses/measure's measureMatmulRate (best of 5 single runs here).
  */
 import { Tensor, randomUniform } from "@ulysses/tensors";
-import { GraphBuilder, SessionCache, createAttention, type AttentionImplementation } from "@ulysses/kernels";
+import { SessionCache, createAttention, type AttentionImplementation } from "@ulysses/kernels";
+import { attentionFlops, fastestRound, measureMatmulRate } from "@ulysses/measure";
+import "@ulysses/fused-attention"; // registers attention implementation "fused"
 
 export interface MatMulCase {
   kind: "matmul";
@@ -52,44 +55,17 @@ function cpuSeconds(): number {
   return (u.user + u.system) / 1e6;
 }
 
-/** The fastest of `repeats` timed calls of `run`, seconds. */
-export async function best(repeats: number, run: () => Promise<unknown>): Promise<number> {
-  let fastest = Infinity;
-  for (let i = 0; i < repeats; i++) {
-    const start = performance.now();
-    await run();
-    fastest = Math.min(fastest, (performance.now() - start) / 1e3);
-  }
-  return fastest;
-}
-
+/** The MatMul rate; the added RSS includes the two inputs. */
 async function matmul(c: MatMulCase): Promise<CaseResult> {
-  const cache = new SessionCache({ intraOpThreads: c.threads, allowSpinning: c.spin });
-  const n = c.size;
-  const build = () => {
-    const g = new GraphBuilder(`matmul${n}`);
-    const a = g.input("a", "float32", [n, n]);
-    const b = g.input("b", "float32", [n, n]);
-    g.output(g.op("MatMul", [a, b]), "c");
-    return g.encode();
-  };
-  const a = randomUniform([n, n], { seed: 1, low: -1, high: 1 }) as Tensor<"float32">;
-  const b = randomUniform([n, n], { seed: 2, low: -1, high: 1 }) as Tensor<"float32">;
   const baseline = process.memoryUsage().rss;
-  await cache.run("matmul", build, { a, b });
-  const seconds = await best(5, () => cache.run("matmul", build, { a, b }));
+  const flopsPerSecond = await measureMatmulRate({ threads: c.threads, size: c.size, spin: c.spin, rounds: 5, repeats: 1 });
   const peakRss = process.resourceUsage().maxRSS * 1024;
-  return { forwardSeconds: seconds, forwardGflops: (2 * n ** 3) / seconds / 1e9, peakRss, addedRss: peakRss - baseline };
-}
-
-/** (query, key) pairs attended: seq² non-causal, seq(seq+1)/2 causal. */
-export function attendedPairs(seq: number, causal: boolean): number {
-  return causal ? (seq * (seq + 1)) / 2 : seq * seq;
+  return { forwardSeconds: (2 * c.size ** 3) / flopsPerSecond, forwardGflops: flopsPerSecond / 1e9, peakRss, addedRss: peakRss - baseline };
 }
 
 async function attention(c: AttentionCase): Promise<CaseResult> {
   const cache = new SessionCache({ intraOpThreads: c.threads, allowSpinning: c.spin });
-  const kernel = await createAttention({ implementation: c.implementation, cache, threads: c.threads, load: () => import("@ulysses/fused-attention") });
+  const kernel = await createAttention({ implementation: c.implementation, cache, threads: c.threads });
   const options = { causal: c.causal };
   const make = (seq: number, seed: number) => randomUniform([1, seq, c.heads, c.headDim], { seed, low: -1, high: 1 }) as Tensor<"float32">;
   // Warm-up on a short sequence: creates every session shape the long run uses.
@@ -100,18 +76,19 @@ async function attention(c: AttentionCase): Promise<CaseResult> {
   const [q, k, v, dOut] = [5, 6, 7, 8].map((seed) => make(c.seq, seed)) as [Tensor<"float32">, Tensor<"float32">, Tensor<"float32">, Tensor<"float32">];
   globalThis.gc?.();
   const baseline = process.memoryUsage().rss;
-  const flops = c.heads * attendedPairs(c.seq, c.causal) * c.headDim;
-  const forwardSeconds = await best(c.repeats, () => kernel.forward(q, k, v, options));
-  const totalSeconds = await best(c.repeats, async () => {
+  const shape = { seq: c.seq, width: c.heads * c.headDim, causal: c.causal };
+  // the fastest of `repeats` single calls
+  const forwardSeconds = await fastestRound(() => kernel.forward(q, k, v, options), c.repeats, 1);
+  const totalSeconds = await fastestRound(async () => {
     const f = await kernel.forward(q, k, v, options);
     await kernel.backward(q, k, v, f.out, dOut, f.logSumExp, options);
-  });
+  }, c.repeats, 1);
   const peakRss = process.resourceUsage().maxRSS * 1024;
   return {
     forwardSeconds,
-    forwardGflops: (4 * flops) / forwardSeconds / 1e9,
+    forwardGflops: attentionFlops(shape) / forwardSeconds / 1e9,
     totalSeconds,
-    totalGflops: (12 * flops) / totalSeconds / 1e9,
+    totalGflops: attentionFlops(shape, "training") / totalSeconds / 1e9,
     peakRss,
     addedRss: peakRss - baseline,
   };

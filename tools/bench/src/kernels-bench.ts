@@ -4,7 +4,7 @@
  * process (kernels-bench-case.ts) so its peak RSS is its own. Prints a table
  * and writes bench-results/kernels.json. Never part of `test`.
  *
- *   pnpm bench:kernels [--quick] [--threads N] [--impl ort|custom|reference] [--spin]
+ *   pnpm bench:kernels [--quick] [--threads N] [--impl ort|fused|reference] [--spin]
  *
  * --spin keeps ONNX Runtime's spinning intra-op threads (its default); without
  * it sessions block when idle, which the shared, oversubscribed development
@@ -23,13 +23,13 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import type { AttentionImplementation } from "@ulysses/kernels";
 import { runCase, type AttentionCase, type BenchCase, type CaseResult } from "./kernels-bench-case.js";
-import { flagsOf } from "./argv.js";
+import { parseFlags, positiveInteger, readCommandLine, UsageError } from "./cli-flags.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
 const SCRIPT = fileURLToPath(import.meta.url);
 const REPO_ROOT = path.resolve(path.dirname(SCRIPT), "../../..");
-const IMPLEMENTATIONS = ["ort", "custom", "reference"] as const;
+const IMPLEMENTATIONS = ["ort", "fused", "reference"] as const;
 
 interface Args {
   quick: boolean;
@@ -39,25 +39,39 @@ interface Args {
   caseJson?: string;
 }
 
-function parseArgs(argv: string[]): Args {
-  const args: Args = { quick: false, spin: false, threads: [...new Set([1, os.availableParallelism()])], implementation: "ort" };
-  for (const { flag, value } of flagsOf(argv)) {
-    if (flag === "--") continue;
-    else if (flag === "--quick") args.quick = true;
-    else if (flag === "--spin") args.spin = true;
-    else if (flag === "--threads") {
-      const v = value();
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < 1) throw new Error(`--threads must be a positive integer, got ${v}`);
-      args.threads = [n];
-    } else if (flag === "--impl") {
-      const impl = value();
-      if (!(IMPLEMENTATIONS as readonly string[]).includes(impl)) throw new Error(`--impl must be one of ${IMPLEMENTATIONS.join(", ")}, got '${impl}'`);
-      args.implementation = impl as AttentionImplementation;
-    } else if (flag === "--case") args.caseJson = value();
-    else throw new Error(`unknown flag '${flag}'; use --quick, --threads N, --impl ${IMPLEMENTATIONS.join("|")}, --spin`);
-  }
-  return args;
+const KERNELS_HELP = `Usage: pnpm bench:kernels [flags]
+
+Attention kernel speed and memory against ONNX Runtime's own MatMul rate, each
+case in its own child process; writes bench-results/kernels.json.
+
+  --quick          seq 1024 and 4096 only, fewer repeats
+  --threads N      one thread count (default: 1 and all cores)
+  --impl NAME      ${IMPLEMENTATIONS.join(" | ")} (default ort)
+  --spin           keep ONNX Runtime's spinning intra-op threads (its default; off here)
+  --help, -h       this text
+`;
+
+const FLAGS = {
+  quick: { type: "boolean" },
+  spin: { type: "boolean" },
+  threads: { type: "string" },
+  impl: { type: "string" },
+  /** One case as JSON: how the orchestrator starts each child. */
+  case: { type: "string" },
+} as const;
+
+function parseKernelArgs(argv: readonly string[]): Args | null {
+  const values = parseFlags("bench:kernels", argv, FLAGS);
+  if (values === null) return null;
+  const implementation = values.impl ?? "ort";
+  if (!(IMPLEMENTATIONS as readonly string[]).includes(implementation)) throw new UsageError(`bench:kernels: --impl must be one of ${IMPLEMENTATIONS.join(", ")}, got '${implementation}'`);
+  return {
+    quick: values.quick === true,
+    spin: values.spin === true,
+    threads: values.threads === undefined ? [...new Set([1, os.availableParallelism()])] : [positiveInteger("--threads", values.threads)],
+    implementation: implementation as AttentionImplementation,
+    ...(values.case === undefined ? {} : { caseJson: values.case }),
+  };
 }
 
 /** The attention cases of one thread count. */
@@ -95,7 +109,7 @@ function row(cells: (string | number)[], widths: number[]): string {
 }
 
 async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
+  const args = readCommandLine(KERNELS_HELP, process.argv.slice(2), parseKernelArgs);
   if (args.caseJson !== undefined) {
     try {
       return await runCase(JSON.parse(args.caseJson) as BenchCase);

@@ -11,17 +11,34 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { OrtOps, ReferenceOps, SessionCache, randomTensor, seededRandom, type BlockOps } from "@ulysses/kernels";
+import { median } from "@ulysses/measure";
 import { Tensor } from "@ulysses/tensors";
+import { parseFlags, positiveInteger, readCommandLine } from "./cli-flags.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
-function flag(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : fallback;
-}
+const OPS_HELP = `Usage: pnpm bench:ops [flags]
 
-const rows = flag("rows", 2048), hidden = flag("hidden", 256), threads = flag("threads", 1), iters = flag("iters", 5);
-const withReference = !process.argv.includes("--no-reference");
+OrtOps forward and backward per op at one block-sized shape (median process CPU
+ms) against the float64 ReferenceOps; writes bench-results/kernels-ops.json.
+
+  --rows N          rows of the activations (default 2048)
+  --hidden N        hidden size (default 256)
+  --threads N       ONNX Runtime threads (default 1)
+  --iters N         timed runs per op, median reported (default 5)
+  --no-reference    skip the float64 reference
+  --help, -h        this text
+`;
+
+const FLAGS = { rows: { type: "string" }, hidden: { type: "string" }, threads: { type: "string" }, iters: { type: "string" }, "no-reference": { type: "boolean" } } as const;
+
+const flags = readCommandLine(OPS_HELP, process.argv.slice(2), (argv) => {
+  const values = parseFlags("bench:ops", argv, FLAGS);
+  if (values === null) return null;
+  const count = (name: "rows" | "hidden" | "threads" | "iters", fallback: number) => (values[name] === undefined ? fallback : positiveInteger(`--${name}`, values[name]));
+  return { rows: count("rows", 2048), hidden: count("hidden", 256), threads: count("threads", 1), iters: count("iters", 5), withReference: values["no-reference"] !== true };
+});
+const { rows, hidden, threads, iters, withReference } = flags;
 const heads = 8, headDim = hidden / heads, vocab = 4096, ffn = 4 * hidden;
 const random = seededRandom(1);
 const r = (shape: number[]) => randomTensor(shape, random);
@@ -63,7 +80,8 @@ function cpuMs(): number {
   return (u.user + u.system) / 1e3;
 }
 
-async function median(fn: () => Promise<unknown>, n: number): Promise<number> {
+/** Median process CPU ms of `n` calls of `fn` after one untimed call. */
+async function medianCpuMs(fn: () => Promise<unknown>, n: number): Promise<number> {
   await fn();
   const times: number[] = [];
   for (let i = 0; i < n; i++) {
@@ -71,8 +89,7 @@ async function median(fn: () => Promise<unknown>, n: number): Promise<number> {
     await fn();
     times.push(cpuMs() - t0);
   }
-  times.sort((a, c) => a - c);
-  return times[Math.floor(times.length / 2)]!;
+  return median(times);
 }
 
 const cache = new SessionCache({ intraOpThreads: threads });
@@ -82,10 +99,10 @@ const reference = new ReferenceOps();
 for (let round = 0; round < 2; round++) for (const c of CASES) { await c.forward(ort); await c.backward(ort); }
 const results = [];
 for (const c of CASES) {
-  const fwd = await median(() => c.forward(ort), iters);
-  const bwd = await median(() => c.backward(ort), iters);
-  const refFwd = withReference ? await median(() => c.forward(reference), 1) : NaN;
-  const refBwd = withReference ? await median(() => c.backward(reference), 1) : NaN;
+  const fwd = await medianCpuMs(() => c.forward(ort), iters);
+  const bwd = await medianCpuMs(() => c.backward(ort), iters);
+  const refFwd = withReference ? await medianCpuMs(() => c.forward(reference), 1) : NaN;
+  const refBwd = withReference ? await medianCpuMs(() => c.backward(reference), 1) : NaN;
   const rate = c.fwdFlops ? `${(c.fwdFlops / fwd / 1e6).toFixed(1)} GFLOP/s` : `${(c.fwdBytes! / fwd / 1e6).toFixed(2)} GB/s`;
   results.push({ op: c.op, fwdMs: fwd, bwdMs: bwd, bwdOverFwd: bwd / fwd, forwardRate: rate, referenceFwdMs: refFwd, referenceBwdMs: refBwd, referenceOverOrtBwd: refBwd / bwd });
 }

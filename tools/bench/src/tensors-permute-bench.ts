@@ -10,6 +10,7 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { median } from "@ulysses/measure";
 import { Tensor, permuteInto, permutedShape } from "@ulysses/tensors";
 
 interface Case {
@@ -44,8 +45,7 @@ function cpuMs(f: () => void, repetitions: number): number {
     const used = process.cpuUsage(start);
     samples.push((used.user + used.system) / 1000);
   }
-  samples.sort((a, b) => a - b);
-  return samples[Math.floor(samples.length / 2)]!;
+  return median(samples);
 }
 
 const rows = CASES.map((c) => {

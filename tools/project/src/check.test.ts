@@ -90,9 +90,9 @@ describe("projection check", () => {
     expect(one!.terms.matmul).toBeCloseTo((3 * 24 * 8192 * 256 * 256) / 150e9, 12);
     expect(two!.terms.matmul).toBeCloseTo((3 * 24 * 8192 * 256 * 256) / 2 / 120e9, 12);
     expect(four!.terms.matmul).toBeCloseTo((3 * 24 * 8192 * 256 * 256) / 4 / 60e9, 12);
-    // attention: 3 x 4·N²·h / 2 (causal) on H/P of the heads at the rank's attention rate
-    expect(two!.terms.attention).toBeCloseTo((3 * 4 * 8192 * 8192 * 256) / 2 / 2 / 40e9, 12);
-    expect(four!.terms.attention).toBeCloseTo((3 * 4 * 8192 * 8192 * 256) / 2 / 4 / 20e9, 12);
+    // attention: 3 x 4·h per causal pair (N(N+1)/2 of them) on H/P of the heads at the rank's attention rate
+    expect(two!.terms.attention).toBeCloseTo((3 * 4 * ((8192 * 8193) / 2) * 256) / 2 / 40e9, 12);
+    expect(four!.terms.attention).toBeCloseTo((3 * 4 * ((8192 * 8193) / 2) * 256) / 4 / 20e9, 12);
     expect(one!.errorPercent).toBeCloseTo(100 * (one!.predictedSeconds - 1), 9);
   });
 

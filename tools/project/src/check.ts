@@ -19,7 +19,8 @@
  * rate of one rank alone), capped at 1. Links: all ranks on one node, at the
  * all-to-all bandwidth and latency measured between P ranks.
  */
-import { forwardFlops, project, type GptShape, type RunShape } from "./cost-model.js";
+import { gptForwardFlops, TRAINING_PASSES } from "@ulysses/measure";
+import { gptDimensionsOf, project, type GptShape, type RunShape } from "./cost-model.js";
 import { attentionEfficiencyAt, parseProfile, ProjectionError, type HardwareProfile, type LinkProfile } from "./profile.js";
 
 export interface MachineMeasurements {
@@ -31,7 +32,7 @@ export interface MachineMeasurements {
   matmulGflops: number;
   /** The same (one thread) at the model's GEMM shapes, GFLOP/s (matmulEfficiency = this / matmulGflops). */
   shapedMatmulGflops: number;
-  /** Attention forward+backward on one thread, useful GFLOP/s under the cost model's convention (causal at half). */
+  /** Attention forward+backward on one thread, useful GFLOP/s under the cost model's convention (@ulysses/measure's attentionFlops: causal over N(N+1)/2 pairs). */
   attentionGflops: number;
   /** Optional: the same at several sequence lengths (becomes the profile's attentionEfficiencyBySeq). */
   attentionGflopsBySeq?: { seqLen: number; gflops: number }[];
@@ -104,7 +105,7 @@ export function calibrateFixedCosts(model: GptShape, machine: HardwareProfile, p
   }
   const { elementwiseNsByTokens: _table, ...rest } = machine;
   const bare: HardwareProfile = { ...rest, elementwiseNsPerTokenHidden: 0, perLayerOverheadUs: 0 };
-  const passes = 3;
+  const passes = TRAINING_PASSES;
   const residuals = points.map((p) => {
     const terms = checkProjection(model, [{ scheme: "ulysses", degree: 1, seqLen: p.seqLen, seconds: p.seconds }], () => bare, causal)[0]!.terms;
     return p.seconds - terms.matmul - (p.attentionSeconds ?? terms.attention);
@@ -119,7 +120,7 @@ export function calibrateFixedCosts(model: GptShape, machine: HardwareProfile, p
 export interface RankRates {
   /** The model's GEMMs at its shapes, GFLOP/s per rank. */
   shapedMatmulGflops: number;
-  /** Attention forward + backward on the heads one rank holds, useful GFLOP/s per rank (causal at half), by sequence length. */
+  /** Attention forward + backward on the heads one rank holds, useful GFLOP/s per rank (causal over N(N+1)/2 pairs), by sequence length. */
   attentionGflopsBySeq: { seqLen: number; gflops: number }[];
 }
 
@@ -185,11 +186,11 @@ export function checkProjection(model: GptShape, measured: readonly MeasuredStep
   return measured.map((m) => {
     const hw = profileFor(m.degree);
     const p = project(model, machineRun(m.scheme, m.degree, m.seqLen, causal), hw);
-    const fwd = forwardFlops(model, m.seqLen);
+    const fwd = gptForwardFlops(gptDimensionsOf(model), m.seqLen, causal);
     const peak = hw.peakTflops * 1e12;
-    const matmul = (3 * fwd.matmul) / m.degree / (peak * hw.matmulEfficiency);
+    const matmul = (TRAINING_PASSES * fwd.matmul) / m.degree / (peak * hw.matmulEfficiency);
     const headShare = Math.ceil(model.heads / m.degree) / model.heads;
-    const attention = (3 * fwd.attention * (causal ? 0.5 : 1) * headShare) / (peak * attentionEfficiencyAt(hw, m.seqLen));
+    const attention = (TRAINING_PASSES * fwd.attention * headShare) / (peak * attentionEfficiencyAt(hw, m.seqLen));
     return {
       ...m,
       predictedSeconds: p.stepSeconds,

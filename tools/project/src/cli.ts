@@ -7,9 +7,10 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { lineChart } from "@ulysses/measure";
 import { bestProjection, parameterCount, project, type GptShape, type Projection, type Scheme } from "./cost-model.js";
 import { parseProfile, ProjectionError, type HardwareProfile } from "./profile.js";
-import { lineChart } from "./svg-chart.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
@@ -36,7 +37,7 @@ Options:
   --help             this text
 `;
 
-interface Options {
+export interface Options {
   profile: string;
   out: string;
   devices: number[];
@@ -45,45 +46,55 @@ interface Options {
   globalBatchTokens: number;
 }
 
-function parseArgs(argv: string[]): Options | undefined {
-  const here = path.dirname(fileURLToPath(import.meta.url));
-  const options: Options = {
-    profile: path.join(here, "..", "profiles", "a100-40gb-nvlink-ib.json"),
-    out: path.resolve(process.env.INIT_CWD ?? process.cwd(), "bench-results", "project"),
-    devices: [32, 64],
-    zeroUlysses: 3,
-    zeroMegatron: 1,
-    globalBatchTokens: 4 * 1024 * 1024,
-  };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i]!;
-    const value = () => {
-      const v = argv[++i];
-      if (v === undefined) throw new ProjectionError(`${flag} needs a value`);
-      return v;
-    };
-    const stage = (v: string) => {
-      const n = Number(v);
-      if (![0, 1, 2, 3].includes(n)) throw new ProjectionError(`${flag}: ZeRO stage must be 0, 1, 2 or 3, got '${v}'`);
-      return n as 0 | 1 | 2 | 3;
-    };
-    if (flag === "--help" || flag === "-h") return undefined;
-    else if (flag === "--profile") options.profile = path.resolve(process.env.INIT_CWD ?? process.cwd(), value());
-    else if (flag === "--out") options.out = path.resolve(process.env.INIT_CWD ?? process.cwd(), value());
-    else if (flag === "--devices") {
-      const raw = value();
-      options.devices = raw.split(",").map(Number);
-      if (options.devices.some((d) => !Number.isInteger(d) || d < 1)) throw new ProjectionError(`--devices: expected positive integers, got '${raw}'`);
-    } else if (flag === "--zero-ulysses") options.zeroUlysses = stage(value());
-    else if (flag === "--zero-megatron") options.zeroMegatron = stage(value());
-    else if (flag === "--global-batch-tokens") {
-      const raw = value();
-      options.globalBatchTokens = Number(raw);
-      if (!Number.isInteger(options.globalBatchTokens) || options.globalBatchTokens < 1) throw new ProjectionError(`--global-batch-tokens: expected a positive integer, got '${raw}'`);
-    }
-    else throw new ProjectionError(`unknown option '${flag}' (see --help)`);
+const FLAGS = {
+  profile: { type: "string" },
+  out: { type: "string" },
+  devices: { type: "string" },
+  "zero-ulysses": { type: "string" },
+  "zero-megatron": { type: "string" },
+  "global-batch-tokens": { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+/**
+ * The options of a command line (without node and the script; the `--` pnpm
+ * may pass through is skipped), or undefined for --help. Throws a
+ * ProjectionError naming the flag and its value.
+ */
+export function parseOptions(argv: readonly string[]): Options | undefined {
+  let values;
+  try {
+    ({ values } = parseArgs({ args: argv.filter((word) => word !== "--"), options: FLAGS, strict: true, allowPositionals: false }));
+  } catch (cause) {
+    throw new ProjectionError(`${(cause as Error).message} (see --help)`, { cause });
   }
-  return options;
+  if (values.help === true) return undefined;
+  const from = process.env.INIT_CWD ?? process.cwd();
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const stage = (flag: string, raw: string | undefined, fallback: 0 | 1 | 2 | 3): 0 | 1 | 2 | 3 => {
+    if (raw === undefined) return fallback;
+    const n = Number(raw);
+    if (![0, 1, 2, 3].includes(n) || raw.trim() === "") throw new ProjectionError(`--${flag}: ZeRO stage must be 0, 1, 2 or 3, got '${raw}'`);
+    return n as 0 | 1 | 2 | 3;
+  };
+  let devices = [32, 64];
+  if (values.devices !== undefined) {
+    devices = values.devices.split(",").map(Number);
+    if (devices.some((d) => !Number.isInteger(d) || d < 1)) throw new ProjectionError(`--devices: expected positive integers, got '${values.devices}'`);
+  }
+  let globalBatchTokens = 4 * 1024 * 1024;
+  if (values["global-batch-tokens"] !== undefined) {
+    globalBatchTokens = Number(values["global-batch-tokens"]);
+    if (!Number.isInteger(globalBatchTokens) || globalBatchTokens < 1) throw new ProjectionError(`--global-batch-tokens: expected a positive integer, got '${values["global-batch-tokens"]}'`);
+  }
+  return {
+    profile: values.profile === undefined ? path.join(here, "..", "profiles", "a100-40gb-nvlink-ib.json") : path.resolve(from, values.profile),
+    out: path.resolve(from, values.out ?? path.join("bench-results", "project")),
+    devices,
+    zeroUlysses: stage("zero-ulysses", values["zero-ulysses"], 3),
+    zeroMegatron: stage("zero-megatron", values["zero-megatron"], 1),
+    globalBatchTokens,
+  };
 }
 
 export function loadProfile(file: string): HardwareProfile {
@@ -164,7 +175,13 @@ export function runProjection(options: Options): { markdown: string; json: unkno
 }
 
 function main(): void {
-  const options = parseArgs(process.argv.slice(2));
+  let options: Options | undefined;
+  try {
+    options = parseOptions(process.argv.slice(2));
+  } catch (error) {
+    process.stderr.write(`project: ${(error as Error).message}\n`);
+    process.exit(2);
+  }
   if (!options) {
     process.stdout.write(HELP);
     return;

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { collectiveCost } from "./collective-cost.js";
-import { forwardFlops, parameterCount, project, type GptShape, type RunShape } from "./cost-model.js";
+import { gptForwardFlops } from "@ulysses/measure";
+import { gptDimensionsOf, parameterCount, project, type GptShape, type RunShape } from "./cost-model.js";
 import { parseProfile, type HardwareProfile } from "./profile.js";
 
 const hw: HardwareProfile = parseProfile({
@@ -24,10 +25,20 @@ describe("cost model", () => {
     expect(parameterCount(m)).toBe(84_934_656 + 38_597_376);
   });
 
-  it("forward FLOPs follow 24·N·h² per layer plus 4·N²·h attention", () => {
-    const f = forwardFlops(gpt, 2048);
-    expect(f.matmul).toBe(2 * 24 * 2048 * 1024 * 1024 + 2 * 2048 * 1024 * 1000);
-    expect(f.attention).toBe(2 * 4 * 2048 * 2048 * 1024);
+  it("forward FLOPs follow 24·N·h² per layer plus the head, and 4·h per attended pair: N² full, N(N+1)/2 causal", () => {
+    const full = gptForwardFlops(gptDimensionsOf(gpt), 2048, false);
+    expect(full.matmul).toBe(2 * 24 * 2048 * 1024 * 1024 + 2 * 2048 * 1024 * 1000);
+    expect(full.attention).toBe(2 * 4 * 2048 * 2048 * 1024);
+    expect(gptForwardFlops(gptDimensionsOf(gpt), 2048, true).attention).toBe(2 * 4 * ((2048 * 2049) / 2) * 1024);
+  });
+
+  it("model FLOPs of a step: 3 forwards per sequence, every replica, every micro-step", () => {
+    const run: RunShape = { scheme: "ulysses", devices: 4, degree: 2, seqLen: 2048, microBatch: 1, globalBatchTokens: 4 * 2048, zeroStage: 0, activationCheckpointing: true, causal: true };
+    const p = project(gpt, run, hw);
+    // 2 replicas x 1 sequence per micro-step, 2 micro-steps; recomputation (checkpointing) is not model FLOPs
+    expect(p.accumulation).toBe(2);
+    const perSequence = 2 * 24 * 2048 * 1024 * 1024 + 2 * 2048 * 1024 * 1000 + 2 * 4 * ((2048 * 2049) / 2) * 1024;
+    expect(p.modelFlops).toBe(4 * 3 * perSequence);
   });
 
   it("all-to-all inside a node: (P-1)/P of the data at the intra-node bandwidth", () => {

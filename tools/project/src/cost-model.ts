@@ -2,8 +2,11 @@
  * Step time, throughput and memory of one training step of a GPT under
  * Ulysses sequence parallelism or Megatron-style tensor + sequence
  * parallelism, from a hardware profile. Every formula is written out in this
- * package's README with its source; the code follows it term by term.
+ * package's README with its source; the code follows it term by term. The
+ * FLOP counts are @ulysses/measure's (the trainer's MFU and the benchmarks
+ * count the same way).
  */
+import { gptForwardFlops, gptMatrixWeights, gptTrainingFlops, TRAINING_PASSES, type GptDimensions } from "@ulysses/measure";
 import { collectiveCost, type CollectiveKind } from "./collective-cost.js";
 import { attentionEfficiencyAt, elementwiseNsAt, ProjectionError, type HardwareProfile } from "./profile.js";
 
@@ -36,7 +39,7 @@ export interface RunShape {
   globalBatchTokens: number;
   zeroStage: 0 | 1 | 2 | 3;
   activationCheckpointing: boolean;
-  /** Causal attention whose kernel skips masked blocks (half the attention work). */
+  /** Causal attention whose kernel skips masked blocks (N(N+1)/2 of the N² (query, key) pairs). */
   causal: boolean;
   /**
    * Ulysses only: q, k and v cross in one all-to-all of 3x the bytes (as
@@ -61,25 +64,20 @@ export interface Projection {
   parallelBytesPerDevice: number;
   memoryBytes: { weightsGradsOptimizer: number; activations: number; total: number };
   outOfMemory: boolean;
-  /** Model FLOPs per step (all devices), causal attention counted at half. */
+  /** Model FLOPs per step (all devices), causal attention over its N(N+1)/2 pairs. */
   modelFlops: number;
   tflopsPerDevice: number;
   tokensPerSecond: number;
 }
 
-/** Parameters: 12·L·h² for the blocks (with ffnMultiplier 4) plus V·h for the tied embedding. */
-export function parameterCount(m: GptShape): number {
-  const perLayer = 4 * m.hidden * m.hidden + 2 * m.ffnMultiplier * m.hidden * m.hidden;
-  return m.layers * perLayer + m.vocab * m.hidden;
+/** The sizes @ulysses/measure's FLOP counts read: multi-head attention, an MLP of ffnMultiplier·h, the tied head. */
+export function gptDimensionsOf(m: GptShape): GptDimensions {
+  return { layers: m.layers, hidden: m.hidden, vocab: m.vocab, mlpHidden: m.ffnMultiplier * m.hidden };
 }
 
-/** Forward FLOPs of one sequence: matrix part and attention part (full, not causal-halved). */
-export function forwardFlops(m: GptShape, seqLen: number): { matmul: number; attention: number } {
-  const n = seqLen;
-  const h = m.hidden;
-  const perLayerMatmul = 2 * n * (4 * h * h + 2 * m.ffnMultiplier * h * h);
-  const perLayerAttention = 4 * n * n * h;
-  return { matmul: m.layers * perLayerMatmul + 2 * n * h * m.vocab, attention: m.layers * perLayerAttention };
+/** Parameters: the matrices, 12·L·h² for the blocks (with ffnMultiplier 4) plus V·h for the tied embedding (norms and biases left out). */
+export function parameterCount(m: GptShape): number {
+  return gptMatrixWeights(gptDimensionsOf(m));
 }
 
 export function validateRun(m: GptShape, r: RunShape): void {
@@ -104,13 +102,12 @@ export function project(m: GptShape, r: RunShape, hw: HardwareProfile): Projecti
   const psi = parameterCount(m);
 
   // Compute: training = forward + backward (2x forward); checkpointing adds one forward.
-  const fwd = forwardFlops(m, n);
-  const passes = r.activationCheckpointing ? 4 : 3;
-  const attentionFactor = r.causal ? 0.5 : 1;
+  const fwd = gptForwardFlops(gptDimensionsOf(m), n, r.causal);
+  const passes = TRAINING_PASSES + (r.activationCheckpointing ? 1 : 0);
   // Heads may not divide evenly: the busiest device has ceil(H/P) heads.
   const headShare = Math.ceil(m.heads / p) / m.heads;
   const matmulPerDevice = (b * passes * fwd.matmul) / p;
-  const attentionPerDevice = b * passes * fwd.attention * attentionFactor * headShare;
+  const attentionPerDevice = b * passes * fwd.attention * headShare;
   const peak = hw.peakTflops * 1e12;
   const elementwise = passes * m.layers * b * (n / p) * h * elementwiseNsAt(hw, b * (n / p)) * 1e-9;
   const overhead = m.layers * hw.perLayerOverheadUs * 1e-6 * passes;
@@ -171,7 +168,7 @@ export function project(m: GptShape, r: RunShape, hw: HardwareProfile): Projecti
   const accumulation = Math.max(1, Math.ceil(r.globalBatchTokens / (dp * b * n)));
   const micro = accumulation * (computeSeconds + parallelCommSeconds);
   const stepSeconds = micro + Math.max(0, dataParallelCommSeconds - accumulation * computeSeconds);
-  const modelFlops = accumulation * dp * b * 3 * (fwd.matmul + fwd.attention * attentionFactor);
+  const modelFlops = gptTrainingFlops(gptDimensionsOf(m), n, r.causal, accumulation * dp * b);
   return {
     run: r,
     accumulation,

@@ -5,7 +5,7 @@
  */
 import type { Tensor } from "@ulysses/tensors";
 import { getBackend } from "../registry.js";
-import type { AllGatherOptions, AllToAllOptions, BackendInitOptions, Buffer, CommStats, ProcessGroup, ReduceOp, ReduceScatterOptions } from "../types.js";
+import type { AllGatherOptions, AllToAllOptions, BackendInitOptions, CommBuffer, CommStats, ProcessGroup, ReduceOp, ReduceScatterOptions } from "../types.js";
 
 export class RecordingGroup implements ProcessGroup {
   readonly backend = "recording";
@@ -33,28 +33,28 @@ export class RecordingGroup implements ProcessGroup {
     return result;
   }
 
-  allToAll(input: Buffer, options?: AllToAllOptions): Promise<Tensor> {
+  allToAll(input: CommBuffer, options?: AllToAllOptions): Promise<Tensor> {
     return this.note("allToAll", this.inner.allToAll(input, options));
   }
-  allGather(input: Buffer, options?: AllGatherOptions): Promise<Tensor> {
+  allGather(input: CommBuffer, options?: AllGatherOptions): Promise<Tensor> {
     return this.note("allGather", this.inner.allGather(input, options));
   }
-  reduceScatter(input: Buffer, options?: ReduceScatterOptions): Promise<Tensor> {
+  reduceScatter(input: CommBuffer, options?: ReduceScatterOptions): Promise<Tensor> {
     return this.note("reduceScatter", this.inner.reduceScatter(input, options));
   }
-  allReduce(tensor: Buffer, options?: { op?: ReduceOp }): Promise<Tensor> {
+  allReduce(tensor: CommBuffer, options?: { op?: ReduceOp }): Promise<Tensor> {
     return this.note("allReduce", this.inner.allReduce(tensor, options));
   }
-  broadcast(tensor: Buffer, options: { root: number }): Promise<Tensor> {
+  broadcast(tensor: CommBuffer, options: { root: number }): Promise<Tensor> {
     return this.note("broadcast", this.inner.broadcast(tensor, options));
   }
   barrier(): Promise<void> {
     return this.note("barrier", this.inner.barrier());
   }
-  send(tensor: Buffer, peer: number, tag?: number): Promise<void> {
+  send(tensor: CommBuffer, peer: number, tag?: number): Promise<void> {
     return this.note("send", this.inner.send(tensor, peer, tag));
   }
-  recv(tensor: Buffer, peer: number, tag?: number): Promise<Tensor> {
+  recv(tensor: CommBuffer, peer: number, tag?: number): Promise<Tensor> {
     return this.note("recv", this.inner.recv(tensor, peer, tag));
   }
   async newGroup(ranks: readonly number[]): Promise<ProcessGroup | null> {

@@ -35,14 +35,24 @@ const env = (() => {
 let root = "";
 let app = "";
 
-/** Compiles `pkg` into `<root>/node_modules/<name>/dist` and copies its package.json. */
+/**
+ * Compiles `pkg` into `<root>/node_modules/<name>/dist` and copies its package.json.
+ * JavaScript only, the files tsconfig.build.json emits, from a config that
+ * extends the package's tsconfig.json: other packages' types come from their
+ * sources (the "@ulysses/source" condition), so no package needs building
+ * first (tsconfig.build.json reads the referenced packages' dist).
+ */
 async function install(pkg: string): Promise<void> {
   const manifest = JSON.parse(fs.readFileSync(path.join(pkg, "package.json"), "utf8")) as { name: string };
   const target = path.join(root, "node_modules", manifest.name);
   fs.mkdirSync(target, { recursive: true });
   fs.copyFileSync(path.join(pkg, "package.json"), path.join(target, "package.json"));
-  const flags = ["--declaration", "false", "--declarationMap", "false", "--sourceMap", "false", "--incremental", "false"];
-  await run(process.execPath, [require.resolve("typescript/bin/tsc"), "-p", path.join(pkg, "tsconfig.build.json"), "--outDir", path.join(target, "dist"), ...flags], { env });
+  const config = path.join(root, `tsconfig.${path.basename(pkg)}.json`);
+  const typeRoots = [path.dirname(path.dirname(require.resolve("@types/node/package.json")))]; // "types": ["node"], from a config outside the workspace
+  const compilerOptions = { rootDir: path.join(pkg, "src"), outDir: path.join(target, "dist"), noEmit: false, declaration: false, declarationMap: false, sourceMap: false, incremental: false, typeRoots };
+  const exclude = [path.join(pkg, "src/**/*.test.ts"), path.join(pkg, "src/testing-fixtures/**")];
+  fs.writeFileSync(config, JSON.stringify({ extends: path.join(pkg, "tsconfig.json"), compilerOptions, include: [path.join(pkg, "src")], exclude }));
+  await run(process.execPath, [require.resolve("typescript/bin/tsc"), "-p", config], { env });
 }
 
 /** A dependency of the compiled packages, linked from the workspace's install. */

@@ -26,8 +26,10 @@ import { attentionDims, checkBackwardShapes, type AttentionDims } from "./shapes
 import type { AttentionForwardResult, AttentionGradients, AttentionOptions, LocalAttention } from "./types.js";
 
 export interface OrtAttentionOptions {
-  /** Sessions and threads (default: a new SessionCache with its default threads). */
+  /** Sessions and threads (default: a new SessionCache, owned and released by this instance). */
   cache?: SessionCache;
+  /** Intra-op threads of the SessionCache this instance creates when no cache is given (default: the cache's default). */
+  threads?: number;
   /** Query rows per session run, over the kv head's whole query group (default: block-sizes.ts). */
   blockRows?: number;
   /** Keys per backward tile (default: block-sizes.ts). */
@@ -69,8 +71,11 @@ export class OrtAttention implements LocalAttention {
   private readonly ownsCache: boolean;
 
   constructor(options: OrtAttentionOptions = {}) {
+    if (options.cache !== undefined && options.threads !== undefined && options.threads !== options.cache.intraOpThreads) {
+      throw new KernelError(`OrtAttention: threads (${options.threads}) differs from the cache's intraOpThreads (${options.cache.intraOpThreads}); pass one of them`);
+    }
     this.ownsCache = options.cache === undefined;
-    this.cache = options.cache ?? new SessionCache();
+    this.cache = options.cache ?? new SessionCache({ intraOpThreads: options.threads });
     this.blockRows = options.blockRows;
     this.tileKeys = options.tileKeys;
     for (const [name, value] of [["blockRows", this.blockRows], ["tileKeys", this.tileKeys]] as const) {
@@ -203,7 +208,11 @@ export class OrtAttention implements LocalAttention {
     return { dq, dk, dv };
   }
 
-  /** Releases the sessions when this instance created the cache (a shared cache is released by its owner). */
+  /**
+   * LocalAttention.release: frees the sessions when this instance created the
+   * cache; a cache passed in is left alone (its owner releases it). Idempotent;
+   * a later call builds its sessions again.
+   */
   async release(): Promise<void> {
     if (this.ownsCache) await this.cache.release();
   }

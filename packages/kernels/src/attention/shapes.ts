@@ -1,7 +1,10 @@
 /**
- * Shape checks shared by every LocalAttention implementation: validates q, k,
- * v (and the backward's out, dOut, logSumExp) against the contract in
- * `types.ts` and returns the sizes. It computes nothing.
+ * The one shape check of the LocalAttention contract (`types.ts`), used by
+ * every implementation, in this package and outside it: validates q, k, v
+ * (and the backward's out, dOut, logSumExp) and returns the sizes. It
+ * computes nothing. Errors name the call (`who`) and the offending dtype and
+ * shape; they are KernelErrors unless the caller passes its own package's
+ * error factory (FusedAttention throws FusedAttentionErrors this way).
  */
 import type { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
@@ -22,39 +25,72 @@ export interface AttentionDims {
   offset: number;
 }
 
-function shapeOf(t: Tensor): string {
-  return `[${t.shape.join(", ")}]`;
+/** Makes the error a failed check throws, from its message. */
+export type AttentionErrorFactory = (message: string) => Error;
+
+const kernelError: AttentionErrorFactory = (message) => new KernelError(message);
+
+/** "float32 [2, 5, 4, 8]": what a message shows of a tensor. */
+function describeTensor(t: Tensor): string {
+  return `${t.dtype} [${t.shape.join(", ")}]`;
 }
 
-/** Validates the forward inputs; returns their sizes. */
-export function attentionDims(q: Tensor, k: Tensor, v: Tensor, options: AttentionOptions, who: string): AttentionDims {
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((d, i) => d === b[i]);
+}
+
+/**
+ * Validates the forward inputs against the contract; returns their sizes.
+ * `who` names the call in messages ("OrtAttention.forward"); `error` makes
+ * the thrown error (default: a KernelError).
+ */
+export function attentionDims(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  options: AttentionOptions,
+  who: string,
+  error: AttentionErrorFactory = kernelError,
+): AttentionDims {
   for (const [name, t] of [["q", q], ["k", k], ["v", v]] as const) {
-    if (t.dtype !== "float32") throw new KernelError(`${who}: ${name} must be float32, got ${t.dtype}`);
-    if (t.rank !== 4) throw new KernelError(`${who}: ${name} must be [batch, seq, heads, headDim], got ${shapeOf(t)}`);
+    if (t.dtype !== "float32") throw error(`${who}: ${name} must be float32, got ${describeTensor(t)}`);
+    if (t.rank !== 4) throw error(`${who}: ${name} must be [batch, seq, heads, headDim], got ${describeTensor(t)}`);
   }
   const [batch, seqQ, heads, headDim] = q.shape as [number, number, number, number];
   const [kb, seqK, kvHeads, kd] = k.shape as [number, number, number, number];
   if (kb !== batch || kd !== headDim) {
-    throw new KernelError(`${who}: k ${shapeOf(k)} does not match q ${shapeOf(q)} in batch or headDim`);
+    throw error(`${who}: k ${describeTensor(k)} does not match q ${describeTensor(q)} in batch or headDim`);
   }
-  if (v.shape.some((d, i) => d !== k.shape[i])) throw new KernelError(`${who}: v ${shapeOf(v)} must have k's shape ${shapeOf(k)}`);
+  if (!sameShape(v.shape, k.shape)) throw error(`${who}: v ${describeTensor(v)} does not match k ${describeTensor(k)} (v must have k's shape)`);
   if (kvHeads < 1 || heads % kvHeads !== 0) {
-    throw new KernelError(`${who}: heads (${heads}) must be a multiple of kvHeads (${kvHeads})`);
+    throw error(`${who}: heads (${heads}) must be a multiple of kvHeads (${kvHeads})`);
   }
   const scale = options.scale ?? 1 / Math.sqrt(headDim);
-  if (!Number.isFinite(scale)) throw new KernelError(`${who}: scale must be finite, got ${options.scale}`);
+  if (!Number.isFinite(scale)) throw error(`${who}: scale must be finite, got ${options.scale}`);
   return { batch, seqQ, seqK, heads, kvHeads, headDim, group: heads / kvHeads, scale, causal: options.causal, offset: seqK - seqQ };
 }
 
-/** Validates the backward's extra inputs against the forward sizes. */
-export function checkBackwardShapes(dims: AttentionDims, out: Tensor, dOut: Tensor, logSumExp: Tensor, q: Tensor, who: string): void {
+/**
+ * Validates the backward's extra inputs against the forward sizes from
+ * `attentionDims`: out and dOut shaped like q, logSumExp [batch, heads, seqQ],
+ * all float32. `who` and `error` as for attentionDims.
+ */
+export function checkBackwardShapes(
+  dims: AttentionDims,
+  out: Tensor,
+  dOut: Tensor,
+  logSumExp: Tensor,
+  q: Tensor,
+  who: string,
+  error: AttentionErrorFactory = kernelError,
+): void {
   for (const [name, t] of [["out", out], ["dOut", dOut]] as const) {
-    if (t.dtype !== "float32" || t.shape.length !== 4 || t.shape.some((d, i) => d !== q.shape[i])) {
-      throw new KernelError(`${who}: ${name} must be float32 with q's shape ${shapeOf(q)}, got ${t.dtype} ${shapeOf(t)}`);
+    if (t.dtype !== "float32" || !sameShape(t.shape, q.shape)) {
+      throw error(`${who}: ${name} must be float32 with q's shape [${q.shape.join(", ")}], got ${describeTensor(t)}`);
     }
   }
-  const want = [dims.batch, dims.heads, dims.seqQ];
-  if (logSumExp.dtype !== "float32" || logSumExp.shape.length !== 3 || logSumExp.shape.some((d, i) => d !== want[i])) {
-    throw new KernelError(`${who}: logSumExp must be float32 [${want.join(", ")}], got ${logSumExp.dtype} ${shapeOf(logSumExp)}`);
+  const expected = [dims.batch, dims.heads, dims.seqQ];
+  if (logSumExp.dtype !== "float32" || !sameShape(logSumExp.shape, expected)) {
+    throw error(`${who}: logSumExp must be float32 [${expected.join(", ")}], got ${describeTensor(logSumExp)}`);
   }
 }

@@ -12,6 +12,10 @@
  *
  * logSumExp is [batch, heads, seqQ]: log(sum_j exp(scale * q_i . k_j)) over the
  * keys query i attends. Backward recomputes the probabilities from it.
+ *
+ * Shapes are checked by `attentionDims` and `checkBackwardShapes`
+ * (`shapes.ts`), which every implementation calls. Implementations are made
+ * by name through the registry (`registry.ts`).
  */
 import type { Tensor } from "@ulysses/tensors";
 
@@ -49,4 +53,14 @@ export interface LocalAttention {
     logSumExp: Tensor<"float32">,
     options: AttentionOptions,
   ): Promise<AttentionGradients>;
+  /**
+   * Frees what this instance owns: ONNX Runtime sessions, native runtimes,
+   * buffers. Idempotent: calling it again is harmless. A SessionCache the
+   * caller passed in is not the instance's to free; its owner releases it.
+   * After release an implementation either rebuilds what it needs on the next
+   * call (OrtAttention) or rejects the call with an error (FusedAttention).
+   * The result may be a promise: await it before releasing what the instance
+   * was given (`await attention.release(); await cache.release();`).
+   */
+  release(): void | Promise<void>;
 }

@@ -6,7 +6,7 @@
  */
 import { KernelError } from "../errors.js";
 import type { Attribute, ElementType } from "./builder.js";
-import type { TapeValue } from "./gradients-tape.js";
+import type { TapeValue } from "./gradients-types.js";
 
 export interface InferredShape {
   dims: number[];

@@ -12,30 +12,16 @@
  *   never reads, such as beta for LayerNorm's gradient). Emitting a graph that
  *   needs a placeholder's data throws.
  *
- * Shape inference lives in `gradients-shapes.ts`, the vector-Jacobian rules in
- * `gradients.ts` and `gradients-rules.ts`; this module knows neither.
+ * TapeValue and TapeNode live in `gradients-types.ts`, shape inference in
+ * `gradients-shapes.ts`, the vector-Jacobian rules in `gradients.ts` and
+ * `gradients-rules.ts`; this module knows neither rule.
  */
 import { KernelError } from "../errors.js";
 import { GraphBuilder, type Attribute, type ElementType, type Value } from "./builder.js";
 import { inferShapes } from "./gradients-shapes.js";
+import type { TapeNode, TapeValue } from "./gradients-types.js";
 
-/** A value on the tape: an identity, a static shape and an element type. */
-export interface TapeValue {
-  readonly id: number;
-  readonly dims: readonly number[];
-  readonly type: ElementType;
-  /** The data of a constant (small: axes, shapes, scalars). */
-  readonly constant?: readonly number[];
-}
-
-/** A recorded node. */
-export interface TapeNode {
-  readonly opType: string;
-  readonly domain: string;
-  readonly inputs: readonly (TapeValue | null)[];
-  readonly outputs: readonly TapeValue[];
-  readonly attributes: Readonly<Record<string, Attribute>>;
-}
+export type { TapeNode, TapeValue } from "./gradients-types.js";
 
 type Source =
   | { kind: "input"; name: string }

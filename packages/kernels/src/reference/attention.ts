@@ -155,4 +155,7 @@ export class ReferenceAttention implements LocalAttention {
     const g = referenceBackward64(Float64Array.from(q.data), Float64Array.from(k.data), Float64Array.from(v.data), Float64Array.from(dOut.data), dims);
     return { dq: toFloat32(q.shape, g.dq), dk: toFloat32(k.shape, g.dk), dv: toFloat32(v.shape, g.dv) };
   }
+
+  /** LocalAttention.release: a no-op, since this implementation holds no sessions or native resources. */
+  release(): void {}
 }

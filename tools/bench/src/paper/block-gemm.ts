@@ -6,6 +6,7 @@
  * (paper-rank.ts, every rank at once).
  */
 import { GraphBuilder, type SessionCache } from "@ulysses/kernels";
+import { matmulFlopsPerToken } from "@ulysses/measure";
 import { randomUniform, type Tensor } from "@ulysses/tensors";
 
 /** Untimed calls of `run`: at least `runs` of them and `ms` milliseconds. */
@@ -20,6 +21,11 @@ export interface BlockGemm {
   run(): Promise<unknown>;
   /** Untimed runs: the first ones are up to 2.5x slower (buffers growing, pages faulting in), so at least 3 runs and 1 s. */
   warm(): Promise<void>;
+}
+
+/** FLOPs of the block's forward GEMMs over `rows` tokens: @ulysses/measure's matrix count of one layer without vocabulary (24·rows·h²). */
+export function blockGemmFlops(rows: number, hidden: number): number {
+  return rows * matmulFlopsPerToken({ layers: 1, hidden, vocab: 0, mlpHidden: 4 * hidden });
 }
 
 export function blockGemm(cache: SessionCache, rows: number, hidden: number): BlockGemm {
@@ -45,5 +51,5 @@ export function blockGemm(cache: SessionCache, rows: number, hidden: number): Bl
     down: randomUniform([4 * h, h], { seed: 4, low: -1, high: 1 }),
   };
   const run = () => cache.run(key, build, feeds);
-  return { flops: 24 * rows * h * h, run, warm: () => warmUp(run, 3, 1000) };
+  return { flops: blockGemmFlops(rows, h), run, warm: () => warmUp(run, 3, 1000) };
 }

@@ -4,14 +4,16 @@
  * throughput and calibration tables need, the all-to-all rates of the
  * projection profile, and the maximum-sequence search under the memory cap.
  */
-import type { AttentionKind, BlockConfig } from "@ulysses/block";
-import { attendedPairs } from "../kernels-bench-case.js";
+import type { BlockConfig } from "@ulysses/block";
+import type { SequenceParallelKind } from "@ulysses/parallel";
+import { attentionFlops } from "@ulysses/measure";
+import { blockGemmFlops } from "./block-gemm.js";
 import { searchMaximum } from "./max-seq-search.js";
 import type { MemoryAccount } from "./memory-account.js";
 import type { PaperFlags } from "./paper-flags.js";
 import { PaperWorld, type BlockRow } from "./paper-world.js";
 
-export const KINDS: readonly AttentionKind[] = ["ulysses", "allgather"];
+export const KINDS: readonly SequenceParallelKind[] = ["ulysses", "allgather"];
 
 export interface AllToAllRate {
   ranks: number;
@@ -33,7 +35,7 @@ export interface AllToAllRate {
 
 export interface MaxSeqResult {
   ranks: number;
-  kind: AttentionKind;
+  kind: SequenceParallelKind;
   capBytes: number;
   best: number;
   firstFailure: number;
@@ -63,12 +65,12 @@ export interface BlockMeasurements {
   worldRates: WorldRates[];
 }
 
-export const rowKey = (ranks: number, seq: number, kind: AttentionKind) => `${ranks}/${seq}/${kind}`;
+export const rowKey = (ranks: number, seq: number, kind: SequenceParallelKind) => `${ranks}/${seq}/${kind}`;
 
 /** The (N, kind) rows each P needs, from the flags. */
-export function plannedRows(f: PaperFlags): Map<number, { seq: number; kind: AttentionKind }[]> {
-  const plan = new Map<number, Map<string, { seq: number; kind: AttentionKind }>>();
-  const add = (p: number, seq: number, kind: AttentionKind) => {
+export function plannedRows(f: PaperFlags): Map<number, { seq: number; kind: SequenceParallelKind }[]> {
+  const plan = new Map<number, Map<string, { seq: number; kind: SequenceParallelKind }>>();
+  const add = (p: number, seq: number, kind: SequenceParallelKind) => {
     if (!plan.has(p)) plan.set(p, new Map());
     plan.get(p)!.set(rowKey(p, seq, kind), { seq, kind });
   };
@@ -86,7 +88,7 @@ export function plannedRows(f: PaperFlags): Map<number, { seq: number; kind: Att
 
 export async function measureBlocks(f: PaperFlags, log: (line: string) => void): Promise<BlockMeasurements> {
   const out: BlockMeasurements = { rows: [], allToAll: [], maxSeq: [], worldRates: [] };
-  const config = (kind: AttentionKind): BlockConfig & { attention: AttentionKind } => ({ hidden: f.hidden, heads: f.heads, attention: kind, causal: true });
+  const config = (kind: SequenceParallelKind): BlockConfig & { attention: SequenceParallelKind } => ({ hidden: f.hidden, heads: f.heads, attention: kind, causal: true });
   for (const [p, rows] of plannedRows(f)) {
     const world = await PaperWorld.start(p);
     try {
@@ -124,7 +126,7 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
 
 async function measureGemmRate(world: PaperWorld, p: number, f: PaperFlags, log: (line: string) => void): Promise<WorldRates> {
   const gemmSeconds = await world.kernelSeconds("gemmRate", { rows: f.rateRows, hidden: f.hidden, repeats: 5 });
-  const gemmGflops = (24 * f.rateRows * f.hidden * f.hidden) / gemmSeconds / 1e9;
+  const gemmGflops = blockGemmFlops(f.rateRows, f.hidden) / gemmSeconds / 1e9;
   log(`  P=${p} block GEMMs (${f.rateRows} rows) on every rank at once: ${gemmGflops.toFixed(1)} GFLOP/s per rank`);
   return { ranks: p, gemmRows: f.rateRows, gemmGflops, attention: [] };
 }
@@ -133,12 +135,12 @@ async function measureAttentionRate(world: PaperWorld, p: number, seq: number, f
   const heads = Math.ceil(f.heads / p);
   const headDim = f.hidden / f.heads;
   const seconds = await world.kernelSeconds("attentionRate", { seq, heads, headDim, causal: true, repeats: 3 });
-  const gflops = (12 * heads * attendedPairs(seq, true) * headDim) / seconds / 1e9;
+  const gflops = attentionFlops({ seq, width: heads * headDim, causal: true }, "training") / seconds / 1e9;
   log(`  P=${p} N=${seq} attention (${heads} heads) on every rank at once: ${gflops.toFixed(1)} useful GFLOP/s per rank`);
   return { seq, heads, seconds, gflops };
 }
 
-async function searchMaxSeq(world: PaperWorld, p: number, kind: AttentionKind, config: BlockConfig & { attention: AttentionKind }, f: PaperFlags, log: (line: string) => void): Promise<MaxSeqResult> {
+async function searchMaxSeq(world: PaperWorld, p: number, kind: SequenceParallelKind, config: BlockConfig & { attention: SequenceParallelKind }, f: PaperFlags, log: (line: string) => void): Promise<MaxSeqResult> {
   const capBytes = f.capMiB * 2 ** 20;
   const probes: MaxSeqResult["probes"] = [];
   const accounts = new Map<number, MemoryAccount>();

@@ -22,7 +22,8 @@
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { AttentionGradients, LocalAttention, AttentionOptions } from "@ulysses/kernels";
-import type { ShardedAttention, ShardedAttentionContext, ShardedAttentionOptions } from "@ulysses/block";
+import type { BlockAttentionContext } from "@ulysses/block";
+import type { ShardedAttention, ShardedAttentionOptions } from "@ulysses/parallel";
 import type { Tensor } from "@ulysses/tensors";
 
 type F32 = Tensor<"float32">;
@@ -77,6 +78,9 @@ export class RecordingLocalAttention implements LocalAttention {
     this.backwardIoBytes = Math.max(this.backwardIoBytes, dOut.byteLength + g.dq.byteLength + g.dk.byteLength + g.dv.byteLength);
     return g;
   }
+
+  /** The inner kernel belongs to the caller, which releases it. */
+  release(): void {}
 }
 
 /** Records the bytes of the wrapper's returned gradients; everything else is delegated. */
@@ -98,13 +102,13 @@ export class RecordingShardedAttention implements ShardedAttention {
     return this.inner.forward(q, k, v, options);
   }
 
-  async backward(context: ShardedAttentionContext, dOut: F32): Promise<AttentionGradients> {
+  async backward(context: BlockAttentionContext, dOut: F32): Promise<AttentionGradients> {
     const g = await this.inner.backward(context, dOut);
     this.gradientBytes = Math.max(this.gradientBytes, g.dq.byteLength + g.dk.byteLength + g.dv.byteLength);
     return g;
   }
 
-  release(context: ShardedAttentionContext, ...tensors: F32[]): void {
+  release(context: BlockAttentionContext, ...tensors: F32[]): void {
     this.inner.release(context, ...tensors);
   }
 }

@@ -1,7 +1,7 @@
-import { slowestThenMedian } from "./paper-world.js";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { maxRelativeDifference } from "./measure-children.js";
-import { parsePaperFlags } from "./paper-flags.js";
+import { parsePaperFlags, parseRerender } from "./paper-flags.js";
 import { blockStepFlops, formulaForwardBytes } from "./paper-tables.js";
 
 const flags = parsePaperFlags([])!;
@@ -17,8 +17,8 @@ describe("bench:paper arithmetic", () => {
     expect(formulaForwardBytes("ulysses", 1, 4096, flags)).toBe(0);
   });
 
-  it("block step FLOPs: 3 x (24·N·h² + 2·N²·h)", () => {
-    expect(blockStepFlops(flags, 4096)).toBe(3 * (24 * 4096 * 256 * 256 + 2 * 4096 * 4096 * 256));
+  it("block step FLOPs: 3 x (24·N·h² + 4·h·N(N+1)/2), causal attention over its pairs", () => {
+    expect(blockStepFlops(flags, 4096)).toBe(3 * (24 * 4096 * 256 * 256 + 4 * 256 * ((4096 * 4097) / 2)));
   });
 
   it("max relative difference of loss curves", () => {
@@ -31,7 +31,7 @@ describe("bench:paper arithmetic", () => {
     expect(parsePaperFlags(["--seqs", "1024,2048", "--skip", "maxseq,comm"])).toMatchObject({ seqs: [1024, 2048] });
     expect(parsePaperFlags(["--help"])).toBeNull();
     expect(() => parsePaperFlags(["--seqs", "1k"])).toThrow(/--seqs: expected positive integers.*'1k'/);
-    expect(() => parsePaperFlags(["--bogus"])).toThrow(/unknown flag '--bogus'/);
+    expect(() => parsePaperFlags(["--bogus"])).toThrow(/bench:paper: Unknown option '--bogus'/);
   });
 });
 
@@ -47,15 +47,6 @@ describe("bestRates", () => {
   });
 });
 
-describe("kernels timed on every rank at once", () => {
-  it("takes each repetition's slowest rank, then the median repetition", () => {
-    // slowest per repetition: 3, 4, 2.5 -> median 3
-    expect(slowestThenMedian([[3, 1, 2], [1, 4, 2.5]])).toBe(3);
-    expect(slowestThenMedian([[7]])).toBe(7);
-    expect(() => slowestThenMedian([[1], []])).toThrow(/at least one repetition, got 1, 0/);
-  });
-});
-
 describe("bench:paper flags", () => {
   it("reads flag values, quick sizes and errors", () => {
     const f = parsePaperFlags(["--quick", "--seqs", "1024,2048", "--timed-steps", "5", "--skip", "maxseq, convergence"])!;
@@ -65,8 +56,20 @@ describe("bench:paper flags", () => {
     expect([...f.skip]).toEqual(["maxseq", "convergence"]);
     expect(f.calibrationSeqs).toEqual([512, 1024, 2048]);
     expect(parsePaperFlags(["--help"])).toBeNull();
-    expect(() => parsePaperFlags(["--out"])).toThrow("--out needs a value");
+    expect(parsePaperFlags(["-h", "--bogus"])).toBeNull();
+    expect(parsePaperFlags(["--", "--hidden", "128", "--out", "x"])).toMatchObject({ hidden: 128, out: "x" });
+    expect(() => parsePaperFlags(["--out"])).toThrow("Option '--out <value>' argument missing");
     expect(() => parsePaperFlags(["--seqs", "1024,x"])).toThrow("--seqs: expected positive integers separated by commas, got '1024,x'");
-    expect(() => parsePaperFlags(["--bogus"])).toThrow(/unknown flag '--bogus'/);
+    expect(() => parsePaperFlags(["--hidden", "0"])).toThrow("--hidden: expected a positive integer, got '0'");
+    expect(() => parsePaperFlags(["--quick=yes"])).toThrow("--quick");
+    expect(() => parsePaperFlags(["stray"])).toThrow("Unexpected argument 'stray'");
+  });
+
+  it("--rerender [FILE]: the recorded paper.json, by default the repository's", () => {
+    expect(parseRerender(["--rerender"], "/repo")).toBe(path.resolve("/repo/bench-results/paper.json"));
+    expect(parseRerender(["--rerender", "/runs/paper.json"], "/repo")).toBe("/runs/paper.json");
+    expect(parseRerender(["--rerender", "--help"], "/repo")).toBeNull();
+    expect(() => parsePaperFlags(["--rerender"])).toThrow("Unknown option '--rerender'");
+    expect(() => parseRerender(["--rerender", "a.json", "b.json"], "/repo")).toThrow("--rerender takes at most one FILE and no other flag, got '--rerender a.json b.json'");
   });
 });

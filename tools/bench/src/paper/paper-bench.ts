@@ -17,7 +17,8 @@ import { describeMachine, machineInfo } from "./machine-info.js";
 import { measureBlocks, type BlockMeasurements } from "./measure-blocks.js";
 import { bestRates, measureConvergence, measureKernelRates, REPO_ROOT, runClusterProjection, type ConvergenceRun } from "./measure-children.js";
 import { paperCharts } from "./paper-charts.js";
-import { PAPER_HELP, parsePaperFlags, type PaperFlags } from "./paper-flags.js";
+import { readCommandLine } from "../cli-flags.js";
+import { PAPER_HELP, parsePaperFlags, parseRerender, type PaperFlags } from "./paper-flags.js";
 import { renderPaper, type PaperData } from "./paper-render.js";
 import { runProjectionCheck, type ProjectionCheck } from "./projection-section.js";
 
@@ -67,12 +68,8 @@ async function rerender(file: string): Promise<void> {
 
 async function main(): Promise<void> {
   const argv = process.argv.slice(2).filter((a) => a !== "--");
-  if (argv[0] === "--rerender") return rerender(path.resolve(process.env.INIT_CWD ?? process.cwd(), argv[1] ?? path.join(REPO_ROOT, "bench-results/paper.json")));
-  const f = parsePaperFlags(argv);
-  if (f === null) {
-    process.stdout.write(PAPER_HELP);
-    return;
-  }
+  if (argv[0] === "--rerender") return rerender(readCommandLine(PAPER_HELP, argv, (words) => parseRerender(words, REPO_ROOT)));
+  const f = readCommandLine(PAPER_HELP, argv, parsePaperFlags);
   const command = `pnpm bench:paper${argv.length > 0 ? ` ${argv.join(" ")}` : ""}`;
   const outDir = path.resolve(REPO_ROOT, f.out ?? "bench-results");
   fs.mkdirSync(outDir, { recursive: true });

@@ -1,11 +1,11 @@
 /**
- * The SVG charts of `bench:paper`, drawn with the projection package's
+ * The SVG charts of `bench:paper`, drawn with @ulysses/measure's
  * `lineChart`: communication volume (weak scaling), throughput against N,
  * maximum sequence length against P, the loss curves at SP = 1, 2, 4, and the
  * projection check (predicted against measured step times).
  */
-import { lineChart, type Series } from "../../../project/src/index.js";
-import type { AttentionKind } from "@ulysses/block";
+import { lineChart, type Series } from "@ulysses/measure";
+import type { SequenceParallelKind } from "@ulysses/parallel";
 import type { BlockRow } from "./paper-world.js";
 import type { MaxSeqResult } from "./measure-blocks.js";
 import type { ConvergenceRun } from "./measure-children.js";
@@ -13,7 +13,7 @@ import type { PaperFlags } from "./paper-flags.js";
 import type { ProjectionCheck } from "./projection-section.js";
 import { formulaForwardBytes } from "./paper-tables.js";
 
-const KINDS: { kind: AttentionKind; name: string }[] = [
+const KINDS: { kind: SequenceParallelKind; name: string }[] = [
   { kind: "ulysses", name: "Ulysses" },
   { kind: "allgather", name: "all-gather-KV" },
 ];
@@ -21,7 +21,7 @@ const kFormat = (x: number) => (x >= 1024 ? `${x / 1024}K` : String(x));
 
 export function paperCharts(f: PaperFlags, rows: readonly BlockRow[], maxSeq: readonly MaxSeqResult[], runs: readonly ConvergenceRun[], check: ProjectionCheck | null): Record<string, string> {
   const charts: Record<string, string> = {};
-  const get = (p: number, n: number, kind: AttentionKind) => rows.find((r) => r.ranks === p && r.seq === n && r.kind === kind);
+  const get = (p: number, n: number, kind: SequenceParallelKind) => rows.find((r) => r.ranks === p && r.seq === n && r.kind === kind);
   if (!f.skip.has("comm")) {
     const series: Series[] = KINDS.flatMap(({ kind, name }) => [
       { name: `${name} measured`, points: f.scaleRanks.map((p) => ({ x: p, y: (get(p, f.weakPerRank * p, kind)?.forwardBytes ?? NaN) / 2 ** 20 })) },

@@ -3,7 +3,8 @@
  * full suite (sized to finish in under 20 minutes on 2 idle cores); `--quick`
  * is a ~3-minute smoke run; the other flags enlarge or narrow either.
  */
-import { flagsOf } from "../argv.js";
+import path from "node:path";
+import { parseFlags, positiveInteger, positiveIntegers, UsageError } from "../cli-flags.js";
 
 export interface PaperFlags {
   quick: boolean;
@@ -85,39 +86,50 @@ paper.json, paper-*.svg and tools/project/profiles/this-machine*.json.
   --timed-steps N      timed steps per throughput row, median reported (default 3)
   --skip LIST          sections to skip: comm,throughput,maxseq,convergence,projection
   --out DIR            output folder (default bench-results)
+  --rerender [FILE]    render a recorded run's paper.json again (default bench-results/paper.json), measuring nothing
+  --help, -h           this text
 `;
 
-const list = (flag: string, v: string) => {
-  const values = v.split(",").map(Number);
-  if (values.length === 0 || values.some((n) => !Number.isInteger(n) || n < 1)) throw new Error(`${flag}: expected positive integers separated by commas, got '${v}'`);
-  return values;
-};
+const FLAGS = {
+  quick: { type: "boolean" },
+  seqs: { type: "string" },
+  ranks: { type: "string" },
+  hidden: { type: "string" },
+  heads: { type: "string" },
+  "cap-mib": { type: "string" },
+  "train-steps": { type: "string" },
+  "timed-steps": { type: "string" },
+  skip: { type: "string" },
+  out: { type: "string" },
+} as const;
 
-/** Parses argv (without node and the script); returns null for --help. */
+/** Parses argv (without node and the script); returns null for --help. Throws a UsageError naming a bad flag or value. */
 export function parsePaperFlags(argv: readonly string[]): PaperFlags | null {
-  const quick = argv.includes("--quick");
-  const flags: PaperFlags = { ...FULL, ...(quick ? QUICK : {}), quick, skip: new Set(), out: null };
-  for (const { flag, value } of flagsOf(argv)) {
-    const count = () => list(flag, value())[0]!;
-    switch (flag) {
-      case "--":
-      case "--quick":
-        break;
-      case "--help":
-      case "-h":
-        return null;
-      case "--seqs": flags.seqs = list(flag, value()); break;
-      case "--ranks": flags.ranks = list(flag, value()); break;
-      case "--hidden": flags.hidden = count(); break;
-      case "--heads": flags.heads = count(); break;
-      case "--cap-mib": flags.capMiB = count(); break;
-      case "--train-steps": flags.trainSteps = count(); break;
-      case "--timed-steps": flags.timedSteps = count(); break;
-      case "--skip": for (const s of value().split(",")) flags.skip.add(s.trim()); break;
-      case "--out": flags.out = value(); break;
-      default:
-        throw new Error(`bench:paper: unknown flag '${flag}'\n\n${PAPER_HELP}`);
-    }
-  }
+  const values = parseFlags("bench:paper", argv, FLAGS);
+  if (values === null) return null;
+  const quick = values.quick === true;
+  const flags: PaperFlags = { ...FULL, ...(quick ? QUICK : {}), quick, skip: new Set(), out: values.out ?? null };
+  if (values.seqs !== undefined) flags.seqs = positiveIntegers("--seqs", values.seqs);
+  if (values.ranks !== undefined) flags.ranks = positiveIntegers("--ranks", values.ranks);
+  if (values.hidden !== undefined) flags.hidden = positiveInteger("--hidden", values.hidden);
+  if (values.heads !== undefined) flags.heads = positiveInteger("--heads", values.heads);
+  if (values["cap-mib"] !== undefined) flags.capMiB = positiveInteger("--cap-mib", values["cap-mib"]);
+  if (values["train-steps"] !== undefined) flags.trainSteps = positiveInteger("--train-steps", values["train-steps"]);
+  if (values["timed-steps"] !== undefined) flags.timedSteps = positiveInteger("--timed-steps", values["timed-steps"]);
+  if (values.skip !== undefined) for (const section of values.skip.split(",")) flags.skip.add(section.trim());
   return flags;
+}
+
+/**
+ * `--rerender [FILE]` (first on the command line): the recorded paper.json to
+ * render again, resolved from where pnpm was started (default
+ * bench-results/paper.json at the repository root); null for --help.
+ */
+export function parseRerender(argv: readonly string[], repoRoot: string): string | null {
+  const words = argv.filter((word) => word !== "--");
+  if (words.includes("--help") || words.includes("-h")) return null;
+  if (words[0] !== "--rerender" || words.length > 2 || (words[1] ?? "").startsWith("-")) {
+    throw new UsageError(`bench:paper: --rerender takes at most one FILE and no other flag, got '${words.join(" ")}'`);
+  }
+  return path.resolve(process.env.INIT_CWD ?? process.cwd(), words[1] ?? path.join(repoRoot, "bench-results/paper.json"));
 }

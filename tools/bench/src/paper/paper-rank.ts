@@ -20,15 +20,17 @@
  *
  * Tables are made by the orchestrator (paper-bench.ts).
  */
-import type { ProcessGroup } from "@ulysses/collectives";
+import type { OpKind, ProcessGroup } from "@ulysses/collectives";
+import { commDelta, median, medianBy } from "@ulysses/measure";
 import { createOrtOps, OrtAttention, SessionCache, type BlockOps } from "@ulysses/kernels";
-import { AllGatherKVAttention, TransformerBlock, UlyssesAttention, type BlockConfig } from "@ulysses/block";
+import { TransformerBlock, type BlockConfig } from "@ulysses/block";
+import { AllGatherKVAttention, ParallelBlock, UlyssesAttention, type SequenceParallelKind } from "@ulysses/parallel";
 import { evenSplitSizes, randomUniform, Rng, Tensor } from "@ulysses/tensors";
 import { blockGemm, warmUp } from "./block-gemm.js";
 import { memoryAccount, recordingGroup, RecordingLocalAttention, RecordingShardedAttention, type ExchangeRecord, type MemoryAccount } from "./memory-account.js";
 
 export interface BlockStepArgs {
-  config: BlockConfig;
+  config: BlockConfig & { attention?: SequenceParallelKind };
   seq: number;
   /** Timed steps (the median is kept); 0 times the first (cold) step. */
   iters: number;
@@ -88,7 +90,8 @@ interface RankContext {
   ortThreads: number;
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+/** The collectives of the attention exchanges (the gradient all-reduce is counted apart). */
+const ATTENTION_OPS: readonly OpKind[] = ["allToAll", "allGather", "reduceScatter"];
 
 export default function setup(ctx: RankContext) {
   const { group } = ctx;
@@ -116,42 +119,41 @@ export default function setup(ctx: RankContext) {
       const exchange: ExchangeRecord = { maxInputBytes: 0, maxOutputBytes: 0 };
       const recorded = recordingGroup(group, exchange);
       const local = new RecordingLocalAttention(kernel);
-      const Wrapper = (args.config.attention ?? "ulysses") === "ulysses" ? UlyssesAttention : AllGatherKVAttention;
+      const { attention: kind = "ulysses", ...blockConfig } = args.config;
+      const Wrapper = kind === "ulysses" ? UlyssesAttention : AllGatherKVAttention;
       const attention = new RecordingShardedAttention(new Wrapper(local, recorded));
-      const block = new TransformerBlock(args.config, { ops, attention, group: recorded, seed: 1 });
+      const block = new ParallelBlock(new TransformerBlock(blockConfig, { ops, localAttention: local, seed: 1 }), recorded, attention);
       const rows = evenSplitSizes(args.seq, group.size)[group.rank]!;
       const rng = new Rng(7, group.rank);
       const x = new Tensor("float32", [1, rows, args.config.hidden]);
       const dy = new Tensor("float32", [1, rows, args.config.hidden]);
       rng.fillNormal(x.data);
       rng.fillNormal(dy.data, 0, 0.01);
-      const attentionOps = () => {
-        const s = group.stats().byOp;
-        return [s.allToAll, s.allGather, s.reduceScatter];
-      };
       let savedBytes = 0;
       let weightBytes = 0;
       const step = async () => {
         await group.barrier();
-        group.resetStats();
+        const before = group.stats();
         local.kernelMs = 0;
         const t0 = performance.now();
         const { context } = await block.forward(x, { seqLength: args.seq });
         const t1 = performance.now();
-        const forwardBytes = attentionOps().reduce((n, o) => n + o.bytesSent, 0);
-        savedBytes = Math.max(savedBytes, context.savedBytes);
+        const forwardBytes = commDelta(before, group.stats(), ATTENTION_OPS).bytesSent;
+        savedBytes = Math.max(savedBytes, context.block.savedBytes);
         const { flat } = await block.backward(context, dy);
         const t2 = performance.now();
         weightBytes = 2 * flat.byteLength;
-        const s = group.stats().byOp;
+        const after = group.stats();
+        const attentionComm = commDelta(before, after, ATTENTION_OPS);
+        const gradComm = commDelta(before, after, ["allReduce"]);
         return {
           stepMs: t2 - t0,
           forwardMs: t1 - t0,
           forwardBytes,
-          stepBytes: attentionOps().reduce((n, o) => n + o.bytesSent, 0),
-          gradBytes: s.allReduce.bytesSent,
-          attentionCommMs: attentionOps().reduce((n, o) => n + o.timeMs, 0),
-          gradCommMs: s.allReduce.timeMs,
+          stepBytes: attentionComm.bytesSent,
+          gradBytes: gradComm.bytesSent,
+          attentionCommMs: attentionComm.timeMs,
+          gradCommMs: gradComm.timeMs,
           attentionKernelMs: local.kernelMs,
         };
       };
@@ -159,7 +161,7 @@ export default function setup(ctx: RankContext) {
       for (let i = 0; i < Math.max(args.warmups, args.iters === 0 ? 1 : 0); i++) runs.push(await step());
       const timed = args.iters === 0 ? runs : [];
       for (let i = 0; i < args.iters; i++) timed.push(await step());
-      const mid = [...timed].sort((a, b) => a.stepMs - b.stepMs)[Math.floor(timed.length / 2)]!;
+      const mid = medianBy(timed, (r) => r.stepMs);
       const memory = memoryAccount({
         savedBytes,
         exchangeBytes: exchange.maxInputBytes + exchange.maxOutputBytes,
@@ -227,11 +229,11 @@ export default function setup(ctx: RankContext) {
       let bytesSent = 0;
       for (let i = 0; i < args.iters; i++) {
         await group.barrier();
-        group.resetStats();
+        const before = group.stats();
         const t0 = performance.now();
         await group.allToAll(input, { output });
         times.push((performance.now() - t0) / 1000);
-        bytesSent = group.stats().byOp.allToAll.bytesSent;
+        bytesSent = commDelta(before, group.stats(), ["allToAll"]).bytesSent;
       }
       return { seconds: median(times), bytesSent };
     },

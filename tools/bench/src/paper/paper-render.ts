@@ -67,7 +67,7 @@ export function renderPaper(data: PaperData, f: PaperFlags, check: ProjectionChe
       "",
       stamp,
       "",
-      `Tokens per second of one block step (forward + backward, the slowest rank's wall time) and model FLOPs utilisation = model FLOPs (3 x forward: 24·N·h² + 4·N²·h with causal attention at half) / step time / ` +
+      `Tokens per second of one block step (forward + backward, the slowest rank's wall time) and model FLOPs utilisation = model FLOPs (3 x forward: 24·N·h² + 4·h per attended pair, N(N+1)/2 pairs causal; @ulysses/measure's count) / step time / ` +
         `the machine's ONNX Runtime MatMul 2048^3 rate measured in this run, the higher of all ${rates.threads} threads at once (${rates.matmulGflops.toFixed(1)}) and ${rates.threads} x one thread (${rates.matmulOneThreadGflops.toFixed(1)}): ${machineMatmulGflops(rates).toFixed(1)} GFLOP/s. Every row runs warm-up steps first (two in the first row of each world, one after); every row reports the median of ${f.timedSteps} timed steps` +
         `${f.warmupMaxSeq < Math.max(...f.seqs) ? `; rows with N > ${f.warmupMaxSeq} run no warm-up step` : ""}.`,
       "",

@@ -3,8 +3,9 @@
  * from the measurements and the formulas (labelled as such). Charts are
  * paper-charts.ts's.
  */
-import { forwardFlops } from "../../../project/src/index.js";
-import type { AttentionKind } from "@ulysses/block";
+import { gptTrainingFlops } from "@ulysses/measure";
+import { gptDimensionsOf } from "@ulysses/project";
+import type { SequenceParallelKind } from "@ulysses/parallel";
 import { blockShape, type ProjectionCheck } from "./projection-section.js";
 import type { BlockRow } from "./paper-world.js";
 import type { MaxSeqResult } from "./measure-blocks.js";
@@ -18,17 +19,17 @@ export function table(header: string[], rows: string[][]): string {
 }
 
 const MiB = (bytes: number) => (bytes / 2 ** 20).toFixed(2);
-const NAMES: Record<AttentionKind, string> = { ulysses: "Ulysses", allgather: "all-gather-KV" };
+const NAMES: Record<SequenceParallelKind, string> = { ulysses: "Ulysses", allgather: "all-gather-KV" };
 
 /** Forward bytes per rank per block from the formulas (b = 1, MHA, N divisible by P). */
-export function formulaForwardBytes(kind: AttentionKind, p: number, n: number, f: PaperFlags): number {
+export function formulaForwardBytes(kind: SequenceParallelKind, p: number, n: number, f: PaperFlags): number {
   const d = f.hidden / f.heads;
   if (kind === "ulysses") return (4 * (p - 1) * (n / p) * f.heads * d * 4) / p;
   return (p - 1) * (n / p) * 2 * f.heads * d * 4;
 }
 
 export function commTable(f: PaperFlags, rows: readonly BlockRow[]): string {
-  const get = (p: number, n: number, kind: AttentionKind) => rows.find((r) => r.ranks === p && r.seq === n && r.kind === kind);
+  const get = (p: number, n: number, kind: SequenceParallelKind) => rows.find((r) => r.ranks === p && r.seq === n && r.kind === kind);
   const body: string[][] = [];
   const scalings = [
     { name: "weak", seq: (p: number) => f.weakPerRank * p },
@@ -56,10 +57,9 @@ export function commTable(f: PaperFlags, rows: readonly BlockRow[]): string {
   );
 }
 
-/** Model FLOPs of one block step: 3 x forward, causal attention at half (the cost model's count). */
+/** Model FLOPs of one block step: 3 x forward, causal attention over its N(N+1)/2 pairs (the cost model's count). */
 export function blockStepFlops(f: PaperFlags, seq: number): number {
-  const fwd = forwardFlops(blockShape(f), seq);
-  return 3 * (fwd.matmul + 0.5 * fwd.attention);
+  return gptTrainingFlops(gptDimensionsOf(blockShape(f)), seq, true);
 }
 
 export function throughputTable(f: PaperFlags, rows: readonly BlockRow[], rates: KernelRates): string {

@@ -6,7 +6,9 @@
  * rank, bytes and memory of the busiest.
  */
 import { launch, type LaunchedWorld } from "@ulysses/collectives";
-import type { AttentionKind, BlockConfig } from "@ulysses/block";
+import { median, medianOfSlowest } from "@ulysses/measure";
+import type { BlockConfig } from "@ulysses/block";
+import type { SequenceParallelKind } from "@ulysses/parallel";
 import type { MemoryAccount } from "./memory-account.js";
 import type { BlockStepArgs, BlockStepResult, AllToAllArgs, GemmRateArgs, AttentionRateArgs, LoadedLatencyArgs } from "./paper-rank.js";
 
@@ -21,7 +23,7 @@ export interface RankApi {
 export interface BlockRow {
   ranks: number;
   seq: number;
-  kind: AttentionKind;
+  kind: SequenceParallelKind;
   /** Slowest rank's step (forward + backward), ms. */
   stepMs: number;
   forwardMs: number;
@@ -40,14 +42,6 @@ export interface BlockRow {
   iters: number;
 }
 
-/** Per repetition the slowest rank, then the median repetition (as the block steps report their median). */
-export function slowestThenMedian(perRank: readonly (readonly number[])[]): number {
-  const repeats = Math.min(...perRank.map((t) => t.length));
-  if (!(repeats >= 1)) throw new Error(`slowestThenMedian: every rank needs at least one repetition, got ${perRank.map((t) => t.length).join(", ")}`);
-  const slowest = Array.from({ length: repeats }, (_, i) => Math.max(...perRank.map((t) => t[i]!))).sort((a, b) => a - b);
-  return slowest[Math.floor(repeats / 2)]!;
-}
-
 export class PaperWorld {
   private constructor(
     readonly ranks: number,
@@ -64,7 +58,7 @@ export class PaperWorld {
     return new PaperWorld(ranks, world);
   }
 
-  async blockRow(config: BlockConfig & { attention: AttentionKind }, seq: number, options: Omit<BlockStepArgs, "config" | "seq">): Promise<BlockRow> {
+  async blockRow(config: BlockConfig & { attention: SequenceParallelKind }, seq: number, options: Omit<BlockStepArgs, "config" | "seq">): Promise<BlockRow> {
     const results = await this.world.all("blockStep", { config, seq, ...options });
     const max = (pick: (r: BlockStepResult) => number) => Math.max(...results.map(pick));
     const busiest = [...results].sort((a, b) => b.memory.peakBytes - a.memory.peakBytes)[0]!;
@@ -93,7 +87,7 @@ export class PaperWorld {
   async kernelSeconds(kernel: "gemmRate", args: GemmRateArgs): Promise<number>;
   async kernelSeconds(kernel: "attentionRate", args: AttentionRateArgs): Promise<number>;
   async kernelSeconds(kernel: "gemmRate" | "attentionRate", args: GemmRateArgs | AttentionRateArgs): Promise<number> {
-    return slowestThenMedian(await this.world.all(kernel, args as never));
+    return medianOfSlowest(await this.world.all(kernel, args as never));
   }
 
   /**
@@ -108,7 +102,7 @@ export class PaperWorld {
       const slowest = (pick: (x: (typeof r)[number]) => number) => Math.max(...r.map(pick));
       estimates.push(Math.max(0, (slowest((x) => x.withMessagesSeconds) - slowest((x) => x.computeSeconds)) / args.iters));
     }
-    return estimates.sort((a, b) => a - b)[Math.floor(trials / 2)]!;
+    return median(estimates);
   }
 
   /** Median seconds of one all-to-all where every rank holds `bytes` (slowest rank), and the bytes each rank sent. */

@@ -18,7 +18,7 @@ import {
   type CheckRow,
   type GptShape,
   type HardwareProfile,
-} from "../../../project/src/index.js";
+} from "@ulysses/project";
 import type { BlockRow } from "./paper-world.js";
 import type { AllToAllRate, WorldRates } from "./measure-blocks.js";
 import type { KernelRates } from "./measure-children.js";

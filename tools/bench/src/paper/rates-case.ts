@@ -9,7 +9,8 @@
  *   thread alone.
  */
 import { SessionCache } from "@ulysses/kernels";
-import { best, runCase, type BenchCase } from "../kernels-bench-case.js";
+import { fastestRound } from "@ulysses/measure";
+import { runCase, type BenchCase } from "../kernels-bench-case.js";
 import { blockGemm } from "./block-gemm.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -28,7 +29,7 @@ async function gemm(c: GemmCase): Promise<{ forwardGflops: number; forwardSecond
   const cache = new SessionCache({ intraOpThreads: c.threads });
   const g = blockGemm(cache, c.rows, c.hidden);
   await g.warm();
-  const seconds = await best(c.repeats, () => g.run());
+  const seconds = await fastestRound(() => g.run(), c.repeats, 1); // the fastest single run
   await cache.release();
   return { forwardGflops: g.flops / seconds / 1e9, forwardSeconds: seconds };
 }

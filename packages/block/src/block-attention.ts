@@ -1,0 +1,120 @@
+/**
+ * The attention a TransformerBlock calls, forward and backward: q is
+ * [b, s, heads, D], k and v are [b, s, kvHeads, D], out is [b, s, heads, D],
+ * with the LocalAttention contract of @ulysses/kernels (grouped-query heads,
+ * causal masking). On one device it is `LocalBlockAttention`, which runs a
+ * LocalAttention kernel and keeps what its backward needs. Sequence
+ * parallelism (@ulysses/parallel) swaps in a wrapper with the same contract
+ * whose s is this rank's shard of a longer sequence: the block never knows.
+ *
+ * forward returns a context holding what backward needs; drop it and call
+ * forward again to recompute (activation checkpointing). An instance serves
+ * one call at a time when it reuses buffers (`exclusive`).
+ */
+import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
+import type { Tensor } from "@ulysses/tensors";
+import { BlockError } from "./errors.js";
+
+type F32 = Tensor<"float32">;
+
+/** What forward saved for backward; opaque except for its size. */
+export interface BlockAttentionContext {
+  /** Bytes of the tensors this context keeps alive. */
+  readonly savedBytes: number;
+  /** True once release() (or backward) gave its buffers back. */
+  readonly released?: boolean;
+}
+
+export interface BlockAttentionForward<C extends BlockAttentionContext = BlockAttentionContext> {
+  /** [b, s, heads, D] */
+  out: F32;
+  context: C;
+}
+
+export interface BlockAttention<C extends BlockAttentionContext = BlockAttentionContext> {
+  readonly name: string;
+  forward(q: F32, k: F32, v: F32, options: AttentionOptions): Promise<BlockAttentionForward<C>>;
+  /** dOut [b, s, heads, D] -> dq [b, s, heads, D], dk and dv [b, s, kvHeads, D]. */
+  backward(context: C, dOut: F32): Promise<AttentionGradients>;
+  /**
+   * Gives the context's buffers, and tensors this attention returned (out, dq,
+   * dk, dv), back for reuse. Neither may be used afterwards. Tensors it did not
+   * allocate are ignored; a second release of a context does nothing.
+   */
+  release(context: C, ...tensors: F32[]): void;
+}
+
+/**
+ * The local attention call made in forward, kept for backward: q, out
+ * [b, S, h, D], k, v [b, S', k, D], logSumExp [b, h, S] in the layout the
+ * local kernel saw; `owner` is the attention that made it, `layout` whatever
+ * else that attention's backward needs (a sharded one: its routing and shards).
+ */
+export class SavedLocalAttention<L = null> implements BlockAttentionContext {
+  constructor(
+    readonly owner: object,
+    readonly layout: L,
+    readonly options: AttentionOptions,
+    readonly q: F32,
+    readonly k: F32,
+    readonly v: F32,
+    readonly out: F32,
+    readonly logSumExp: F32,
+  ) {}
+
+  /** Set by release(): the buffers may belong to someone else now. */
+  released = false;
+
+  get savedBytes(): number {
+    return this.q.byteLength + this.k.byteLength + this.v.byteLength + this.out.byteLength + this.logSumExp.byteLength;
+  }
+
+  /** The local kernel's backward on the saved tensors. */
+  localBackward(local: LocalAttention, dOut: F32): Promise<AttentionGradients> {
+    return local.backward(this.q, this.k, this.v, this.out, dOut, this.logSumExp, { causal: this.options.causal, scale: this.options.scale });
+  }
+}
+
+/** One-device attention: a LocalAttention kernel on the whole sequence. */
+export class LocalBlockAttention implements BlockAttention<SavedLocalAttention> {
+  readonly name: string;
+
+  constructor(readonly local: LocalAttention) {
+    this.name = local.name;
+  }
+
+  async forward(q: F32, k: F32, v: F32, options: AttentionOptions): Promise<BlockAttentionForward<SavedLocalAttention>> {
+    const { out, logSumExp } = await this.local.forward(q, k, v, options);
+    return { out, context: new SavedLocalAttention(this, null, { ...options }, q, k, v, out, logSumExp) };
+  }
+
+  async backward(context: SavedLocalAttention, dOut: F32): Promise<AttentionGradients> {
+    if (!(context instanceof SavedLocalAttention) || context.owner !== this || context.released) {
+      throw new BlockError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
+    }
+    checkGradShape(dOut, context.out.shape, this.name);
+    return context.localBackward(this.local, dOut);
+  }
+
+  release(context: SavedLocalAttention): void {
+    if (context instanceof SavedLocalAttention && context.owner === this) context.released = true;
+  }
+}
+
+/** Checks that dOut has out's shape. */
+export function checkGradShape(dOut: F32, expected: readonly number[], who: string): void {
+  if (dOut.rank !== expected.length || dOut.shape.some((d, i) => d !== expected[i])) {
+    throw new BlockError(`${who}: dOut ${dOut} does not match the forward output [${expected.join(", ")}]`);
+  }
+}
+
+/** Marks an attention busy for the duration of `fn` (its exchange buffers are reused). */
+export async function exclusive<T>(owner: { busy: boolean; readonly name: string }, fn: () => Promise<T>): Promise<T> {
+  if (owner.busy) throw new BlockError(`${owner.name}: one call at a time per instance (its exchange buffers are reused); use one instance per concurrent stream`);
+  owner.busy = true;
+  try {
+    return await fn();
+  } finally {
+    owner.busy = false;
+  }
+}

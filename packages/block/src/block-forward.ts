@@ -1,0 +1,52 @@
+/**
+ * The transformer block's forward pass, written once over an abstract
+ * `BlockMath<T>`: training runs it on tensors (recording what backward needs,
+ * `transformer-block.ts`), ONNX export runs it on graph values
+ * (@ulysses/model's export). Pre-norm, rows = b * s:
+ *
+ *   h1 = norm1(x); q, k, v = h1 @ Wq, Wk, Wv; RoPE(q, k)
+ *   o  = attention(q, k, v)
+ *   x2 = x + o @ Wo
+ *   h2 = norm2(x2); m = MLP(h2)   (GELU: down(gelu(up h2)); SwiGLU: down(silu(gate h2) * up h2))
+ *   y  = x2 + m
+ */
+import type { ResolvedBlockConfig } from "./block-config.js";
+
+/** The block's linear layers (weights `${name}.w`, biases `${name}.b`). */
+export type LinearName = "attn.q" | "attn.k" | "attn.v" | "attn.o" | "mlp.gate" | "mlp.up" | "mlp.down";
+export type NormName = "norm1" | "norm2";
+
+/** The operations the block is made of, over values of type T. */
+export interface BlockMath<T> {
+  /** x [rows, hidden] -> normalised [rows, hidden] (the config's norm, its eps, weights `${name}.gamma`/`.beta`). */
+  norm(x: T, name: NormName): Promise<T>;
+  /** x [rows, in] -> x @ W (+ b) [rows, out]. */
+  linear(x: T, name: LinearName): Promise<T>;
+  /** [rows, n * D] -> [b, s, n, D] */
+  splitHeads(x: T, heads: number): T;
+  /** [b, s, n, D] -> [rows, n * D] */
+  mergeHeads(x: T): T;
+  /** Rotary embedding of q or k [b, s, n, D] at the positions of the input's tokens. */
+  rope(x: T, which: "q" | "k"): Promise<T>;
+  /** Causal attention: q [b, s, H, D], k, v [b, s, Hkv, D] -> [b, s, H, D]. */
+  attention(q: T, k: T, v: T): Promise<T>;
+  /** a + b; `a` is always a fresh result the implementation may overwrite. */
+  residual(a: T, b: T): Promise<T>;
+  /** GELU (tanh approximation). */
+  gelu(x: T): Promise<T>;
+  /** silu(gate) * up */
+  swiglu(gate: T, up: T): Promise<T>;
+}
+
+/** x [rows, hidden] -> y [rows, hidden]. */
+export async function blockForward<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x: T): Promise<T> {
+  const h1 = await m.norm(x, "norm1");
+  const q = await m.rope(m.splitHeads(await m.linear(h1, "attn.q"), config.heads), "q");
+  const k = await m.rope(m.splitHeads(await m.linear(h1, "attn.k"), config.kvHeads), "k");
+  const v = m.splitHeads(await m.linear(h1, "attn.v"), config.kvHeads);
+  const o = m.mergeHeads(await m.attention(q, k, v));
+  const x2 = await m.residual(await m.linear(o, "attn.o"), x);
+  const h2 = await m.norm(x2, "norm2");
+  const act = config.mlp === "swiglu" ? await m.swiglu(await m.linear(h2, "mlp.gate"), await m.linear(h2, "mlp.up")) : await m.gelu(await m.linear(h2, "mlp.up"));
+  return m.residual(await m.linear(act, "mlp.down"), x2);
+}

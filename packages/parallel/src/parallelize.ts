@@ -1,0 +1,210 @@
+/**
+ * Sequence parallelism applied from outside, in torchtitan's manner: the
+ * model and its blocks stay one-device code; `parallelize(model, dims)`
+ * replaces the attention of every layer with a sharded one (Ulysses or
+ * all-gather-KV over the SP group), and the returned ParallelGpt cuts each
+ * batch into this rank's sequence shard and hands the model the shard's
+ * positions. Weight gradients stay per rank in the model's flat gradient;
+ * they are summed over `gradientGroup` (every rank: SP ranks hold parts of
+ * one sequence, DP ranks other sequences) by the training step, which can
+ * then reduce-scatter them for ZeRO-1. `ParallelBlock` does the same for one
+ * block (its gradients summed over its group unless told not to).
+ *
+ * The sharded attention needs the global shard sizes, which a rank cannot
+ * infer from its own tokens (1000 over 3 ranks: is 333 tokens of 999 or of
+ * 1000?). The wrapper sets them on a SequenceLayout for the duration of each
+ * forward and backward; the attention adapter reads them from there.
+ */
+import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext, type BlockContext, type BlockForwardOptions, type BlockGradients, type TransformerBlock } from "@ulysses/block";
+import type { ProcessGroup } from "@ulysses/collectives";
+import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
+import type { Gpt, GptContext, GptConfig, ParameterStore } from "@ulysses/model";
+import { Tensor } from "@ulysses/tensors";
+import { AllGatherKVAttention } from "./allgather-kv-attention.js";
+import { ParallelError } from "./errors.js";
+import type { ParallelDims, SequenceParallelKind } from "./parallel-dims.js";
+import { sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
+import { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
+import type { ShardedAttention } from "./sharded-attention.js";
+import { UlyssesAttention } from "./ulysses-attention.js";
+
+type F32 = Tensor<"float32">;
+type I32 = Tensor<"int32">;
+
+/** The sequence-parallel wrapper of `kind` around a local attention kernel, on `group`. */
+export function createShardedAttention(kind: SequenceParallelKind, local: LocalAttention, group: ProcessGroup): ShardedAttention {
+  if (kind === "ulysses") return new UlyssesAttention(local, group);
+  if (kind === "allgather") return new AllGatherKVAttention(local, group);
+  throw new ParallelError(`sequence-parallel attention must be 'ulysses' or 'allgather', got '${String(kind)}'`);
+}
+
+/** The shard sizes of the forward (or backward) now running. */
+class SequenceLayout {
+  shards: SequenceShards | null = null;
+
+  async during<T>(shards: SequenceShards, fn: () => Promise<T>): Promise<T> {
+    this.shards = shards;
+    try {
+      return await fn();
+    } finally {
+      this.shards = null;
+    }
+  }
+}
+
+/** A ShardedAttention seen as the block's BlockAttention: the shard sizes come from the running layout. */
+class LayoutAttention implements BlockAttention {
+  readonly name: string;
+
+  constructor(
+    readonly sharded: ShardedAttention,
+    private readonly layout: SequenceLayout,
+  ) {
+    this.name = sharded.name;
+  }
+
+  forward(q: F32, k: F32, v: F32, options: AttentionOptions) {
+    const shards = this.layout.shards;
+    if (shards === null) throw new ParallelError(`${this.name}: called outside a parallel forward (run the block through ParallelBlock or the model through parallelize)`);
+    return this.sharded.forward(q, k, v, { ...options, seqSizes: shards.sizes });
+  }
+
+  backward(context: BlockAttentionContext, dOut: F32): Promise<AttentionGradients> {
+    return this.sharded.backward(context, dOut);
+  }
+
+  release(context: BlockAttentionContext, ...tensors: F32[]): void {
+    this.sharded.release(context, ...tensors);
+  }
+}
+
+/** The local kernel a block runs before parallelisation. */
+function localKernelOf(block: TransformerBlock, who: string): LocalAttention {
+  if (!(block.attention instanceof LocalBlockAttention)) throw new ParallelError(`${who}: the block's attention is ${block.attention.name}, not a one-device LocalBlockAttention (parallelised already?)`);
+  return block.attention.local;
+}
+
+/** Swaps the attention of `blocks` (sharing one sharded wrapper per local kernel); returns the wrappers. */
+function shardBlocks(blocks: readonly TransformerBlock[], group: ProcessGroup, kind: SequenceParallelKind, layout: SequenceLayout, who: string): ShardedAttention[] {
+  const byKernel = new Map<LocalAttention, LayoutAttention>();
+  for (const block of blocks) {
+    const local = localKernelOf(block, who);
+    let attention = byKernel.get(local);
+    if (attention === undefined) {
+      const sharded = createShardedAttention(kind, local, group);
+      sharded.checkHeads(block.config.heads, block.config.kvHeads);
+      attention = new LayoutAttention(sharded, layout);
+      byKernel.set(local, attention);
+    }
+    block.attention = attention;
+  }
+  return [...byKernel.values()].map((a) => a.sharded);
+}
+
+/** What ParallelBlock.forward keeps: the block's context and the shard layout. */
+export interface ParallelBlockContext {
+  block: BlockContext;
+  shards: SequenceShards;
+}
+
+/** One TransformerBlock, sequence-parallel over `group`. */
+export class ParallelBlock {
+  private readonly layout = new SequenceLayout();
+  readonly attention: ShardedAttention;
+
+  /** `attention`: the kind of wrapper to build, or an existing wrapper to share (its buffers serve one call at a time). */
+  constructor(
+    readonly block: TransformerBlock,
+    readonly group: ProcessGroup,
+    attention: SequenceParallelKind | ShardedAttention = "ulysses",
+  ) {
+    if (typeof attention === "string") {
+      this.attention = shardBlocks([block], group, attention, this.layout, "ParallelBlock")[0]!;
+    } else {
+      if (attention.group !== group) throw new ParallelError(`ParallelBlock: attention ${attention.name} runs on another group than the block`);
+      localKernelOf(block, "ParallelBlock");
+      attention.checkHeads(block.config.heads, block.config.kvHeads);
+      this.attention = attention;
+      block.attention = new LayoutAttention(attention, this.layout);
+    }
+  }
+
+  /** x [b, s_r, hidden]: this rank's shard of the sequence (sizes from `sequence`, default equal shards). */
+  async forward(x: F32, sequence: SequenceOptions = {}): Promise<{ y: F32; context: ParallelBlockContext }> {
+    const shards = sequenceShards(x.shape[1]!, this.group.rank, this.group.size, sequence);
+    const options: BlockForwardOptions = { positionOffset: shards.starts[this.group.rank]! };
+    const { y, context } = await this.layout.during(shards, () => this.block.forward(x, options));
+    return { y, context: { block: context, shards } };
+  }
+
+  /** dy [b, s_r, hidden] -> dx and the weight gradients, summed over the group unless `reduceGradients` is false. */
+  async backward(context: ParallelBlockContext, dy: F32, options: { reduceGradients?: boolean } = {}): Promise<BlockGradients> {
+    const g = await this.layout.during(context.shards, () => this.block.backward(context.block, dy));
+    if (options.reduceGradients ?? true) await this.group.allReduce(new Tensor("float32", [g.flat.length], g.flat), { op: "sum" });
+    return g;
+  }
+
+  release(context: ParallelBlockContext): void {
+    this.block.release(context.block);
+  }
+}
+
+/** GptContext with the shard layout it ran on. */
+export interface ParallelGptContext extends GptContext {
+  shards: SequenceShards;
+}
+
+/** A Gpt whose layers run sequence-parallel over `dims.spGroup`. */
+export class ParallelGpt {
+  private readonly layout = new SequenceLayout();
+  readonly attention: readonly ShardedAttention[];
+
+  constructor(
+    readonly model: Gpt,
+    readonly dims: ParallelDims,
+  ) {
+    this.attention = shardBlocks(model.blocks, dims.spGroup, dims.attention, this.layout, "parallelize");
+  }
+
+  get config(): GptConfig {
+    return this.model.config;
+  }
+
+  get params(): ParameterStore {
+    return this.model.params;
+  }
+
+  /** Every rank holding a replica of the weights: gradients and the loss are summed over it. */
+  get gradientGroup(): ProcessGroup {
+    return this.dims.world;
+  }
+
+  /** This rank's sequence shard of this DP replica's rows (whole sequences, [batch, N]). */
+  shard(batch: Batch): BatchShard {
+    const { spGroup } = this.dims;
+    return shardBatch(batch, spGroup.rank, spGroup.size);
+  }
+
+  /** tokens [b, s_r]: this rank's shard of sequences of `seqLength` tokens. */
+  async forward(tokens: I32, sequence: { seqLength: number }): Promise<ParallelGptContext> {
+    const { spGroup } = this.dims;
+    if (sequence.seqLength > this.config.maxSeq) throw new ParallelError(`ParallelGpt.forward: a sequence of ${sequence.seqLength} tokens exceeds maxSeq ${this.config.maxSeq}`);
+    const shards = sequenceShards(tokens.shape[1]!, spGroup.rank, spGroup.size, sequence);
+    const context = await this.layout.during(shards, () => this.model.forward(tokens, { positionOffset: shards.starts[spGroup.rank]! }));
+    return Object.assign(context, { shards });
+  }
+
+  /** Adds this rank's (unreduced) weight gradients into params.grads. */
+  backward(context: ParallelGptContext, dLogits: F32): Promise<void> {
+    return this.layout.during(context.shards, () => this.model.backward(context, dLogits));
+  }
+
+  release(context: ParallelGptContext): void {
+    this.model.release(context);
+  }
+}
+
+/** Applies the layout of `dims` to a one-device model (collective-free; the groups exist already). */
+export function parallelize(model: Gpt, dims: ParallelDims): ParallelGpt {
+  return new ParallelGpt(model, dims);
+}

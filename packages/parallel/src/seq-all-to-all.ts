@@ -1,0 +1,219 @@
+/**
+ * The reversible Ulysses all-to-all (DeepSpeed's `_SeqAllToAll`): moves
+ * tensors between the two layouts of a sequence-parallel group in ONE
+ * exchange, however many tensors there are. Per rank r (b batch, s_j = rank
+ * j's tokens, N = all tokens, Hx = the tensor's heads, hx_j = rank j's share
+ * of them from the head routing):
+ *
+ *   sequence layout  [b, s_r, Hx, D]    this rank's tokens, all heads
+ *   heads layout     [b, N, hx_r, D]    all tokens, this rank's heads
+ *
+ *   "sequence-to-heads": sequence layout -> heads layout
+ *   "heads-to-sequence": heads layout -> sequence layout (the exact inverse)
+ *
+ * Both directions are the one function below with the two layouts' roles
+ * swapped: the block rank r sends rank j in one direction is the block it
+ * receives from rank j in the other, so the backward of each direction is
+ * the other direction. A tensor names its head set: "q" (query heads,
+ * contiguous ranges `routing.q`) or "kv" (`routing.kv`, whose lists may
+ * repeat a head across ranks and within one: GQA with kvHeads < P or
+ * uneven ranges). Heads-to-sequence writes each received copy of a head over
+ * the last one (the copies of a forward tensor are equal), or, with
+ * `accumulate`, sums the copies into a zeroed output: the gradient of a
+ * replicated kv head.
+ *
+ * Wire layout: per destination rank, the tensors' blocks back to back in
+ * the order given, each block token-major (`head-exchange.ts`). Send and
+ * receive floats live in reused ScratchBuffers; outputs come from a
+ * TensorPool (zeroed only where they accumulate).
+ */
+import type { ProcessGroup } from "@ulysses/collectives";
+import { Tensor } from "@ulysses/tensors";
+import { ParallelError } from "./errors.js";
+import { gatherHeads, readSeqBlock, scatterHeads, ScratchBuffers, writeSeqBlock } from "./head-exchange.js";
+import type { HeadRouting } from "./head-routing.js";
+import type { SequenceShards } from "./sequence-shards.js";
+import { TensorPool } from "./tensor-pool.js";
+
+type F32 = Tensor<"float32">;
+
+export type SeqAllToAllDirection = "sequence-to-heads" | "heads-to-sequence";
+
+/** Which routing a tensor's heads follow: the query heads (`routing.q`) or the kv heads (`routing.kv`). */
+export type HeadSet = "q" | "kv";
+
+/** One tensor of an exchange. */
+export interface SeqAllToAllPart {
+  readonly tensor: F32;
+  readonly heads: HeadSet;
+  /** Heads-to-sequence only: sum the copies of replicated heads into a zeroed output (gradients of shared kv heads). */
+  readonly accumulate?: boolean;
+}
+
+/** Where an exchange runs: the group, its head routing and sequence shards, and the reusable buffers. */
+export interface SeqExchange {
+  readonly group: ProcessGroup;
+  readonly routing: HeadRouting;
+  readonly shards: SequenceShards;
+  /** Send/receive buffers ("send", "recv" slots), reused across calls; default: fresh ones. */
+  readonly scratch?: ScratchBuffers;
+  /** Where the outputs come from; default: fresh tensors. */
+  readonly pool?: TensorPool;
+}
+
+/** One output tensor per part, in order. */
+export type SeqAllToAllOutputs<T extends readonly SeqAllToAllPart[]> = { -readonly [K in keyof T]: F32 };
+
+/** What both directions need to know about one part. */
+interface PartPlan {
+  readonly tensor: F32;
+  readonly accumulate: boolean;
+  /** Global head indices of the tensor held by each rank in the heads layout. */
+  readonly headsOf: readonly (readonly number[])[];
+  /** The tensor's total heads Hx (its sequence-layout head axis). */
+  readonly totalHeads: number;
+}
+
+/**
+ * One side of the exchange: the local shape of a part in this layout, the
+ * rows (head vectors of D floats) of the block exchanged with rank j, and
+ * how to pack that block from a tensor or unpack it into one.
+ */
+interface Layout {
+  readonly name: string;
+  shape(part: PartPlan, b: number, d: number): number[];
+  rows(part: PartPlan, j: number, b: number): number;
+  pack(part: PartPlan, tensor: F32, j: number, dst: Float32Array, offset: number): number;
+  unpack(part: PartPlan, src: Float32Array, offset: number, tensor: F32, j: number): number;
+}
+
+/** [b, s_r, Hx, D]: the block for rank j holds rank j's heads of this rank's tokens, [b, s_r, hx_j, D]. */
+function sequenceLayout(rank: number, shards: SequenceShards): Layout {
+  const s = shards.sizes[rank]!;
+  return {
+    name: "sequence",
+    shape: (part, b, d) => [b, s, part.totalHeads, d],
+    rows: (part, j, b) => b * s * part.headsOf[j]!.length,
+    // [b, s_r, Hx, D] -> [b, s_r, hx_j, D]
+    pack: (part, tensor, j, dst, offset) => gatherHeads(tensor, part.headsOf[j]!, dst, offset),
+    // [b, s_r, hx_j, D] -> heads hx_j of [b, s_r, Hx, D] (set, or add when accumulating)
+    unpack: (part, src, offset, tensor, j) => scatterHeads(src, offset, tensor, part.headsOf[j]!, part.accumulate),
+  };
+}
+
+/** [b, N, hx_r, D]: the block for rank j holds rank j's tokens of this rank's heads, [b, s_j, hx_r, D]. */
+function headsLayout(rank: number, shards: SequenceShards): Layout {
+  return {
+    name: "heads",
+    shape: (part, b, d) => [b, shards.length, part.headsOf[rank]!.length, d],
+    rows: (part, j, b) => b * shards.sizes[j]! * part.headsOf[rank]!.length,
+    // [b, N, hx_r, D] -> tokens [t_j, t_j + s_j): [b, s_j, hx_r, D]
+    pack: (_part, tensor, j, dst, offset) => readSeqBlock(tensor, shards.starts[j]!, shards.sizes[j]!, dst, offset),
+    // [b, s_j, hx_r, D] -> tokens [t_j, t_j + s_j) of [b, N, hx_r, D]
+    unpack: (_part, src, offset, tensor, j) => writeSeqBlock(src, offset, tensor, shards.starts[j]!, shards.sizes[j]!),
+  };
+}
+
+/** Global head lists per rank for a head set (query ranges expanded). */
+function headLists(routing: HeadRouting, heads: HeadSet): readonly (readonly number[])[] {
+  if (heads === "kv") return routing.kv;
+  return routing.q.map((range) => Array.from({ length: range.count }, (_, i) => range.start + i));
+}
+
+function shapeText(shape: readonly number[]): string {
+  return `[${shape.join(", ")}]`;
+}
+
+function sum(values: readonly number[]): number {
+  let total = 0;
+  for (const v of values) total += v;
+  return total;
+}
+
+/** Checks the group against the routing and shards, and every part against the source layout; returns b, D and the plans. */
+function plan(direction: SeqAllToAllDirection, exchange: SeqExchange, parts: readonly SeqAllToAllPart[], from: Layout) {
+  const { group, routing, shards } = exchange;
+  const who = `seqAllToAll(${direction})`;
+  if (routing.worldSize !== group.size || shards.sizes.length !== group.size) {
+    throw new ParallelError(
+      `${who}: group of ${group.size} ranks, head routing for ${routing.worldSize}, sequence shards for ${shards.sizes.length} (all must agree)`,
+    );
+  }
+  if (parts.length === 0) throw new ParallelError(`${who}: needs at least one tensor`);
+  const first = parts[0]!.tensor;
+  if (first.rank !== 4) throw new ParallelError(`${who}: tensors must be [batch, seq, heads, headDim], got ${shapeText(first.shape)}`);
+  const [b, , , d] = first.shape as unknown as [number, number, number, number];
+  return parts.map((part, index): PartPlan => {
+    if (part.accumulate === true && direction === "sequence-to-heads") {
+      throw new ParallelError(`${who}: part ${index} asks to accumulate, which only heads-to-sequence does (sequence-to-heads never receives a head twice)`);
+    }
+    const planned: PartPlan = {
+      tensor: part.tensor,
+      accumulate: part.accumulate === true,
+      headsOf: headLists(routing, part.heads),
+      totalHeads: part.heads === "q" ? routing.heads : routing.kvHeads,
+    };
+    const expected = from.shape(planned, b, d);
+    const shape = part.tensor.shape;
+    if (part.tensor.dtype !== "float32" || shape.length !== 4 || shape.some((n, i) => n !== expected[i])) {
+      throw new ParallelError(
+        `${who}: part ${index} (${part.heads} heads) on rank ${group.rank} must be float32 ${shapeText(expected)} in the ${from.name} layout, ` +
+          `got ${part.tensor.dtype} ${shapeText(shape)}`,
+      );
+    }
+    return planned;
+  });
+}
+
+/**
+ * Moves `parts` from one layout to the other in one all-to-all; resolves with
+ * one output per part, in order (from the exchange's pool). The inputs are
+ * not modified; they may be released once this resolves.
+ */
+export async function seqAllToAll<const T extends readonly SeqAllToAllPart[]>(
+  direction: SeqAllToAllDirection,
+  exchange: SeqExchange,
+  parts: T,
+): Promise<SeqAllToAllOutputs<T>> {
+  const { group, shards } = exchange;
+  const sequence = sequenceLayout(group.rank, shards);
+  const heads = headsLayout(group.rank, shards);
+  const [from, to] = direction === "sequence-to-heads" ? [sequence, heads] : [heads, sequence];
+  const plans = plan(direction, exchange, parts, from);
+  const [b, , , d] = parts[0]!.tensor.shape as unknown as [number, number, number, number];
+  const scratch = exchange.scratch ?? new ScratchBuffers();
+  const pool = exchange.pool ?? new TensorPool();
+  const ranks = Array.from({ length: group.size }, (_, j) => j);
+
+  // Rows per peer j: what this rank sends j in the source layout is what j receives from it in the target layout.
+  const inputSplits = ranks.map((j) => sum(plans.map((p) => from.rows(p, j, b))));
+  const outputSplits = ranks.map((j) => sum(plans.map((p) => to.rows(p, j, b))));
+
+  // Per peer j, each part's block back to back: [rows_j, D].
+  const send = scratch.get("send", sum(inputSplits) * d);
+  let o = 0;
+  for (const j of ranks) for (const p of plans) o = from.pack(p, p.tensor, j, send, o);
+
+  const rows = sum(outputSplits);
+  const output = new Tensor("float32", [rows, d], scratch.get("recv", rows * d));
+  const input = new Tensor("float32", [sum(inputSplits), d], send);
+  const received = (await group.allToAll(input, { inputSplits, outputSplits, output })).data as Float32Array;
+
+  // Per source j, each part's block -> its place in the target-layout output.
+  const outputs = plans.map((p) => pool.take(to.shape(p, b, d), p.accumulate));
+  o = 0;
+  for (const j of ranks) {
+    for (let i = 0; i < plans.length; i++) o = to.unpack(plans[i]!, received, o, outputs[i]!, j);
+  }
+  return outputs as unknown as SeqAllToAllOutputs<T>;
+}
+
+/** Sequence layout [b, s_r, Hx, D] -> heads layout [b, N, hx_r, D], every part in one all-to-all. */
+export function seqToHeads<const T extends readonly SeqAllToAllPart[]>(exchange: SeqExchange, parts: T): Promise<SeqAllToAllOutputs<T>> {
+  return seqAllToAll("sequence-to-heads", exchange, parts);
+}
+
+/** Heads layout [b, N, hx_r, D] -> sequence layout [b, s_r, Hx, D] (the inverse of seqToHeads; `accumulate` sums replicated heads). */
+export function headsToSeq<const T extends readonly SeqAllToAllPart[]>(exchange: SeqExchange, parts: T): Promise<SeqAllToAllOutputs<T>> {
+  return seqAllToAll("heads-to-sequence", exchange, parts);
+}

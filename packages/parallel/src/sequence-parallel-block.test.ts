@@ -1,0 +1,203 @@
+import { BlockError, blockWeightSpecs, initBlockWeights, resolveBlockConfig } from "@ulysses/block";
+import { maxRelativeError, randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
+import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
+import { describe, expect, it } from "vitest";
+import { ParallelError } from "./errors.js";
+import { joinShards, runRanks, shardOf, spBlock, type SpBlockConfig } from "./testing-fixtures/test-support.js";
+
+type F32 = Tensor<"float32">;
+
+const ops = new ReferenceOps();
+const attention = new ReferenceAttention();
+
+interface RunOptions {
+  checkpoint?: boolean;
+  reduceGradients?: boolean;
+}
+
+/** Runs one block forward + backward on `p` ranks over the full [b, N, hidden] input; joins the shards. */
+async function runBlock(config: SpBlockConfig, p: number, x: F32, dy: F32, options: RunOptions = {}) {
+  const seq = x.shape[1]!;
+  const sizes = evenSplitSizes(seq, p);
+  const weights = initBlockWeights(resolveBlockConfig(config), 11, { perturb: 0.2, std: 0.3 });
+  const perRank = await runRanks(p, async (group, rank) => {
+    const block = spBlock(config, group, { ops, localAttention: attention, weights, checkpoint: options.checkpoint ?? false });
+    const { y, context } = await block.forward(shardOf(x, sizes, rank), { seqLength: seq });
+    const forwardStats = group.stats();
+    const savedBytes = context.block.savedBytes;
+    const g = await block.backward(context, shardOf(dy, sizes, rank), { reduceGradients: options.reduceGradients ?? true });
+    return { y, dx: g.dx, grads: g.grads, savedBytes, forwardStats, stats: group.stats() };
+  });
+  return { y: joinShards(perRank.map((r) => r.y)), dx: joinShards(perRank.map((r) => r.dx)), perRank };
+}
+
+function data(config: SpBlockConfig, batch: number, seq: number, seed: number) {
+  const random = seededRandom(seed);
+  return { x: randomTensor([batch, seq, config.hidden], random), dy: randomTensor([batch, seq, config.hidden], random) };
+}
+
+interface Case {
+  name: string;
+  config: SpBlockConfig;
+  batch: number;
+  seq: number;
+  ranks: number[];
+}
+
+const cases: Case[] = [
+  { name: "MHA, LayerNorm, GELU, causal", config: { hidden: 16, heads: 4 }, batch: 2, seq: 12, ranks: [2, 3, 4] },
+  { name: "MHA with biases, non-causal", config: { hidden: 16, heads: 4, bias: true, causal: false, mlpRatio: 2 }, batch: 1, seq: 8, ranks: [2, 4] },
+  { name: "GQA kv=2, RMSNorm, SwiGLU", config: { hidden: 32, heads: 8, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2 }, batch: 1, seq: 8, ranks: [2, 4] },
+  { name: "uneven heads 6 on 4", config: { hidden: 24, heads: 6, mlpRatio: 2 }, batch: 1, seq: 8, ranks: [4] },
+  { name: "uneven sequence N=1000 on 3", config: { hidden: 12, heads: 3, mlpRatio: 2, norm: "rmsnorm" }, batch: 1, seq: 1000, ranks: [3] },
+];
+
+describe.each(["ulysses", "allgather"] as const)("TransformerBlock (%s) equals the single-rank run", (kind) => {
+  for (const c of cases) {
+    it(`${c.name} (P = ${c.ranks.join(", ")})`, async () => {
+      const config = { ...c.config, attention: kind };
+      const { x, dy } = data(config, c.batch, c.seq, c.seq + c.config.hidden);
+      const single = await runBlock(config, 1, x, dy);
+      const names = blockWeightSpecs(resolveBlockConfig(config)).map((s) => s.name);
+      for (const p of c.ranks) {
+        const got = await runBlock(config, p, x, dy);
+        expect(maxRelativeError(got.y, single.y), `y P=${p}`).toBeLessThanOrEqual(1e-5);
+        expect(maxRelativeError(got.dx, single.dx), `dx P=${p}`).toBeLessThanOrEqual(1e-5);
+        for (const r of got.perRank) {
+          for (const name of names) {
+            expect(maxRelativeError(r.grads[name]!, single.perRank[0]!.grads[name]!), `${name} P=${p}`).toBeLessThanOrEqual(1e-5);
+          }
+        }
+      }
+    });
+  }
+});
+
+describe("TransformerBlock communication and memory", () => {
+  const config: SpBlockConfig = { hidden: 32, heads: 8 };
+  const [batch, seq, heads, headDim] = [1, 16, 8, 4];
+
+  it("Ulysses: 4·(P−1)/P·(N/P)·H·D·4 bytes per rank forward, 2x with backward, 3x with checkpointing", async () => {
+    const { x, dy } = data(config, batch, seq, 5);
+    for (const p of [2, 4]) {
+      const forwardBytes = (4 * (p - 1) * (seq / p) * heads * headDim * 4) / p;
+      const plain = await runBlock(config, p, x, dy, { reduceGradients: false });
+      const recompute = await runBlock(config, p, x, dy, { reduceGradients: false, checkpoint: true });
+      for (const r of plain.perRank) {
+        expect(r.forwardStats.total.bytesSent).toBe(forwardBytes);
+        expect(r.stats.total.bytesSent).toBe(2 * forwardBytes);
+      }
+      for (const r of recompute.perRank) {
+        expect(r.forwardStats.total.bytesSent).toBe(forwardBytes);
+        expect(r.stats.total.bytesSent).toBe(3 * forwardBytes);
+      }
+    }
+  });
+
+  it("sums weight gradients with exactly one all-reduce over every weight", async () => {
+    const { x, dy } = data(config, batch, seq, 6);
+    const weightCount = blockWeightSpecs(resolveBlockConfig(config)).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0);
+    const got = await runBlock(config, 4, x, dy);
+    for (const r of got.perRank) {
+      expect(r.stats.byOp.allReduce.calls).toBe(1);
+      expect(r.stats.byOp.allReduce.elements).toBe(weightCount);
+    }
+  });
+
+  it("all-gather-KV baseline: (P−1)·(N/P)·2·Hkv·D·4 bytes forward (K and V), the same again backward", async () => {
+    const { x, dy } = data(config, batch, seq, 7);
+    for (const p of [2, 4]) {
+      const kvBytes = (p - 1) * (seq / p) * 2 * heads * headDim * 4;
+      const got = await runBlock({ ...config, attention: "allgather" }, p, x, dy, { reduceGradients: false });
+      for (const r of got.perRank) {
+        expect(r.forwardStats.total.bytesSent).toBe(kvBytes);
+        expect(r.stats.total.bytesSent).toBe(2 * kvBytes);
+      }
+    }
+  });
+
+  it("activation checkpointing gives identical results and saves only the input", async () => {
+    const { x, dy } = data(config, 2, seq, 8);
+    const p = 2;
+    const plain = await runBlock(config, p, x, dy);
+    const recompute = await runBlock(config, p, x, dy, { checkpoint: true });
+    expect(Array.from(recompute.y.data)).toEqual(Array.from(plain.y.data));
+    expect(Array.from(recompute.dx.data)).toEqual(Array.from(plain.dx.data));
+    const rows = 2 * (seq / p);
+    const hidden = config.hidden;
+    const mlp = 4 * hidden;
+    // Saved without checkpointing: x, h1, x2, h2 [rows, hidden]; attention output [rows, H*D];
+    // up and act [rows, mlp]; two LayerNorms' mean and rstd [rows]; Ulysses' q, k, v, out
+    // [b, N, H/P, D] (= rows*H*D each) and log-sum-exp [b, H/P, N] (= rows*H).
+    const floats = 4 * rows * hidden + rows * heads * headDim + 2 * rows * mlp + 4 * rows + 4 * rows * heads * headDim + rows * heads;
+    for (let r = 0; r < p; r++) {
+      expect(recompute.perRank[r]!.savedBytes).toBe(rows * hidden * 4);
+      expect(plain.perRank[r]!.savedBytes).toBe(floats * 4);
+      expect(Array.from(recompute.perRank[r]!.grads["attn.q.w"]!.data)).toEqual(Array.from(plain.perRank[r]!.grads["attn.q.w"]!.data));
+    }
+  });
+});
+
+describe("TransformerBlock buffer reuse", () => {
+  it.each(["ulysses", "allgather"] as const)("%s: two blocks sharing one wrapper over repeated steps equal fresh single-step runs", async (kind) => {
+    const config: SpBlockConfig = { hidden: 16, heads: 4, kvHeads: 2, attention: kind, mlpRatio: 2 };
+    const resolved = resolveBlockConfig(config);
+    const w1 = initBlockWeights(resolved, 1, { perturb: 0.2, std: 0.3 });
+    const w2 = initBlockWeights(resolved, 2, { perturb: 0.2, std: 0.3 });
+    const [p, seq] = [2, 10];
+    const sizes = evenSplitSizes(seq, p);
+    const steps = [data(config, 1, seq, 21), data(config, 1, seq, 22), data(config, 1, seq, 23)];
+    /** y of block 2 after block 1, and dx of block 1, for one step, on fresh blocks and wrappers. */
+    const fresh = async (step: (typeof steps)[number]) =>
+      runRanks(p, async (group, rank) => {
+        const b1 = spBlock(config, group, { ops, localAttention: attention, weights: w1 });
+        const b2 = spBlock(config, group, { ops, localAttention: attention, weights: w2 });
+        const f1 = await b1.forward(shardOf(step.x, sizes, rank));
+        const f2 = await b2.forward(f1.y);
+        const g2 = await b2.backward(f2.context, shardOf(step.dy, sizes, rank));
+        const g1 = await b1.backward(f1.context, g2.dx);
+        return { y: f2.y, dx: g1.dx, grads: g1.flat };
+      });
+    const reused = await runRanks(p, async (group, rank) => {
+      const b1 = spBlock(config, group, { ops, localAttention: attention, weights: w1 });
+      const b2 = spBlock(config, group, { ops, localAttention: attention, weights: w2, checkpoint: true }, b1.attention);
+      const out = [];
+      for (const step of steps) {
+        const f1 = await b1.forward(shardOf(step.x, sizes, rank));
+        const f2 = await b2.forward(f1.y);
+        const g2 = await b2.backward(f2.context, shardOf(step.dy, sizes, rank));
+        const g1 = await b1.backward(f1.context, g2.dx);
+        out.push({ y: f2.y, dx: g1.dx, grads: g1.flat });
+        await expect(b1.backward(f1.context, g2.dx)).rejects.toThrow(BlockError);
+        // An evaluation forward whose context is released, not back-propagated.
+        const evaluation = (await b1.forward(shardOf(step.dy, sizes, rank))).context;
+        b1.release(evaluation);
+        await expect(b1.backward(evaluation, g2.dx)).rejects.toThrow(/context was released/);
+      }
+      return out;
+    });
+    for (let i = 0; i < steps.length; i++) {
+      const expected = await fresh(steps[i]!);
+      for (let r = 0; r < p; r++) {
+        expect(Array.from(reused[r]![i]!.y.data)).toEqual(Array.from(expected[r]!.y.data));
+        expect(Array.from(reused[r]![i]!.dx.data)).toEqual(Array.from(expected[r]!.dx.data));
+        expect(Array.from(reused[r]![i]!.grads)).toEqual(Array.from(expected[r]!.grads));
+      }
+    }
+  });
+});
+
+describe("TransformerBlock configuration errors", () => {
+  it("rejects impossible configurations before any communication", async () => {
+    await runRanks(4, async (group) => {
+      const make = (config: SpBlockConfig) => () => spBlock(config, group, { ops, localAttention: attention });
+      expect(make({ hidden: 12, heads: 3 })).toThrow(/3 heads cannot be split over 4 ranks/);
+      expect(make({ hidden: 12, heads: 3 })).toThrow(ParallelError);
+      expect(make({ hidden: 24, heads: 6, kvHeads: 4 })).toThrow(/heads \(6\) must be a multiple of kvHeads \(4\)/);
+      expect(make({ hidden: 20, heads: 6 })).toThrow(/hidden \(20\) must be divisible by heads \(6\)/);
+      expect(make({ hidden: 12, heads: 4 })).toThrow(/headDim = hidden\/heads = 12\/4 = 3 must be even/);
+      expect(make({ hidden: 12, heads: 3, attention: "allgather" })).not.toThrow();
+      expect(group.stats().total.calls).toBe(0);
+    });
+  });
+});

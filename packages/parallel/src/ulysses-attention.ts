@@ -1,0 +1,124 @@
+/**
+ * UlyssesAttention: DeepSpeed-Ulysses sequence parallelism around any
+ * LocalAttention. Per rank (b batch, s_r = this rank's tokens, N = all tokens,
+ * h_r = this rank's query heads, k_r = its kv heads):
+ *
+ *   q [b, s_r, H, D], k, v [b, s_r, Hkv, D]
+ *   seqToHeads (q, k, v in one all-to-all)
+ *   q [b, N, h_r, D], k, v [b, N, k_r, D]
+ *   local attention (causal = plain causal: every rank holds the whole sequence)
+ *   out [b, N, h_r, D]
+ *   headsToSeq (one all-to-all)
+ *   out [b, s_r, H, D]
+ *
+ * Backward is the same three steps, each exchange replaced by its inverse
+ * (`seq-all-to-all.ts`, one reversible primitive): seqToHeads(dOut), the
+ * local backward, headsToSeq(dq, dk, dv) in one all-to-all, summing the
+ * gradients of kv heads replicated on several ranks. Head and kv routing:
+ * `head-routing.ts`; sequence shards: `sequence-shards.ts`.
+ */
+import type { AttentionGradients, LocalAttention } from "@ulysses/kernels";
+import type { ProcessGroup } from "@ulysses/collectives";
+import type { Tensor } from "@ulysses/tensors";
+import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
+import { ParallelError } from "./errors.js";
+import { ScratchBuffers } from "./head-exchange.js";
+import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
+import { headsToSeq, seqToHeads, type SeqExchange } from "./seq-all-to-all.js";
+import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
+import { shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
+import { TensorPool } from "./tensor-pool.js";
+
+type F32 = Tensor<"float32">;
+
+/** What Ulysses forward keeps for backward: the head-scattered q, k, v, out [b, N, h_r or k_r, D] and log-sum-exp [b, h_r, N]. */
+export type UlyssesContext = SavedLocalAttention<{ routing: HeadRouting; shards: SequenceShards }>;
+
+export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
+  readonly name: string;
+  busy = false;
+  private readonly scratch = new ScratchBuffers();
+  private readonly pool = new TensorPool();
+  private readonly routings = new Map<string, HeadRouting>();
+
+  constructor(
+    readonly local: LocalAttention,
+    readonly group: ProcessGroup,
+  ) {
+    this.name = `ulysses(${local.name}, P=${group.size})`;
+  }
+
+  checkHeads(heads: number, kvHeads: number): void {
+    checkHeads(heads, kvHeads, this.group.size);
+  }
+
+  /** The head routing for this group (cached per head configuration). */
+  routing(heads: number, kvHeads: number): HeadRouting {
+    const key = `${heads}/${kvHeads}`;
+    let routing = this.routings.get(key);
+    if (routing === undefined) {
+      routing = headRouting(heads, kvHeads, this.group.size);
+      this.routings.set(key, routing);
+    }
+    return routing;
+  }
+
+  /** Bytes held by the reusable exchange buffers. */
+  get scratchBytes(): number {
+    return this.scratch.bytes;
+  }
+
+  async forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<UlyssesContext>> {
+    const { seq: s, heads, kvHeads } = shardDims(q, k, v, this.name);
+    const routing = this.routing(heads, kvHeads);
+    const shards = sequenceShards(s, this.group.rank, this.group.size, options);
+    return exclusive(this, async () => {
+      const exchange = this.exchange(routing, shards);
+      // q [b, s_r, H, D], k, v [b, s_r, Hkv, D] -> q [b, N, h_r, D], k, v [b, N, k_r, D] (one all-to-all).
+      const [qh, kh, vh] = await seqToHeads(exchange, [
+        { tensor: q, heads: "q" },
+        { tensor: k, heads: "kv" },
+        { tensor: v, heads: "kv" },
+      ]);
+      const local = await this.local.forward(qh, kh, vh, { causal: options.causal, scale: options.scale });
+      // out [b, N, h_r, D] -> [b, s_r, H, D].
+      const [out] = await headsToSeq(exchange, [{ tensor: local.out, heads: "q" }]);
+      const context: UlyssesContext = new SavedLocalAttention(this, { routing, shards }, { ...options }, qh, kh, vh, local.out, local.logSumExp);
+      return { out, context };
+    });
+  }
+
+  async backward(context: UlyssesContext, dOut: F32): Promise<AttentionGradients> {
+    if (!(context instanceof SavedLocalAttention) || context.owner !== this || context.released) {
+      throw new ParallelError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
+    }
+    const { routing, shards } = context.layout;
+    const [b, , , d] = context.q.shape as unknown as [number, number, number, number];
+    checkGradShape(dOut, [b, shards.sizes[this.group.rank]!, routing.heads, d], this.name);
+    return exclusive(this, async () => {
+      const exchange = this.exchange(routing, shards);
+      // dOut [b, s_r, H, D] -> [b, N, h_r, D] (the inverse of forward's last exchange).
+      const [dOutH] = await seqToHeads(exchange, [{ tensor: dOut, heads: "q" }]);
+      const grads = await context.localBackward(this.local, dOutH);
+      this.pool.give(dOutH);
+      // dq [b, N, h_r, D], dk, dv [b, N, k_r, D] -> dq [b, s_r, H, D], dk, dv [b, s_r, Hkv, D], replicated kv heads summed.
+      const [dq, dk, dv] = await headsToSeq(exchange, [
+        { tensor: grads.dq, heads: "q" },
+        { tensor: grads.dk, heads: "kv", accumulate: true },
+        { tensor: grads.dv, heads: "kv", accumulate: true },
+      ]);
+      return { dq, dk, dv };
+    });
+  }
+
+  release(context: UlyssesContext, ...tensors: F32[]): void {
+    if (context.owner !== this || context.released) return;
+    context.released = true;
+    this.pool.give(context.q, context.k, context.v, ...tensors);
+  }
+
+  /** This group's exchanges for one head routing and sequence split, on this instance's buffers. */
+  private exchange(routing: HeadRouting, shards: SequenceShards): SeqExchange {
+    return { group: this.group, routing, shards, scratch: this.scratch, pool: this.pool };
+  }
+}

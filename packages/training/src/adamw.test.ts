@@ -1,0 +1,90 @@
+import { describe, expect, it } from "vitest";
+import { AdamW } from "./adamw.js";
+import { learningRateAt } from "./lr-schedule.js";
+import { clipGradNorm } from "./grad-clip.js";
+
+/** Float64 AdamW written from the paper's algorithm, independent of adamw.ts. */
+function referenceAdamW(p0: number[], grads: number[][], lrs: number[], b1: number, b2: number, eps: number, wd: number, decay: boolean[]): number[] {
+  const p = [...p0];
+  const m = p.map(() => 0);
+  const v = p.map(() => 0);
+  grads.forEach((g, t) => {
+    for (let i = 0; i < p.length; i++) {
+      m[i] = b1 * m[i]! + (1 - b1) * g[i]!;
+      v[i] = b2 * v[i]! + (1 - b2) * g[i]! ** 2;
+      const mHat = m[i]! / (1 - b1 ** (t + 1));
+      const vHat = v[i]! / (1 - b2 ** (t + 1));
+      p[i] = p[i]! - lrs[t]! * (mHat / (Math.sqrt(vHat) + eps) + (decay[i] ? wd * p[i]! : 0));
+    }
+  });
+  return p;
+}
+
+describe("AdamW", () => {
+  it("first step moves each weight by about lr against the gradient's sign (bias correction)", () => {
+    const opt = new AdamW({ offset: 0, length: 3 }, { weightDecay: 0 });
+    const p = new Float32Array([1, 2, 3]);
+    opt.update(p, new Float32Array([0.5, -3, 1e-3]), 0.01);
+    expect(p[0]).toBeCloseTo(0.99, 6);
+    expect(p[1]).toBeCloseTo(2.01, 6);
+    expect(p[2]).toBeCloseTo(2.99, 4);
+  });
+
+  it("matches a float64 reference for five steps, with decoupled decay on masked entries only", () => {
+    const p0 = [0.3, -1.2, 2.5, 0.01];
+    const grads = [
+      [0.1, -0.2, 0.3, 0.0],
+      [0.05, 0.4, -0.1, 1.0],
+      [-0.3, 0.1, 0.2, -0.5],
+      [0.2, 0.0, 0.0, 0.25],
+      [0.01, -0.02, 0.5, 0.1],
+    ];
+    const lrs = [1e-2, 2e-2, 3e-2, 2e-2, 1e-2];
+    const decay = [true, false, true, true];
+    const expected = referenceAdamW(p0, grads, lrs, 0.9, 0.95, 1e-8, 0.1, decay);
+    const opt = new AdamW({ offset: 0, length: 4, decayMask: Uint8Array.from(decay, Number) }, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 });
+    const p = Float32Array.from(p0);
+    grads.forEach((g, t) => opt.update(p, Float32Array.from(g), lrs[t]!));
+    for (let i = 0; i < 4; i++) expect(Math.abs(p[i]! - expected[i]!)).toBeLessThan(1e-6 * (1 + Math.abs(expected[i]!)));
+    expect(opt.step).toBe(5);
+  });
+
+  it("updates only its slice of the flat vector (ZeRO-1 layout)", () => {
+    const whole = new AdamW({ offset: 0, length: 6 });
+    const parts = [new AdamW({ offset: 0, length: 2 }), new AdamW({ offset: 2, length: 4 })];
+    const pWhole = new Float32Array([1, 2, 3, 4, 5, 6]);
+    const pParts = pWhole.slice();
+    const g = new Float32Array([0.1, -0.1, 0.2, -0.2, 0.3, -0.3]);
+    whole.update(pWhole, g, 0.1);
+    for (const part of parts) part.update(pParts, g, 0.1);
+    expect([...pParts]).toEqual([...pWhole]);
+    const sliceParams = new Float32Array([3, 4, 5, 6]);
+    new AdamW({ offset: 2, length: 4 }).update(sliceParams, g.subarray(2), 0.1, true);
+    expect([...sliceParams]).toEqual([...pWhole.subarray(2)]);
+  });
+});
+
+describe("learning-rate schedule", () => {
+  const s = { peak: 1e-3, warmupSteps: 10, totalSteps: 110, minLr: 1e-4 };
+  it("warms up linearly, peaks, then follows the cosine to the floor", () => {
+    expect(learningRateAt(0, s)).toBeCloseTo(1e-4, 12);
+    expect(learningRateAt(4, s)).toBeCloseTo(5e-4, 12);
+    expect(learningRateAt(10, s)).toBeCloseTo(1e-3, 12);
+    // halfway through the decay: min + (peak - min) / 2
+    expect(learningRateAt(10 + 99 / 2, s)).toBeCloseTo(5.5e-4, 12);
+    expect(learningRateAt(109, s)).toBeCloseTo(1e-4, 12);
+    expect(learningRateAt(500, s)).toBeCloseTo(1e-4, 12);
+  });
+});
+
+describe("gradient clipping", () => {
+  it("scales to the max norm and reports the norm before clipping", async () => {
+    const g = new Float32Array([3, 4]);
+    expect(await clipGradNorm(g, 1)).toBeCloseTo(5, 6);
+    expect(Math.hypot(g[0]!, g[1]!)).toBeCloseTo(1, 5);
+    const small = new Float32Array([0.3, 0.4]);
+    expect(await clipGradNorm(small, 1)).toBeCloseTo(0.5, 6);
+    expect([...small]).toEqual([Math.fround(0.3), Math.fround(0.4)]);
+    await expect(clipGradNorm(new Float32Array([NaN]), 1)).rejects.toThrow(/NaN/);
+  });
+});

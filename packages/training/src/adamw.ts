@@ -1,0 +1,82 @@
+/**
+ * AdamW (Loshchilov & Hutter) with decoupled weight decay, over one
+ * contiguous slice [offset, offset + length) of a flat parameter vector. With
+ * no sharding the slice is the whole vector; under ZeRO-1 each rank owns one
+ * slice (its optimizer state is only that slice) and the caller all-gathers
+ * the updated parameters. State (m, v) is float32, the arithmetic of one
+ * element's update is done in float64 and rounded on store.
+ *
+ *   p <- p - lr * weightDecay * decay[i] * p
+ *   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+ *   p <- p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ */
+import { TrainingError } from "./errors.js";
+
+export interface AdamWOptions {
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  weightDecay?: number;
+}
+
+export class AdamW {
+  readonly offset: number;
+  readonly length: number;
+  readonly beta1: number;
+  readonly beta2: number;
+  readonly eps: number;
+  readonly weightDecay: number;
+  /** First moment of this slice. */
+  readonly m: Float32Array;
+  /** Second moment of this slice. */
+  readonly v: Float32Array;
+  /** Number of steps taken. */
+  step = 0;
+  /** 1 where weight decay applies (indexed like the slice), or null for everywhere. */
+  private readonly decayMask: Uint8Array | null;
+
+  constructor(slice: { offset: number; length: number; decayMask?: Uint8Array | null }, options: AdamWOptions = {}) {
+    this.offset = slice.offset;
+    this.length = slice.length;
+    if (!Number.isInteger(this.offset) || this.offset < 0 || !Number.isInteger(this.length) || this.length < 0) {
+      throw new TrainingError(`AdamW slice must have non-negative integer offset and length, got offset ${slice.offset}, length ${slice.length}`);
+    }
+    this.beta1 = options.beta1 ?? 0.9;
+    this.beta2 = options.beta2 ?? 0.95;
+    this.eps = options.eps ?? 1e-8;
+    this.weightDecay = options.weightDecay ?? 0.1;
+    if (!(this.beta1 >= 0 && this.beta1 < 1 && this.beta2 >= 0 && this.beta2 < 1)) {
+      throw new TrainingError(`AdamW betas must lie in [0, 1), got ${this.beta1}, ${this.beta2}`);
+    }
+    this.decayMask = slice.decayMask ?? null;
+    if (this.decayMask && this.decayMask.length !== this.length) {
+      throw new TrainingError(`AdamW decay mask has ${this.decayMask.length} entries for a slice of ${this.length}`);
+    }
+    this.m = new Float32Array(this.length);
+    this.v = new Float32Array(this.length);
+  }
+
+  /**
+   * One update of params[offset, offset + length) from grads indexed the same
+   * way (both full flat vectors, or both exactly the slice when `sliceOnly`).
+   */
+  update(params: Float32Array, grads: Float32Array, lr: number, sliceOnly = false): void {
+    const base = sliceOnly ? 0 : this.offset;
+    if (params.length < base + this.length || grads.length < base + this.length) {
+      throw new TrainingError(`AdamW slice [${this.offset}, ${this.offset + this.length}) does not fit params (${params.length}) and grads (${grads.length})`);
+    }
+    this.step += 1;
+    const { beta1, beta2, eps, m, v, decayMask } = this;
+    const c1 = 1 - Math.pow(beta1, this.step);
+    const c2 = 1 - Math.pow(beta2, this.step);
+    const decay = lr * this.weightDecay;
+    for (let i = 0; i < this.length; i++) {
+      const g = grads[base + i]!;
+      let p = params[base + i]!;
+      if (decayMask === null || decayMask[i] === 1) p -= decay * p;
+      const mi = (m[i] = beta1 * m[i]! + (1 - beta1) * g);
+      const vi = (v[i] = beta2 * v[i]! + (1 - beta2) * g * g);
+      params[base + i] = p - (lr * (mi / c1)) / (Math.sqrt(vi / c2) + eps);
+    }
+  }
+}

@@ -1,0 +1,209 @@
+/**
+ * Checkpoints in safetensors: every parameter under its own name, the AdamW
+ * moments as two flat vectors (`optimizer.m`, `optimizer.v`, the layout of the
+ * flat parameter vector, so they load whatever the ZeRO sharding), and in the
+ * metadata the step, the GPT config, the data RNG state and a flat record of
+ * the caller's settings (JSON strings). The settings are plain data (numbers,
+ * strings, booleans): a copy of the run's hyperparameters for people and for
+ * defaults on resume; callers keep code and paths (backend modules, output
+ * and data files) out of them, and nothing that reads a checkpoint may follow
+ * such a value. Saving is collective under ZeRO-1 (the moments are
+ * gathered); only the rank given `write: true` touches the file, atomically.
+ */
+import { Tensor } from "@ulysses/tensors";
+import { TrainingError } from "./errors.js";
+import { gptParamSpecs, readSafetensors, readSafetensorsHeader, writeSafetensors, type GptConfig, type ParameterStore, type ParamSpec, type SafetensorsHeader } from "@ulysses/model";
+import type { Trainer } from "./train-step.js";
+
+export const CHECKPOINT_FORMAT = "ulysses-ts-checkpoint/1";
+
+export interface CheckpointExtras {
+  /** Any JSON-serialisable state (the data RNG's getState()). */
+  rng?: unknown;
+  /**
+   * The run's settings as a flat record of plain values (no nested objects):
+   * hyperparameters only, never code or paths (see the top of this file).
+   */
+  settings?: CheckpointSettings;
+}
+
+/** Plain-data settings stored in a checkpoint's metadata. */
+export type CheckpointSettings = Readonly<Record<string, string | number | boolean | null>>;
+
+function checkSettings(file: string, settings: CheckpointSettings): void {
+  for (const [key, value] of Object.entries(settings)) {
+    const ok = value === null || typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
+    if (!ok) throw new TrainingError(`checkpoint '${file}': setting '${key}' must be a plain value (string, finite number, boolean or null), got ${typeof value}`);
+  }
+}
+
+/** What a checkpoint's header says (inspectCheckpoint): everything but the tensors. */
+export interface CheckpointInfo {
+  file: string;
+  step: number;
+  config: GptConfig;
+  rng: unknown;
+  settings: unknown;
+}
+
+export interface LoadedCheckpoint extends CheckpointInfo {
+  weights: Map<string, Tensor>;
+  m: Float32Array | null;
+  v: Float32Array | null;
+}
+
+/** Collective under ZeRO-1 (every rank calls it); the rank with `write` writes `file`. */
+export async function saveCheckpoint(file: string, trainer: Trainer, extras: CheckpointExtras, write: boolean): Promise<void> {
+  const { m, v } = await trainer.fullMoments();
+  if (!write) return;
+  const { params, config } = trainer.model;
+  const tensors = new Map<string, Tensor>();
+  for (const spec of params.specs) tensors.set(spec.name, params.value(spec.name));
+  tensors.set("optimizer.m", new Tensor("float32", [m.length], m));
+  tensors.set("optimizer.v", new Tensor("float32", [v.length], v));
+  const metadata: Record<string, string> = {
+    format: CHECKPOINT_FORMAT,
+    step: String(trainer.step),
+    config: JSON.stringify(config),
+  };
+  if (extras.rng !== undefined) metadata.rng = JSON.stringify(extras.rng);
+  if (extras.settings !== undefined) {
+    checkSettings(file, extras.settings);
+    metadata.settings = JSON.stringify(extras.settings);
+  }
+  writeSafetensors(file, tensors, metadata);
+}
+
+function parseJson(file: string, key: string, text: string | undefined): unknown {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw new TrainingError(`checkpoint '${file}': metadata '${key}' is not valid JSON`, { cause });
+  }
+}
+
+/** Longest list of names an error message spells out. */
+const NAMES_SHOWN = 5;
+
+function listNames(names: readonly string[]): string {
+  const shown = names.slice(0, NAMES_SHOWN).map((n) => `'${n}'`).join(", ");
+  return names.length > NAMES_SHOWN ? `${shown} and ${names.length - NAMES_SHOWN} more` : shown;
+}
+
+
+type CheckedHeader = Omit<CheckpointInfo, "file">;
+
+/**
+ * Checks a checkpoint's header before any tensor is read: the format, the
+ * step, the model config (bounded, see validateGptConfig), and that the file's
+ * tensors are exactly the parameters that config implies (float32, right
+ * shapes), plus optionally both optimizer moments as float32 vectors of the
+ * parameter count. Nothing large is allocated: the parameter list is bounded
+ * by the config's limits and the tensors are only described by the header.
+ */
+function checkCheckpointHeader(file: string, header: SafetensorsHeader): CheckedHeader {
+  const { metadata } = header;
+  if (metadata.format !== CHECKPOINT_FORMAT) {
+    throw new TrainingError(`'${file}' is not a ulysses-ts checkpoint (format '${metadata.format ?? "missing"}', expected '${CHECKPOINT_FORMAT}')`);
+  }
+  const step = Number(metadata.step);
+  if (metadata.step === undefined || !Number.isSafeInteger(step) || step < 0) throw new TrainingError(`checkpoint '${file}': step '${metadata.step}' is not a non-negative integer`);
+  const config = parseJson(file, "config", metadata.config);
+  if (config === null || typeof config !== "object" || Array.isArray(config)) {
+    throw new TrainingError(`checkpoint '${file}': metadata 'config' must be a JSON object describing the model, got ${metadata.config === undefined ? "nothing" : metadata.config.slice(0, 80)}`);
+  }
+  let specs: ParamSpec[];
+  try {
+    specs = gptParamSpecs(config as GptConfig);
+  } catch (cause) {
+    throw new TrainingError(`checkpoint '${file}': ${(cause as Error).message}`, { cause });
+  }
+  const entries = new Map(header.entries.map((e) => [e.name, e]));
+  let parameters = 0;
+  const missing: string[] = [];
+  for (const spec of specs) {
+    const e = entries.get(spec.name);
+    parameters += spec.shape.reduce((a, b) => a * b, 1);
+    if (e === undefined) {
+      missing.push(spec.name);
+      continue;
+    }
+    if (e.dtype !== "float32" || e.shape.join() !== spec.shape.join()) {
+      throw new TrainingError(`checkpoint '${file}': parameter '${spec.name}' should be float32 [${spec.shape.join(", ")}], found ${e.dtype} [${e.shape.join(", ")}]`);
+    }
+  }
+  if (missing.length > 0) {
+    throw new TrainingError(`checkpoint '${file}': the model config (${describeConfig(config as GptConfig)}) implies ${specs.length} parameters, but ${missing.length} are not in the file: ${listNames(missing)}`);
+  }
+  const moments = MOMENTS.filter((name) => entries.has(name));
+  if (moments.length === 1) throw new TrainingError(`checkpoint '${file}': has '${moments[0]}' but not '${MOMENTS.find((n) => n !== moments[0])}'`);
+  for (const name of moments) {
+    const e = entries.get(name)!;
+    if (e.dtype !== "float32" || e.shape.length !== 1 || e.shape[0] !== parameters) {
+      throw new TrainingError(`checkpoint '${file}': optimizer moment '${name}' should be float32 [${parameters}] (the parameter count), found ${e.dtype} [${e.shape.join(", ")}]`);
+    }
+  }
+  const known = new Set<string>([...specs.map((s) => s.name), ...MOMENTS]);
+  const extra = header.entries.map((e) => e.name).filter((name) => !known.has(name));
+  if (extra.length > 0) {
+    throw new TrainingError(`checkpoint '${file}': ${extra.length} tensors are not parameters of the model config (${describeConfig(config as GptConfig)}): ${listNames(extra)}`);
+  }
+  return { step, config: modelConfig(config as GptConfig), rng: parseJson(file, "rng", metadata.rng), settings: parseJson(file, "settings", metadata.settings) };
+}
+
+const MOMENTS = ["optimizer.m", "optimizer.v"] as const;
+
+/**
+ * The model fields of a checkpoint's config. Checkpoints written before the
+ * model became one-device code also carry `attention` (the sequence-parallel
+ * kind, a run setting now kept in the settings); it is dropped here.
+ */
+function modelConfig(config: GptConfig): GptConfig {
+  const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm } = config;
+  return norm === undefined ? { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead } : { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm };
+}
+
+function describeConfig(config: GptConfig): string {
+  return `layers ${config.layers}, hidden ${config.hidden}, heads ${config.heads}/${config.kvHeads}, vocab ${config.vocab}`;
+}
+
+/**
+ * Reads and validates a checkpoint's header only (the same checks as
+ * loadCheckpoint, without reading any tensor): for callers that need the
+ * step, the model config or the settings.
+ */
+export function inspectCheckpoint(file: string): CheckpointInfo {
+  return { file, ...checkCheckpointHeader(file, readSafetensorsHeader(file)) };
+}
+
+/**
+ * Reads a checkpoint (weights-only files without optimizer moments load too).
+ * The file is untrusted: its header and model config are validated against
+ * each other before any tensor is allocated (see checkCheckpointHeader and
+ * readSafetensors), so a crafted file is refused quickly and cheaply.
+ */
+export function loadCheckpoint(file: string): LoadedCheckpoint {
+  let checked: CheckedHeader | undefined;
+  const { tensors } = readSafetensors(file, { check: (header) => (checked = checkCheckpointHeader(file, header)) });
+  const flat = (name: string) => (tensors.get(name)?.data as Float32Array | undefined) ?? null;
+  return { file, ...checked!, weights: tensors, m: flat("optimizer.m"), v: flat("optimizer.v") };
+}
+
+/** Copies the checkpoint's weights into a parameter store. */
+export function loadWeightsInto(params: ParameterStore, checkpoint: LoadedCheckpoint): void {
+  for (const spec of params.specs) params.value(spec.name).data.set(checkpoint.weights.get(spec.name)!.data as Float32Array);
+}
+
+/** Restores weights, moments and step into a trainer whose model has the checkpoint's config. */
+export function restoreCheckpoint(trainer: Trainer, checkpoint: LoadedCheckpoint): void {
+  const a = JSON.stringify(trainer.model.config);
+  const b = JSON.stringify(checkpoint.config);
+  if (a !== b) throw new TrainingError(`checkpoint '${checkpoint.file}' was written for model ${b}, not ${a}`);
+  if (checkpoint.m === null || checkpoint.v === null) throw new TrainingError(`checkpoint '${checkpoint.file}' has no optimizer state; it cannot resume training`);
+  if (checkpoint.m.length !== trainer.model.params.size || checkpoint.v.length !== trainer.model.params.size) {
+    throw new TrainingError(`checkpoint '${checkpoint.file}': optimizer moments have ${checkpoint.m.length} entries, the model ${trainer.model.params.size}`);
+  }
+  loadWeightsInto(trainer.model.params, checkpoint);
+  trainer.restoreMoments(checkpoint.m, checkpoint.v, checkpoint.step);
+}

@@ -1,0 +1,16 @@
+/**
+ * @ulysses/training: training a GPT on one device or parallelised
+ * (`parallelize` of @ulysses/parallel): the SP-aware loss, AdamW with
+ * ZeRO-1, gradient clipping, the learning-rate schedule, the step,
+ * checkpoints, and the data tasks (byte-level text, associative recall).
+ */
+export { TrainingError } from "./errors.js";
+export { AdamW, type AdamWOptions } from "./adamw.js";
+export { learningRateAt, type LrSchedule } from "./lr-schedule.js";
+export { globalGradNorm, clipGradNorm } from "./grad-clip.js";
+export { IGNORE_INDEX, shiftWindows } from "./data/batch.js";
+export { recallBatch, recallVocabulary, recallMinSeq, validateRecallTask, type RecallTaskOptions, type RecallVocabulary } from "./data/recall-task.js";
+export { ByteTextData, BYTE_VOCAB } from "./data/text-data.js";
+export { lossAndGradients, countCorrect, type LossResult, type TrainModel } from "./loss.js";
+export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
+export { saveCheckpoint, loadCheckpoint, inspectCheckpoint, restoreCheckpoint, loadWeightsInto, CHECKPOINT_FORMAT, type CheckpointExtras, type LoadedCheckpoint, type CheckpointInfo, type CheckpointSettings } from "./checkpoint.js";

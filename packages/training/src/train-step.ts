@@ -1,0 +1,97 @@
+/**
+ * One optimisation step, on one device or SPMD over a parallelised model's
+ * ranks. Gradients (unreduced, in the model's flat gradient) are summed over
+ * the model's gradient group with one allReduce, or, under ZeRO-1,
+ * reduce-scattered so each rank gets the summed slice it owns; then clipped
+ * by the global norm, AdamW-updated, and (ZeRO-1) the updated slices are
+ * all-gathered back into every rank's full parameter vector.
+ */
+import type { ProcessGroup } from "@ulysses/collectives";
+import type { BlockOps } from "@ulysses/kernels";
+import { ParallelGpt, type Batch } from "@ulysses/parallel";
+import { Tensor, evenSplitSizes } from "@ulysses/tensors";
+import { AdamW, type AdamWOptions } from "./adamw.js";
+import { clipGradNorm } from "./grad-clip.js";
+import { lossAndGradients, type LossResult, type TrainModel } from "./loss.js";
+
+export interface TrainStepOptions {
+  ops: BlockOps;
+  /** Global gradient-norm clip (0: off). */
+  gradClip: number;
+  adamw: AdamWOptions;
+  /** Shard the optimizer state over the gradient group (ZeRO stage 1). */
+  zero1: boolean;
+}
+
+export interface StepResult extends LossResult {
+  gradNorm: number;
+}
+
+export class Trainer {
+  readonly model: TrainModel;
+  readonly optimizer: AdamW;
+  readonly options: TrainStepOptions;
+  /** The ranks gradients are summed over (null on one device). */
+  readonly group: ProcessGroup | null;
+  /** Flat-vector elements owned by each rank (ZeRO-1), else one slice of everything. */
+  readonly sliceSizes: number[];
+
+  constructor(model: TrainModel, options: TrainStepOptions) {
+    this.model = model;
+    this.options = options;
+    this.group = model instanceof ParallelGpt ? model.gradientGroup : null;
+    const total = model.params.size;
+    const ranks = this.group?.size ?? 1;
+    this.sliceSizes = options.zero1 ? evenSplitSizes(total, ranks) : [total];
+    const rank = options.zero1 ? (this.group?.rank ?? 0) : 0;
+    const offset = this.sliceSizes.slice(0, rank).reduce((a, b) => a + b, 0);
+    const length = this.sliceSizes[rank]!;
+    this.optimizer = new AdamW({ offset, length, decayMask: model.params.decayMask(offset, length) }, options.adamw);
+  }
+
+  /** Steps taken so far. */
+  get step(): number {
+    return this.optimizer.step;
+  }
+
+  /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */
+  async trainStep(batch: Batch, lr: number): Promise<StepResult> {
+    const { params } = this.model;
+    const { zero1, gradClip } = this.options;
+    const group = this.group;
+    params.grads.fill(0);
+    const result = await lossAndGradients(this.model, this.options.ops, batch);
+    const { offset, length } = this.optimizer;
+    let gradNorm: number;
+    if (zero1 && group !== null && group.size > 1) {
+      const mine = await group.reduceScatter(new Tensor("float32", [params.size], params.grads), { op: "sum", sizes: this.sliceSizes });
+      const grads = mine.data as Float32Array;
+      gradNorm = await clipGradNorm(grads, gradClip, { begin: 0, end: length }, group);
+      const slice = params.values.slice(offset, offset + length);
+      this.optimizer.update(slice, grads, lr, true);
+      const gathered = await group.allGather(new Tensor("float32", [length], slice), { sizes: this.sliceSizes });
+      params.values.set(gathered.data as Float32Array);
+    } else {
+      if (group !== null && group.size > 1) await group.allReduce(new Tensor("float32", [params.size], params.grads), { op: "sum" });
+      gradNorm = await clipGradNorm(params.grads, gradClip);
+      this.optimizer.update(params.values, params.grads, lr);
+    }
+    return { ...result, gradNorm };
+  }
+
+  /** The full optimizer moments (gathered over the group under ZeRO-1; collective then). */
+  async fullMoments(): Promise<{ m: Float32Array; v: Float32Array }> {
+    const group = this.group;
+    if (!this.options.zero1 || group === null || group.size === 1) return { m: this.optimizer.m, v: this.optimizer.v };
+    const gather = async (x: Float32Array) => (await group.allGather(new Tensor("float32", [x.length], x), { sizes: this.sliceSizes })).data as Float32Array;
+    return { m: await gather(this.optimizer.m), v: await gather(this.optimizer.v) };
+  }
+
+  /** Restores the moments (full vectors; each rank keeps its slice) and the step count. */
+  restoreMoments(m: Float32Array, v: Float32Array, step: number): void {
+    const { offset, length } = this.optimizer;
+    this.optimizer.m.set(m.subarray(offset, offset + length));
+    this.optimizer.v.set(v.subarray(offset, offset + length));
+    this.optimizer.step = step;
+  }
+}

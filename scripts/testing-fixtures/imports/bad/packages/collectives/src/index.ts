@@ -1,0 +1,2 @@
+export const launch = 1;
+export type Stats = { n: number };

@@ -1,0 +1,3 @@
+import { tensor } from "@ulysses/tensors";
+import { launch } from "@ulysses/collectives";
+export const k = [tensor, launch];

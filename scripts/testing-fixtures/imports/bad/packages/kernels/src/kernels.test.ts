@@ -1,0 +1,2 @@
+import { block } from "@ulysses/block";
+export const b = block;

@@ -1,0 +1,1 @@
+export const model = 1;

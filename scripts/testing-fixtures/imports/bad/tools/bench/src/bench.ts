@@ -1,0 +1,2 @@
+import { unknown } from "@ulysses/nowhere";
+export const u = unknown;

@@ -1,0 +1,3 @@
+import { tensor } from "@ulysses/tensors";
+export type Stats = { n: number };
+export const launch = () => tensor;

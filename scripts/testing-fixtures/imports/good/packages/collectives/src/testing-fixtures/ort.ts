@@ -1,0 +1,2 @@
+// a fixture may use a devDependency the graph forbids
+import "@ulysses/kernels";

@@ -1,0 +1,2 @@
+import { launch } from "@ulysses/collectives";
+export const l = launch;

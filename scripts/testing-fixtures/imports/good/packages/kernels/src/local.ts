@@ -1,0 +1,1 @@
+export const local = 2;

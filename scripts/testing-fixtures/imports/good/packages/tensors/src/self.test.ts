@@ -1,0 +1,2 @@
+import { tensor } from "@ulysses/tensors";
+export const t = tensor;
