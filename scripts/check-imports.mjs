@@ -85,7 +85,8 @@ export function parseDepsBlock(text, file = README) {
 }
 
 const short = (name) => (name.startsWith(SCOPE) ? name.slice(SCOPE.length) : name);
-const describe = (rule) => (rule.any ? "any package" : [...[...rule.value].sort(), ...[...rule.typeOnly].sort().map((name) => `type:${name}`)].join(", ") || "none");
+const describe = (rule) =>
+  rule.any ? "any package" : [...[...rule.value].sort(), ...[...rule.typeOnly].sort().map((name) => `type:${name}`)].join(", ") || "none";
 
 // --- scanning sources ------------------------------------------------------
 
@@ -174,9 +175,13 @@ export function tokenize(text) {
       while (i < textLength && source[i] !== "\n") {
         const d = source[i];
         if (d === "\\") i += 2;
-        else if (d === "[") (inClass = true), i++;
-        else if (d === "]") (inClass = false), i++;
-        else if (d === "/" && !inClass) break;
+        else if (d === "[") {
+          inClass = true;
+          i++;
+        } else if (d === "]") {
+          inClass = false;
+          i++;
+        } else if (d === "/" && !inClass) break;
         else i++;
       }
       i++;
@@ -228,7 +233,9 @@ export function importsOf(text) {
     const afterDot = is(k - 1, ".") && !is(k - 2, ".");
     if (token.value === "import" && !afterDot) {
       if (is(k + 1, "(") && str(k + 2)) {
-        const typePosition = is(k - 1, "typeof") || (is(k + 3, ")") && is(k + 4, ".") && tokens[k + 5]?.kind === "word" && !["then", "catch", "finally"].includes(tokens[k + 5].value));
+        const typePosition =
+          is(k - 1, "typeof") ||
+          (is(k + 3, ")") && is(k + 4, ".") && tokens[k + 5]?.kind === "word" && !["then", "catch", "finally"].includes(tokens[k + 5].value));
         found.push({ specifier: tokens[k + 2].value, line: tokens[k + 2].line, typeOnly: typePosition });
       } else if (is(k + 1, ".") && is(k + 2, "meta") && is(k + 3, ".") && is(k + 4, "resolve") && is(k + 5, "(") && str(k + 6)) {
         found.push({ specifier: tokens[k + 6].value, line: tokens[k + 6].line, typeOnly: false });
@@ -243,7 +250,8 @@ export function importsOf(text) {
       if (clause) found.push(clause);
     } else if (token.value === "require" && !afterDot) {
       if (is(k + 1, "(") && str(k + 2)) found.push({ specifier: tokens[k + 2].value, line: tokens[k + 2].line, typeOnly: false });
-      else if (is(k + 1, ".") && is(k + 2, "resolve") && is(k + 3, "(") && str(k + 4)) found.push({ specifier: tokens[k + 4].value, line: tokens[k + 4].line, typeOnly: false });
+      else if (is(k + 1, ".") && is(k + 2, "resolve") && is(k + 3, "(") && str(k + 4))
+        found.push({ specifier: tokens[k + 4].value, line: tokens[k + 4].line, typeOnly: false });
     }
   }
   return found;
@@ -323,7 +331,8 @@ function main() {
     for (const field of RUNTIME_FIELDS) {
       for (const name of Object.keys(pkg.manifest[field] ?? {})) {
         if (!workspaceNames.has(name) || name === pkg.name || !rule) continue;
-        if (!rule.any && !rule.value.has(short(name)) && !rule.typeOnly.has(short(name))) report(`${pkg.dir}/package.json: ${field} lists ${name}, allowed: ${describe(rule)}`);
+        if (!rule.any && !rule.value.has(short(name)) && !rule.typeOnly.has(short(name)))
+          report(`${pkg.dir}/package.json: ${field} lists ${name}, allowed: ${describe(rule)}`);
       }
     }
 
@@ -351,7 +360,8 @@ function main() {
           report(`${where} imports ${name}${typeHint}, allowed: ${describe(rule)}`);
         }
         if (test ? !runtime.has(name) && !dev.has(name) : !runtime.has(name)) {
-          const hint = !test && dev.has(name) ? "lists it only in devDependencies" : `does not list it${test ? " (dependencies or devDependencies)" : " in dependencies"}`;
+          const hint =
+            !test && dev.has(name) ? "lists it only in devDependencies" : `does not list it${test ? " (dependencies or devDependencies)" : " in dependencies"}`;
           report(`${where} imports ${name}, and ${pkg.dir}/package.json ${hint}`);
         }
       }
@@ -360,7 +370,9 @@ function main() {
 
   for (const violation of violations) console.error(violation);
   if (violations.length > 0) {
-    console.error(`check-imports: ${violations.length} violation${violations.length === 1 ? "" : "s"} (the graph: ${README}, "## The package graph", the deps block)`);
+    console.error(
+      `check-imports: ${violations.length} violation${violations.length === 1 ? "" : "s"} (the graph: ${README}, "## The package graph", the deps block)`,
+    );
     process.exit(1);
   }
   console.log(`check-imports: ${packages.length} packages import only what ${README}'s deps block allows and their package.json declares`);

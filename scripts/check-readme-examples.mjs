@@ -7,6 +7,7 @@
 // public API in a short runnable example.
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -32,7 +33,7 @@ for (const dir of dirs) {
     continue;
   }
   const file = path.join(root, dir, ".readme-example.ts");
-  const scratch = fs.mkdtempSync(path.join(fs.realpathSync(process.env.TMPDIR ?? "/tmp"), "readme-example-"));
+  const scratch = fs.mkdtempSync(path.join(fs.realpathSync(os.tmpdir()), "readme-example-"));
   fs.writeFileSync(file, code);
   const started = Date.now();
   const run = spawnSync(process.execPath, ["--conditions=@ulysses/source", "--import", tsx, file], {

@@ -40,7 +40,11 @@ const emits = (pkg) => typeof pkg.manifest.scripts?.build === "string";
 function expectedReferences(pkg) {
   return workspaceDependencies(pkg.manifest)
     .filter((name) => byName.has(name) && emits(byName.get(name)))
-    .map((name) => relative(pkg.absoluteDir, join(byName.get(name).absoluteDir, "tsconfig.build.json")).split("\\").join("/"));
+    .map((name) =>
+      relative(pkg.absoluteDir, join(byName.get(name).absoluteDir, "tsconfig.build.json"))
+        .split("\\")
+        .join("/"),
+    );
 }
 
 /** A short array of strings on one line, anything else as JSON.stringify indents it. */
@@ -68,7 +72,9 @@ for (const pkg of packages) {
   const where = (file) => `${pkg.dir}/${file}`;
   const typecheckConfig = join(pkg.absoluteDir, "tsconfig.json");
   if (existsSync(typecheckConfig) && readJsonc(typecheckConfig).references !== undefined) {
-    problems.push(`${where("tsconfig.json")}: has references; the type check reads other packages' sources (the "@ulysses/source" condition), and references would make it read their dist (put them in tsconfig.build.json)`);
+    problems.push(
+      `${where("tsconfig.json")}: has references; the type check reads other packages' sources (the "@ulysses/source" condition), and references would make it read their dist (put them in tsconfig.build.json)`,
+    );
   }
   if (!emits(pkg)) continue;
 
@@ -83,13 +89,18 @@ for (const pkg of packages) {
   const options = resolvedCompilerOptions(buildConfig);
   if (options.composite !== true) problems.push(`${where("tsconfig.build.json")}: not composite (extend ../../${BUILD_BASE})`);
   if (!Array.isArray(options.customConditions) || options.customConditions.length > 0) {
-    problems.push(`${where("tsconfig.build.json")}: customConditions is ${JSON.stringify(options.customConditions)}, expected [] so the build reads other packages' dist/*.d.ts (extend ../../${BUILD_BASE})`);
+    problems.push(
+      `${where("tsconfig.build.json")}: customConditions is ${JSON.stringify(options.customConditions)}, expected [] so the build reads other packages' dist/*.d.ts (extend ../../${BUILD_BASE})`,
+    );
   }
 
   for (const name of workspaceDependencies(pkg.manifest)) {
     const dependency = byName.get(name);
     if (!dependency) problems.push(`${where("package.json")}: depends on ${name}, which is no workspace package`);
-    else if (!emits(dependency)) problems.push(`${where("package.json")}: depends on ${name} (${dependency.dir}), which has no build; a package that emits can only depend on packages that emit`);
+    else if (!emits(dependency))
+      problems.push(
+        `${where("package.json")}: depends on ${name} (${dependency.dir}), which has no build; a package that emits can only depend on packages that emit`,
+      );
   }
 
   const actual = (readJsonc(buildConfig).references ?? []).map((reference) => {
@@ -112,4 +123,6 @@ if (problems.length > 0) {
   console.error(`check-references: ${problems.length} problem${problems.length === 1 ? "" : "s"}`);
   process.exit(1);
 }
-console.log(`check-references: ${packages.filter(emits).length} emitting packages, references agree with package.json; ${packages.length - packages.filter(emits).length} without a build`);
+console.log(
+  `check-references: ${packages.filter(emits).length} emitting packages, references agree with package.json; ${packages.length - packages.filter(emits).length} without a build`,
+);

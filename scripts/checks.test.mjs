@@ -70,6 +70,7 @@ test("the import scanner finds every import form and nothing in comments, string
     '// import x from "@ulysses/comment";',
     'const re = /import x from "@ulysses\\/regex"/g, ratio = a / b / 2;',
     "const s = \"import y from '@ulysses/string'\";",
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the fixture is source text holding a template literal
     'const t = `import z from "@ulysses/template" ${await import("@ulysses/eight")}`;',
     'import("@ulysses/ten").then((x) => x);',
     'type T = import("@ulysses/eleven").Foo;',
@@ -77,7 +78,19 @@ test("the import scanner finds every import form and nothing in comments, string
   ].join("\n");
   assert.deepEqual(
     importsOf(source).map(({ specifier, line, typeOnly }) => `${line} ${specifier}${typeOnly ? " (type)" : ""}`),
-    ["1 @ulysses/one", "2 @ulysses/two (type)", "3 @ulysses/side", "4 @ulysses/four/sub", "5 @ulysses/five (type)", "7 @ulysses/seven", "11 @ulysses/eight", "12 @ulysses/ten", "13 @ulysses/eleven (type)", "14 @ulysses/thirteen", "14 @ulysses/fourteen"],
+    [
+      "1 @ulysses/one",
+      "2 @ulysses/two (type)",
+      "3 @ulysses/side",
+      "4 @ulysses/four/sub",
+      "5 @ulysses/five (type)",
+      "7 @ulysses/seven",
+      "11 @ulysses/eight",
+      "12 @ulysses/ten",
+      "13 @ulysses/eleven (type)",
+      "14 @ulysses/thirteen",
+      "14 @ulysses/fourteen",
+    ],
   );
 });
 

@@ -56,7 +56,11 @@ function exportTargets(entry) {
 
 const exportsMap = manifest.publishConfig?.exports ?? manifest.exports ?? {};
 const bins = typeof manifest.bin === "string" ? [manifest.bin] : Object.values(manifest.bin ?? {});
-const required = new Set([...(exportsMap["."] ? ["./dist/index.js", "./dist/index.d.ts"] : []), ...exportTargets(exportsMap), ...bins.map((b) => (b.startsWith("./") ? b : `./${b}`))]);
+const required = new Set([
+  ...(exportsMap["."] ? ["./dist/index.js", "./dist/index.d.ts"] : []),
+  ...exportTargets(exportsMap),
+  ...bins.map((b) => (b.startsWith("./") ? b : `./${b}`)),
+]);
 for (const extra of process.argv.slice(2)) required.add(extra.startsWith("./") ? extra : `./${extra}`);
 const missing = [...required].filter((file) => !existsSync(resolve(packageDir, file)));
 if (missing.length > 0) fail(`after tsc --build tsconfig.build.json these files are missing: ${missing.join(", ")}`);

@@ -29,7 +29,8 @@ export function workspacePatterns(root) {
     }
   }
   for (const pattern of patterns) {
-    if (!/^[\w.-]+(\/[\w.-]+)*(\/\*)?$/.test(pattern)) throw new Error(`pnpm-workspace.yaml: the pattern '${pattern}' is not 'dir' or 'dir/*', which is all scripts/workspace.mjs reads`);
+    if (!/^[\w.-]+(\/[\w.-]+)*(\/\*)?$/.test(pattern))
+      throw new Error(`pnpm-workspace.yaml: the pattern '${pattern}' is not 'dir' or 'dir/*', which is all scripts/workspace.mjs reads`);
   }
   return patterns;
 }

@@ -43,14 +43,16 @@ const HELP: Record<keyof TrainConfig, string> = {
     "checkpoint file or run directory to continue from, writing into that directory (or --out). The model shape (--hidden, --layers, --heads, --kv-heads, --mlp, --mlp-ratio, --tied-head, --attention, recall --vocab) comes from the checkpoint: leave those flags out or give the same values; other settings default to the checkpoint's recorded ones; --backend, --data and --out are never taken from a checkpoint",
   overwrite: "let --out name an existing run or a non-empty directory (replaces the run's files there)",
   timeout: "seconds a rank waits for a peer's collective, or for a stuck peer to finish a step, before the run fails naming that rank",
-  skipMemoryCheck: "skip the memory preflight (by default a run whose estimated peak memory exceeds the cgroup limit or the free memory is refused before any rank starts)",
+  skipMemoryCheck:
+    "skip the memory preflight (by default a run whose estimated peak memory exceeds the cgroup limit or the free memory is refused before any rank starts)",
   checkpointEvery: "steps between checkpoints (0: only at the end)",
   activationCheckpointing: "recompute block activations in backward to save memory",
   zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
   logEvery: "steps between log lines when not on a terminal",
   export: "export model.onnx at the end (--no-export to skip)",
   threads: "ONNX Runtime threads per rank (default max(1, floor(cores / ranks)))",
-  kernel: "local attention kernel: fused (the C++ ONNX Runtime custom op of @ulysses/fused-attention, the faster one in pnpm bench:kernels) | ort (ONNX graphs) | auto (fused when its native addon is built, else ort; the run header names the one used)",
+  kernel:
+    "local attention kernel: fused (the C++ ONNX Runtime custom op of @ulysses/fused-attention, the faster one in pnpm bench:kernels) | ort (ONNX graphs) | auto (fused when its native addon is built, else ort; the run header names the one used)",
 };
 
 export function helpText(): string {
@@ -67,7 +69,12 @@ export function helpText(): string {
     const shown = value === null ? "" : ` (default ${String(value)})`;
     lines.push(`  ${flag.padEnd(34)} ${HELP[key]}${shown}`);
   }
-  lines.push("  --config <file.json>               read settings from a JSON file", "  -h, --help                         show this text", "  -V, --version                      print the version", "");
+  lines.push(
+    "  --config <file.json>               read settings from a JSON file",
+    "  -h, --help                         show this text",
+    "  -V, --version                      print the version",
+    "",
+  );
   lines.push("Outputs in the run directory: config.json, metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.", "", EXIT_CODES_HELP);
   return lines.join("\n");
 }
@@ -75,7 +82,7 @@ export function helpText(): string {
 export type ParseResult =
   | { help: true }
   | { help: false; version: true }
-  | { help: false; version?: false; config: TrainConfig; /** Keys set on the command line or in the config file. */ explicit: Set<keyof TrainConfig> };
+  | { help: false; version?: false; config: TrainConfig /** Keys set on the command line or in the config file. */; explicit: Set<keyof TrainConfig> };
 
 /** Converts one raw value to the type of `key`'s default. */
 export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
@@ -192,10 +199,15 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
   const notes: string[] = [];
   const conflicts: string[] = [];
   const source = `checkpoint '${checkpoint.file}'`;
-  const recorded = checkpoint.settings !== null && typeof checkpoint.settings === "object" && !Array.isArray(checkpoint.settings) ? (checkpoint.settings as Record<string, unknown>) : {};
+  const recorded =
+    checkpoint.settings !== null && typeof checkpoint.settings === "object" && !Array.isArray(checkpoint.settings)
+      ? (checkpoint.settings as Record<string, unknown>)
+      : {};
   const ignored = Object.keys(recorded).filter((key) => (NEVER_FROM_CHECKPOINT as readonly string[]).includes(key) && recorded[key] !== null);
   if (ignored.length > 0) {
-    notes.push(`${source} records ${ignored.map((k) => `${k} ${quoted(recorded[k])}`).join(", ")}: ignored (a checkpoint never chooses code or paths; they come from this command line)`);
+    notes.push(
+      `${source} records ${ignored.map((k) => `${k} ${quoted(recorded[k])}`).join(", ")}: ignored (a checkpoint never chooses code or paths; they come from this command line)`,
+    );
   }
   const shape = new Set<string>([...MODEL_SHAPE_KEYS, "vocab"]);
   for (const [name, raw] of Object.entries(recorded)) {
@@ -228,11 +240,15 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
   const gpt = checkpoint.config;
   for (const key of MODEL_SHAPE_KEYS) {
     const value = gpt[key];
-    if (explicit.has(key) && given[key] !== value) conflicts.push(`--${kebab(key)} ${String(given[key])} conflicts with ${source}, whose model has ${kebab(key)} ${String(value)} (leave --${kebab(key)} out to use it)`);
+    if (explicit.has(key) && given[key] !== value)
+      conflicts.push(
+        `--${kebab(key)} ${String(given[key])} conflicts with ${source}, whose model has ${kebab(key)} ${String(value)} (leave --${kebab(key)} out to use it)`,
+      );
     else (config as unknown as Record<string, unknown>)[key] = value;
   }
   if (config.task === "text") {
-    if (gpt.vocab !== BYTE_VOCAB && !(recordedTask === "recall" && explicit.has("task"))) conflicts.push(`--task text needs a byte-level model (vocab ${BYTE_VOCAB}), but the model of ${source} has vocab ${gpt.vocab}`);
+    if (gpt.vocab !== BYTE_VOCAB && !(recordedTask === "recall" && explicit.has("task")))
+      conflicts.push(`--task text needs a byte-level model (vocab ${BYTE_VOCAB}), but the model of ${source} has vocab ${gpt.vocab}`);
   } else if (explicit.has("vocab") && given.vocab !== gpt.vocab) {
     conflicts.push(`--vocab ${given.vocab} conflicts with ${source}, whose model has vocab ${gpt.vocab} (leave --vocab out to use it)`);
   } else {
@@ -240,11 +256,17 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
   }
   if (!explicit.has("seq") && !("seq" in recorded)) config.seq = gpt.maxSeq;
   if (config.seq > gpt.maxSeq) conflicts.push(`--seq ${config.seq} is beyond the longest sequence the model of ${source} was built for (maxSeq ${gpt.maxSeq})`);
-  if (config.steps < checkpoint.step) conflicts.push(`--steps ${config.steps} is below the step ${checkpoint.step} that ${source} has reached (--steps counts all steps, the resumed ones included)`);
+  if (config.steps < checkpoint.step)
+    conflicts.push(
+      `--steps ${config.steps} is below the step ${checkpoint.step} that ${source} has reached (--steps counts all steps, the resumed ones included)`,
+    );
   if (config.task === "text" && config.data !== null && typeof recorded.dataSha256 === "string") {
     try {
       const now = dataDigest(config.data);
-      if (now.sha256 !== recorded.dataSha256) notes.push(`--data '${config.data}' (${now.bytes} bytes) is not the file ${source} was trained on (${quoted(recorded.dataBytes)} bytes, another SHA-256): training continues on the new file`);
+      if (now.sha256 !== recorded.dataSha256)
+        notes.push(
+          `--data '${config.data}' (${now.bytes} bytes) is not the file ${source} was trained on (${quoted(recorded.dataBytes)} bytes, another SHA-256): training continues on the new file`,
+        );
     } catch {
       // an unreadable --data is reported by validateConfig
     }

@@ -7,7 +7,28 @@ import { describe, expect, it, vi } from "vitest";
 import { readSafetensors } from "@ulysses/model";
 
 const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const tiny = ["--seq", "24", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--log-every", "1"];
+const tiny = [
+  "--seq",
+  "24",
+  "--hidden",
+  "16",
+  "--heads",
+  "2",
+  "--kv-heads",
+  "2",
+  "--layers",
+  "1",
+  "--batch",
+  "2",
+  "--pairs",
+  "2",
+  "--queries",
+  "2",
+  "--threads",
+  "1",
+  "--log-every",
+  "1",
+];
 
 type Spawned = { code: number | null; stdout: string; stderr: string };
 
@@ -18,12 +39,21 @@ interface Row {
 }
 
 function metricsRows(out: string): Row[] {
-  return fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Row);
+  return fs
+    .readFileSync(path.join(out, "metrics.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as Row);
 }
 
 const packageJson = JSON.parse(fs.readFileSync(path.join(trainerDir, "package.json"), "utf8")) as { version: string };
 
-function cli(args: string[], env: Record<string, string> = {}, onStdout?: (text: string, child: ReturnType<typeof spawn>) => void, script = "src/cli.ts"): Promise<Spawned> {
+function cli(
+  args: string[],
+  env: Record<string, string> = {},
+  onStdout?: (text: string, child: ReturnType<typeof spawn>) => void,
+  script = "src/cli.ts",
+): Promise<Spawned> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", script, ...args], {
       cwd: trainerDir,
@@ -48,11 +78,17 @@ describe("the CLI on the threads backend", () => {
     expect(ok.code).toBe(0);
     expect(ok.stdout).toMatch(/step 3\/3 loss/);
     expect(ok.stdout).toMatch(/\| tokens\/s/);
-    const lines = fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Record<string, number>);
+    const lines = fs
+      .readFileSync(path.join(out, "metrics.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, number>);
     expect(lines.map((l) => l.step)).toEqual([1, 2, 3]);
-    for (const key of ["loss", "lr", "gradNorm", "tokensPerSec", "stepMs", "computeMs", "commMs", "commBytesPerRank", "peakRssBytes", "mfu", "accuracy"]) expect(typeof lines[2]![key], key).toBe("number");
+    for (const key of ["loss", "lr", "gradNorm", "tokensPerSec", "stepMs", "computeMs", "commMs", "commBytesPerRank", "peakRssBytes", "mfu", "accuracy"])
+      expect(typeof lines[2]![key], key).toBe("number");
     expect(lines[2]!.commBytesPerRank).toBeGreaterThan(0);
-    for (const file of ["loss.svg", "checkpoint.safetensors", "model.onnx", "summary.txt", "config.json"]) expect(fs.existsSync(path.join(out, file)), file).toBe(true);
+    for (const file of ["loss.svg", "checkpoint.safetensors", "model.onnx", "summary.txt", "config.json"])
+      expect(fs.existsSync(path.join(out, file)), file).toBe(true);
 
     // generate answers the same queries from the export and from the checkpoint
     const { generate } = await import("./generate.js");
@@ -168,7 +204,12 @@ describe("the CLI on the threads backend", () => {
 
 describe("the bins' command lines", () => {
   it("--version and -V print the version in package.json (exit 0), for ulysses-train and ulysses-generate", async () => {
-    for (const [script, flag] of [["src/cli.ts", "--version"], ["src/cli.ts", "-V"], ["src/generate.ts", "--version"], ["src/generate.ts", "-V"]] as const) {
+    for (const [script, flag] of [
+      ["src/cli.ts", "--version"],
+      ["src/cli.ts", "-V"],
+      ["src/generate.ts", "--version"],
+      ["src/generate.ts", "-V"],
+    ] as const) {
       const result = await cli([flag], {}, undefined, script);
       expect(result, `${script} ${flag}`).toEqual({ code: 0, stdout: `${packageJson.version}\n`, stderr: "" });
     }

@@ -29,7 +29,11 @@ import { SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
 function timestamp(): string {
-  return new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z").replace("T", "-");
+  return new Date()
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d+Z$/, "Z")
+    .replace("T", "-");
 }
 
 /** A fresh runs/<timestamp> (with a -2, -3, ... suffix when that name is taken). */
@@ -80,7 +84,7 @@ function plan(argv: readonly string[]): RunPlan | "help" | "version" {
   let model: GptConfig | null = null;
   if (config.resume !== null) {
     resumeFile = resolveResumeFile(config.resume);
-    let checkpoint;
+    let checkpoint: ReturnType<typeof inspectCheckpoint>;
     try {
       // the header only (each rank reads the tensors when it starts)
       checkpoint = inspectCheckpoint(resumeFile);
@@ -110,7 +114,8 @@ function plan(argv: readonly string[]): RunPlan | "help" | "version" {
   if (resumeDir !== null && writer) {
     metricsFrom = path.join(resumeDir, "metrics.jsonl");
     const { torn } = readMetricsFile(metricsFrom);
-    if (torn !== null) notes.push(`metrics file '${metricsFrom}': line ${torn.line} (${torn.bytes} bytes) is a half-written record from an interrupted run; it is dropped`);
+    if (torn !== null)
+      notes.push(`metrics file '${metricsFrom}': line ${torn.line} (${torn.bytes} bytes) is a half-written record from an interrupted run; it is dropped`);
   }
   return { config, resumeFile, outDir, outFlag, state, model, metricsFrom, notes };
 }
@@ -119,7 +124,8 @@ function plan(argv: readonly string[]): RunPlan | "help" | "version" {
 function prepare(p: RunPlan, log: (line: string) => void): void {
   createRunDir(p.outDir, p.outFlag); // when it exists: proves it writable
   const stale = removeStaleTemporaries(p.outDir);
-  if (stale.length > 0) log(`note: removed ${stale.length} temporary file${stale.length === 1 ? "" : "s"} an interrupted write left in '${p.outDir}': ${stale.join(", ")}`);
+  if (stale.length > 0)
+    log(`note: removed ${stale.length} temporary file${stale.length === 1 ? "" : "s"} an interrupted write left in '${p.outDir}': ${stale.join(", ")}`);
   if (p.state === "overwritten") clearRunFiles(p.outDir);
   if (p.config.out === null && p.resumeFile === null) {
     const latest = path.join("runs", "latest");
@@ -162,7 +168,14 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
   try {
     const { config, resumeFile } = p;
-    const result = await runTraining({ config, outDir: path.resolve(p.outDir), resumeFile, model: p.model ?? undefined, metricsFrom: p.metricsFrom ?? undefined, startPool: () => startPool(config, resumeFile) });
+    const result = await runTraining({
+      config,
+      outDir: path.resolve(p.outDir),
+      resumeFile,
+      model: p.model ?? undefined,
+      metricsFrom: p.metricsFrom ?? undefined,
+      startPool: () => startPool(config, resumeFile),
+    });
     // a signal that came during the last step changes nothing: the run is complete
     if (!result.interrupted) return EXIT.done;
     return SIGNAL_EXIT_CODES[result.stopSignal ?? "SIGINT"];

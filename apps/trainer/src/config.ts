@@ -193,18 +193,23 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   const problems: string[] = [];
   const positive = (key: keyof TrainConfig) => {
     const value = config[key];
-    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
+      problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
-  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "pairs", "queries", "vocab"] as const) positive(key);
-  if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0) problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
+  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "pairs", "queries", "vocab"] as const)
+    positive(key);
+  if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
+    problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
   if (!Number.isSafeInteger(config.warmup) || config.warmup < 0) problems.push(`--warmup must be a non-negative integer, got ${config.warmup}`);
   if (!Number.isSafeInteger(config.seed) || config.seed < 0) problems.push(`--seed must be an integer in [0, 2^53 - 1], got ${config.seed}`);
   for (const key of ["lr", "minLr", "weightDecay", "gradClip", "mlpRatio"] as const) {
-    if (!(typeof config[key] === "number" && Number.isFinite(config[key]) && config[key] >= 0)) problems.push(`--${kebab(key)} must be a non-negative number, got ${String(config[key])}`);
+    if (!(typeof config[key] === "number" && Number.isFinite(config[key]) && config[key] >= 0))
+      problems.push(`--${kebab(key)} must be a non-negative number, got ${String(config[key])}`);
   }
   if (!(config.lr > 0)) problems.push(`--lr must be positive, got ${config.lr}`);
   if (!(config.mlpRatio > 0)) problems.push(`--mlp-ratio must be positive, got ${config.mlpRatio}`);
-  if (config.threads !== null && (!Number.isSafeInteger(config.threads) || config.threads < 1)) problems.push(`--threads must be a positive integer, got ${config.threads}`);
+  if (config.threads !== null && (!Number.isSafeInteger(config.threads) || config.threads < 1))
+    problems.push(`--threads must be a positive integer, got ${config.threads}`);
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!["gelu", "swiglu"].includes(config.mlp)) problems.push(`--mlp must be gelu or swiglu, got '${config.mlp}'`);
   if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);
@@ -213,7 +218,8 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   } else if (isModulePath(config.backend)) {
     // only looked at here: the module is imported once every check has passed
     const problem = fileProblem(config.backend);
-    if (problem !== null) problems.push(`--backend '${config.backend}': ${problem} (a backend module path names a .js or .mjs file that registers a collectives backend)`);
+    if (problem !== null)
+      problems.push(`--backend '${config.backend}': ${problem} (a backend module path names a .js or .mjs file that registers a collectives backend)`);
   }
   if (config.task === "recall" && config.data !== null) {
     problems.push(`--data '${config.data}' is for --task text; the recall task reads no data file (drop --data or --task recall)`);
@@ -225,17 +231,26 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
     // the layout's own checks (heads per rank, tokens per rank), in flag names
     const layout = { sp, dp, attention: config.attention };
-    problems.push(...parallelDimsProblems(layout, { worldSize: sp * dp, heads, kvHeads, seqLength: seq }, { sp: "--sp", dp: "--dp", heads: "--heads", seqLength: "--seq", attention: "--attention" }));
+    problems.push(
+      ...parallelDimsProblems(
+        layout,
+        { worldSize: sp * dp, heads, kvHeads, seqLength: seq },
+        { sp: "--sp", dp: "--dp", heads: "--heads", seqLength: "--seq", attention: "--attention" },
+      ),
+    );
     const mlpWidth = hidden * config.mlpRatio;
     if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
     if (config.task === "recall") {
       try {
         const { keys } = recallVocabulary(config.vocab);
         const before = problems.length;
-        if (config.pairs > keys) problems.push(`--pairs ${config.pairs} exceeds the ${keys} distinct keys of --vocab ${config.vocab} (keys are tokens [vocab/4, 3 vocab/4))`);
+        if (config.pairs > keys)
+          problems.push(`--pairs ${config.pairs} exceeds the ${keys} distinct keys of --vocab ${config.vocab} (keys are tokens [vocab/4, 3 vocab/4))`);
         if (config.queries > config.pairs) problems.push(`--queries ${config.queries} must not exceed --pairs ${config.pairs}`);
         if (seq < recallMinSeq(config.pairs, config.queries)) {
-          problems.push(`--seq ${seq} is too short for the recall task with ${config.pairs} pairs and ${config.queries} queries (needs at least ${recallMinSeq(config.pairs, config.queries)})`);
+          problems.push(
+            `--seq ${seq} is too short for the recall task with ${config.pairs} pairs and ${config.queries} queries (needs at least ${recallMinSeq(config.pairs, config.queries)})`,
+          );
         }
         if (problems.length === before) validateRecallTask({ vocab: config.vocab, seq, pairs: config.pairs, queries: config.queries });
       } catch (error) {
@@ -253,21 +268,34 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (problems.length === 0) {
       // the model package's own bounds (sizes it refuses to build)
       try {
-        validateGptConfig({ vocab: vocabOf(config), hidden, heads, kvHeads, layers: config.layers, mlp: config.mlp, mlpRatio: config.mlpRatio, maxSeq: seq, tiedHead: config.tiedHead });
+        validateGptConfig({
+          vocab: vocabOf(config),
+          hidden,
+          heads,
+          kvHeads,
+          layers: config.layers,
+          mlp: config.mlp,
+          mlpRatio: config.mlpRatio,
+          maxSeq: seq,
+          tiedHead: config.tiedHead,
+        });
       } catch (error) {
         problems.push((error as Error).message);
       }
     }
     const world = launcherWorldSize(env);
     if (config.backend === "mpi" && world === null) {
-      problems.push(`--backend mpi runs one process per rank, started by mpirun, and this process was not (no OMPI_COMM_WORLD_SIZE or PMI_SIZE in its environment): run it under mpirun -np ${sp * dp} --bind-to none ulysses-train --backend mpi --out DIR ... (-np = --sp ${sp} x --dp ${dp}), or use --backend threads`);
+      problems.push(
+        `--backend mpi runs one process per rank, started by mpirun, and this process was not (no OMPI_COMM_WORLD_SIZE or PMI_SIZE in its environment): run it under mpirun -np ${sp * dp} --bind-to none ulysses-train --backend mpi --out DIR ... (-np = --sp ${sp} x --dp ${dp}), or use --backend threads`,
+      );
     } else if (config.backend === "mpi" && world !== sp * dp) {
       problems.push(`--sp ${sp} x --dp ${dp} = ${sp * dp} ranks, but mpirun started ${world}`);
     }
   }
   if (config.resume !== null && !fs.existsSync(config.resume)) problems.push(`--resume '${config.resume}' does not exist`);
   if (typeof config.overwrite !== "boolean") problems.push(`--overwrite is a switch, got ${String(config.overwrite)}`);
-  if (!(typeof config.timeout === "number" && Number.isFinite(config.timeout) && config.timeout > 0)) problems.push(`--timeout must be a positive number of seconds, got ${config.timeout}`);
+  if (!(typeof config.timeout === "number" && Number.isFinite(config.timeout) && config.timeout > 0))
+    problems.push(`--timeout must be a positive number of seconds, got ${config.timeout}`);
   if (typeof config.skipMemoryCheck !== "boolean") problems.push(`--skip-memory-check is a switch, got ${String(config.skipMemoryCheck)}`);
   if (problems.length > 0) throw new TrainerError(`invalid configuration:\n  - ${problems.join("\n  - ")}`);
 }

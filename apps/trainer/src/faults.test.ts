@@ -24,7 +24,29 @@ import { seededRandom } from "@ulysses/kernels";
 import { readSafetensors } from "@ulysses/model";
 
 const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const tiny = ["--seq", "24", "--hidden", "16", "--heads", "4", "--kv-heads", "4", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--log-every", "1", "--no-export"];
+const tiny = [
+  "--seq",
+  "24",
+  "--hidden",
+  "16",
+  "--heads",
+  "4",
+  "--kv-heads",
+  "4",
+  "--layers",
+  "1",
+  "--batch",
+  "2",
+  "--pairs",
+  "2",
+  "--queries",
+  "2",
+  "--threads",
+  "1",
+  "--log-every",
+  "1",
+  "--no-export",
+];
 const TIMEOUT_S = 5;
 const timeoutFlags = ["--timeout", String(TIMEOUT_S)];
 /** Trials run two at a time (the machines running this have 2 cores). */
@@ -113,32 +135,48 @@ function deathTrials(kernel: "fused" | "ort", firstSeed: number): DeathTrial[] {
     const rank = Math.floor(random() * sp);
     const step = 1 + Math.floor(random() * 2);
     const delayMs = Math.floor(random() * 80);
-    return { name: `seed ${seed}: ${kind} on rank ${rank} ${delayMs} ms into step ${step + 1}, sp ${sp}, ${kernel} kernel`, kernel, kind, sp, rank, step, delayMs };
+    return {
+      name: `seed ${seed}: ${kind} on rank ${rank} ${delayMs} ms into step ${step + 1}, sp ${sp}, ${kernel} kernel`,
+      kernel,
+      kind,
+      sp,
+      rank,
+      step,
+      delayMs,
+    };
   });
 }
 
 const CAUSE = { exit: "exited with code 3", error: "failed: Error: injected error" } as const;
 
 describe("rank death: exit 1 naming the rank and the cause within 10 s", () => {
-  for (const [kernel, firstSeed] of [["fused", 1], ["ort", 101]] as const) {
+  for (const [kernel, firstSeed] of [
+    ["fused", 1],
+    ["ort", 101],
+  ] as const) {
     describe(`${kernel} kernel`, () => {
       for (const trial of deathTrials(kernel, firstSeed)) {
-        it.concurrent(trial.name, () =>
-          slot(async () => {
-            const out = path.join(tmp("fault-"), "run");
-            const spec = `${trial.kind}:${trial.rank}:${trial.step}:${trial.delayMs}`;
-            // far more steps than the fault needs (a tiny step takes milliseconds): the fault always lands mid-run
-            const run = await cli([...tiny, "--sp", String(trial.sp), "--kernel", kernel, "--steps", "400", "--checkpoint-every", "0", "--out", out], { ULYSSES_TRAINER_FAULT: spec });
-            const hit = faultTime(run.stderr);
-            record(`${trial.kind}, ${kernel}, sp ${trial.sp}`, run, hit);
-            expect(hit, `the fault never fired:\n${run.stderr}`).not.toBeNull();
-            expect(run.stderr).not.toMatch(/terminate called|Napi::Error/);
-            expect({ code: run.code, signal: run.signal }, run.stderr).toEqual({ code: 1, signal: null });
-            expect(run.stderr).toMatch(new RegExp(`^error: .*rank ${trial.rank} ${CAUSE[trial.kind]}`, "m"));
-            expect(run.exitedAt - hit!, "ms from the fault to the exit").toBeLessThanOrEqual(10_000);
-            fs.rmSync(path.dirname(out), { recursive: true, force: true });
-          }),
-        120_000);
+        it.concurrent(
+          trial.name,
+          () =>
+            slot(async () => {
+              const out = path.join(tmp("fault-"), "run");
+              const spec = `${trial.kind}:${trial.rank}:${trial.step}:${trial.delayMs}`;
+              // far more steps than the fault needs (a tiny step takes milliseconds): the fault always lands mid-run
+              const run = await cli([...tiny, "--sp", String(trial.sp), "--kernel", kernel, "--steps", "400", "--checkpoint-every", "0", "--out", out], {
+                ULYSSES_TRAINER_FAULT: spec,
+              });
+              const hit = faultTime(run.stderr);
+              record(`${trial.kind}, ${kernel}, sp ${trial.sp}`, run, hit);
+              expect(hit, `the fault never fired:\n${run.stderr}`).not.toBeNull();
+              expect(run.stderr).not.toMatch(/terminate called|Napi::Error/);
+              expect({ code: run.code, signal: run.signal }, run.stderr).toEqual({ code: 1, signal: null });
+              expect(run.stderr).toMatch(new RegExp(`^error: .*rank ${trial.rank} ${CAUSE[trial.kind]}`, "m"));
+              expect(run.exitedAt - hit!, "ms from the fault to the exit").toBeLessThanOrEqual(10_000);
+              fs.rmSync(path.dirname(out), { recursive: true, force: true });
+            }),
+          120_000,
+        );
       }
     });
   }
@@ -159,87 +197,106 @@ describe(`a rank stuck in compute is named within the timeout (--timeout ${TIMEO
     const step = 1 + Math.floor(random() * 2);
     const delayMs = c.kind === "hang" ? Math.floor(random() * 80) : 0;
     const when = c.kind === "hang" ? `${delayMs} ms into step ${step + 1}` : `at the end of step ${step + 1}`;
-    it.concurrent(`seed ${c.seed}: ${c.kind} on rank ${rank} ${when}, sp ${c.sp}, ${c.kernel} kernel`, () =>
-      slot(async () => {
-        const out = path.join(tmp("stuck-"), "run");
-        const spec = `${c.kind}:${rank}:${step}:${delayMs}`;
-        const run = await cli([...tiny, ...timeoutFlags, "--sp", String(c.sp), "--kernel", c.kernel, "--steps", "400", "--checkpoint-every", "0", "--out", out], { ULYSSES_TRAINER_FAULT: spec });
-        const hit = faultTime(run.stderr);
-        record(`${c.kind}, ${c.kernel}, sp ${c.sp}`, run, hit);
-        expect(hit, `the fault never fired:\n${run.stderr}`).not.toBeNull();
-        expect({ code: run.code, signal: run.signal }, run.stderr).toEqual({ code: 1, signal: null });
-        // (a delayed hang may land in a later step than the one it was armed in)
-        expect(run.stderr).toMatch(new RegExp(`^error: .*rank ${rank} did not finish step ${c.kind === "hang" ? "\\d+" : step + 1} within ${TIMEOUT_S} s \\(stuck in compute\\?\\)`, "m"));
-        const elapsed = run.exitedAt - hit!;
-        expect(elapsed, "ms from the hang to the exit").toBeLessThanOrEqual(TIMEOUT_S * 1000 + 1500);
-        fs.rmSync(path.dirname(out), { recursive: true, force: true });
-      }),
-    120_000);
+    it.concurrent(
+      `seed ${c.seed}: ${c.kind} on rank ${rank} ${when}, sp ${c.sp}, ${c.kernel} kernel`,
+      () =>
+        slot(async () => {
+          const out = path.join(tmp("stuck-"), "run");
+          const spec = `${c.kind}:${rank}:${step}:${delayMs}`;
+          const run = await cli(
+            [...tiny, ...timeoutFlags, "--sp", String(c.sp), "--kernel", c.kernel, "--steps", "400", "--checkpoint-every", "0", "--out", out],
+            { ULYSSES_TRAINER_FAULT: spec },
+          );
+          const hit = faultTime(run.stderr);
+          record(`${c.kind}, ${c.kernel}, sp ${c.sp}`, run, hit);
+          expect(hit, `the fault never fired:\n${run.stderr}`).not.toBeNull();
+          expect({ code: run.code, signal: run.signal }, run.stderr).toEqual({ code: 1, signal: null });
+          // (a delayed hang may land in a later step than the one it was armed in)
+          expect(run.stderr).toMatch(
+            new RegExp(
+              `^error: .*rank ${rank} did not finish step ${c.kind === "hang" ? "\\d+" : step + 1} within ${TIMEOUT_S} s \\(stuck in compute\\?\\)`,
+              "m",
+            ),
+          );
+          const elapsed = run.exitedAt - hit!;
+          expect(elapsed, "ms from the hang to the exit").toBeLessThanOrEqual(TIMEOUT_S * 1000 + 1500);
+          fs.rmSync(path.dirname(out), { recursive: true, force: true });
+        }),
+      120_000,
+    );
   }
 });
 
 describe("kill -9 during checkpoint writes, then resume", () => {
-  it.concurrent("seeds 301-306: six SIGKILLs (at a checkpoint temporary's appearance, or at a random time) of a run checkpointing every step, each resumed; the final checkpoint equals the uninterrupted run's", () =>
-    slot(async () => {
-      const root = tmp("kill9-");
-      const steps = 30;
-      const flags = [...tiny, "--steps", String(steps), "--warmup", "3", "--checkpoint-every", "1"];
-      const whole = await cli([...flags, "--out", path.join(root, "whole")]);
-      expect(whole.code, whole.stderr).toBe(0);
+  it.concurrent(
+    "seeds 301-306: six SIGKILLs (at a checkpoint temporary's appearance, or at a random time) of a run checkpointing every step, each resumed; the final checkpoint equals the uninterrupted run's",
+    () =>
+      slot(async () => {
+        const root = tmp("kill9-");
+        const steps = 30;
+        const flags = [...tiny, "--steps", String(steps), "--warmup", "3", "--checkpoint-every", "1"];
+        const whole = await cli([...flags, "--out", path.join(root, "whole")]);
+        expect(whole.code, whole.stderr).toBe(0);
 
-      const split = path.join(root, "split");
-      const kills: string[] = [];
-      let midWrite = 0;
-      for (const seed of [301, 302, 303, 304, 305, 306]) {
-        const random = rng(seed);
-        const onTemporary = random() < 0.5;
-        const afterLines = 1 + Math.floor(random() * 3);
-        const delayMs = Math.floor(random() * 400);
-        const resume = fs.existsSync(path.join(split, "checkpoint.safetensors"));
-        let watcher: fs.FSWatcher | null = null;
-        let armed = false;
-        const run = await cli([...flags, ...(resume ? ["--resume", split] : ["--out", split])], {}, (text, child) => {
-          const lines = text.match(/step \d+\/\d+/g)?.length ?? 0;
-          // (only once a checkpoint exists, so that every kill leaves a run to resume)
-          if (armed || lines < afterLines || !fs.existsSync(path.join(split, "checkpoint.safetensors"))) return;
-          armed = true;
-          if (onTemporary) {
-            // SIGKILL the moment the next checkpoint temporary appears: inside the write
-            watcher = fs.watch(split, (_, name) => {
-              if (name?.includes(".tmp")) child.kill("SIGKILL");
-            });
+        const split = path.join(root, "split");
+        const kills: string[] = [];
+        let midWrite = 0;
+        for (const seed of [301, 302, 303, 304, 305, 306]) {
+          const random = rng(seed);
+          const onTemporary = random() < 0.5;
+          const afterLines = 1 + Math.floor(random() * 3);
+          const delayMs = Math.floor(random() * 400);
+          const resume = fs.existsSync(path.join(split, "checkpoint.safetensors"));
+          let watcher: fs.FSWatcher | null = null;
+          let armed = false;
+          const run = await cli([...flags, ...(resume ? ["--resume", split] : ["--out", split])], {}, (text, child) => {
+            const lines = text.match(/step \d+\/\d+/g)?.length ?? 0;
+            // (only once a checkpoint exists, so that every kill leaves a run to resume)
+            if (armed || lines < afterLines || !fs.existsSync(path.join(split, "checkpoint.safetensors"))) return;
+            armed = true;
+            if (onTemporary) {
+              // SIGKILL the moment the next checkpoint temporary appears: inside the write
+              watcher = fs.watch(split, (_, name) => {
+                if (name?.includes(".tmp")) child.kill("SIGKILL");
+              });
+            } else {
+              setTimeout(() => child.kill("SIGKILL"), delayMs);
+            }
+          });
+          (watcher as fs.FSWatcher | null)?.close();
+          if (run.signal === "SIGKILL") {
+            const step = readSafetensors(path.join(split, "checkpoint.safetensors")).metadata.step;
+            const temporary = fs.readdirSync(split).some((f) => f.includes(".tmp"));
+            if (temporary) midWrite++;
+            kills.push(
+              `seed ${seed}: ${onTemporary ? "at a temporary" : `${delayMs} ms`} after ${afterLines} step line(s), checkpoint at step ${step}${temporary ? ", temporary left" : ""}`,
+            );
           } else {
-            setTimeout(() => child.kill("SIGKILL"), delayMs);
+            expect(run.code, run.stderr).toBe(0); // it finished before the kill landed
           }
-        });
-        (watcher as fs.FSWatcher | null)?.close();
-        if (run.signal === "SIGKILL") {
-          const step = readSafetensors(path.join(split, "checkpoint.safetensors")).metadata.step;
-          const temporary = fs.readdirSync(split).some((f) => f.includes(".tmp"));
-          if (temporary) midWrite++;
-          kills.push(`seed ${seed}: ${onTemporary ? "at a temporary" : `${delayMs} ms`} after ${afterLines} step line(s), checkpoint at step ${step}${temporary ? ", temporary left" : ""}`);
-        } else {
-          expect(run.code, run.stderr).toBe(0); // it finished before the kill landed
         }
-      }
-      // resume until done (the last kill may have left it anywhere)
-      const last = await cli([...flags, "--resume", split]);
-      expect(last.code, last.stderr).toBe(0);
-      console.log(`kill -9: ${kills.length} of 6 runs killed, ${midWrite} inside a checkpoint write (its temporary left behind):\n${kills.join("\n")}`);
-      expect(kills.length).toBeGreaterThanOrEqual(4);
-      expect(midWrite).toBeGreaterThan(0);
+        // resume until done (the last kill may have left it anywhere)
+        const last = await cli([...flags, "--resume", split]);
+        expect(last.code, last.stderr).toBe(0);
+        console.log(`kill -9: ${kills.length} of 6 runs killed, ${midWrite} inside a checkpoint write (its temporary left behind):\n${kills.join("\n")}`);
+        expect(kills.length).toBeGreaterThanOrEqual(4);
+        expect(midWrite).toBeGreaterThan(0);
 
-      const a = readSafetensors(path.join(root, "whole", "checkpoint.safetensors"));
-      const b = readSafetensors(path.join(split, "checkpoint.safetensors"));
-      // The metadata (step, model config, RNG state, the run's plain settings) and every tensor byte are identical.
-      expect(b.metadata).toEqual(a.metadata);
-      expect(b.metadata.step).toBe(String(steps));
-      expect([...b.tensors.keys()]).toEqual([...a.tensors.keys()]);
-      for (const [name, t] of a.tensors) {
-        const u = b.tensors.get(name)!;
-        expect(Buffer.from(u.data.buffer, u.data.byteOffset, u.data.byteLength).equals(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength)), name).toBe(true);
-      }
-      fs.rmSync(root, { recursive: true, force: true });
-    }),
-  300_000);
+        const a = readSafetensors(path.join(root, "whole", "checkpoint.safetensors"));
+        const b = readSafetensors(path.join(split, "checkpoint.safetensors"));
+        // The metadata (step, model config, RNG state, the run's plain settings) and every tensor byte are identical.
+        expect(b.metadata).toEqual(a.metadata);
+        expect(b.metadata.step).toBe(String(steps));
+        expect([...b.tensors.keys()]).toEqual([...a.tensors.keys()]);
+        for (const [name, t] of a.tensors) {
+          const u = b.tensors.get(name)!;
+          expect(
+            Buffer.from(u.data.buffer, u.data.byteOffset, u.data.byteLength).equals(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength)),
+            name,
+          ).toBe(true);
+        }
+        fs.rmSync(root, { recursive: true, force: true });
+      }),
+    300_000,
+  );
 });

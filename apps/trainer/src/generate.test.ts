@@ -9,14 +9,43 @@ import { beforeAll, describe, expect, it, vi } from "vitest";
 import { main as train } from "./cli.js";
 import { generate, main, parseGenerateArgs } from "./generate.js";
 
-const tiny = ["--seq", "24", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--backend", "local", "--steps", "1"];
+const tiny = [
+  "--seq",
+  "24",
+  "--hidden",
+  "16",
+  "--heads",
+  "2",
+  "--kv-heads",
+  "2",
+  "--layers",
+  "1",
+  "--batch",
+  "2",
+  "--pairs",
+  "2",
+  "--queries",
+  "2",
+  "--threads",
+  "1",
+  "--backend",
+  "local",
+  "--steps",
+  "1",
+];
 
 async function quietly<T>(fn: () => Promise<T>): Promise<{ value: T; stderr: string; stdout: string }> {
   process.env.INIT_CWD = "";
   const err: string[] = [];
   const out: string[] = [];
-  const e = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => (err.push(String(chunk)), true));
-  const o = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => (out.push(String(chunk)), true));
+  const e = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
+    err.push(String(chunk));
+    return true;
+  });
+  const o = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+    out.push(String(chunk));
+    return true;
+  });
   try {
     return { value: await fn(), stderr: err.join(""), stdout: out.join("") };
   } finally {

@@ -89,7 +89,8 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateOptions | "h
     if (!ok) throw new GenerateFlagError(`--${flag} must be ${kind === "integer" ? "an integer" : "a number"} in [0, ${max}], got '${raw}'`);
     return n;
   };
-  if (values.from !== undefined && values.from === "") throw new GenerateFlagError("--from needs a path (a run directory, model.onnx or checkpoint.safetensors)");
+  if (values.from !== undefined && values.from === "")
+    throw new GenerateFlagError("--from needs a path (a run directory, model.onnx or checkpoint.safetensors)");
   return {
     from: values.from ?? path.join("runs", "latest"),
     prompt: values.prompt ?? "\n",
@@ -122,12 +123,14 @@ function taskSettings(record: unknown, model: GptConfig, where: string): TaskSet
   if (task === null) throw new TrainerError(`${where}: task must be recall or text, got ${JSON.stringify(r.task)?.slice(0, 40)}`);
   const int = (key: "seq" | "pairs" | "queries", fallback: number): number => {
     const value = r[key] ?? fallback;
-    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) throw new TrainerError(`${where}: ${key} must be a positive integer, got ${JSON.stringify(value)?.slice(0, 40)}`);
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
+      throw new TrainerError(`${where}: ${key} must be a positive integer, got ${JSON.stringify(value)?.slice(0, 40)}`);
     return value;
   };
   const settings = { task, seq: int("seq", model.maxSeq), pairs: int("pairs", DEFAULTS.pairs), queries: int("queries", DEFAULTS.queries) } as TaskSettings;
   if (task === "text") {
-    if (model.vocab !== BYTE_VOCAB) throw new TrainerError(`${where}: a text-task model reads bytes (vocab ${BYTE_VOCAB}), but this model has vocab ${model.vocab}`);
+    if (model.vocab !== BYTE_VOCAB)
+      throw new TrainerError(`${where}: a text-task model reads bytes (vocab ${BYTE_VOCAB}), but this model has vocab ${model.vocab}`);
   } else {
     if (settings.seq > model.maxSeq) throw new TrainerError(`${where}: recall sequences of ${settings.seq} tokens exceed the model's maxSeq ${model.maxSeq}`);
     try {
@@ -154,7 +157,9 @@ export async function loadModel(from: string): Promise<LoadedModel> {
     stat = fs.statSync(from);
   } catch (cause) {
     const code = (cause as NodeJS.ErrnoException).code;
-    throw new TrainerError(code === "ENOENT" ? `--from '${from}' does not exist (train first: pnpm train)` : `--from '${from}': ${errnoText(cause)}`, { cause });
+    throw new TrainerError(code === "ENOENT" ? `--from '${from}' does not exist (train first: pnpm train)` : `--from '${from}': ${errnoText(cause)}`, {
+      cause,
+    });
   }
   let file = from;
   if (stat.isDirectory()) {
@@ -179,7 +184,17 @@ export async function loadModel(from: string): Promise<LoadedModel> {
     if (fs.existsSync(checkpoint)) {
       config = loadCheckpoint(checkpoint).config;
     } else {
-      config = { vocab: c.task === "text" ? BYTE_VOCAB : c.vocab, hidden: c.hidden, heads: c.heads, kvHeads: c.kvHeads, layers: c.layers, mlp: c.mlp, mlpRatio: c.mlpRatio, maxSeq: c.seq, tiedHead: c.tiedHead } as GptConfig;
+      config = {
+        vocab: c.task === "text" ? BYTE_VOCAB : c.vocab,
+        hidden: c.hidden,
+        heads: c.heads,
+        kvHeads: c.kvHeads,
+        layers: c.layers,
+        mlp: c.mlp,
+        mlpRatio: c.mlpRatio,
+        maxSeq: c.seq,
+        tiedHead: c.tiedHead,
+      } as GptConfig;
       try {
         validateGptConfig(config);
       } catch (cause) {
@@ -198,7 +213,11 @@ export async function loadModel(from: string): Promise<LoadedModel> {
 /** Logits of the last position of `ids` (the last maxSeq tokens). */
 async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids: readonly number[]): Promise<Float32Array> {
   const window = ids.slice(-model.config.maxSeq);
-  const input = new ort.Tensor("int64", BigInt64Array.from(window, (v) => BigInt(v)), [1, window.length]);
+  const input = new ort.Tensor(
+    "int64",
+    BigInt64Array.from(window, (v) => BigInt(v)),
+    [1, window.length],
+  );
   let logits: ort.Tensor;
   try {
     logits = (await session.run({ ids: input })).logits!;
@@ -207,7 +226,9 @@ async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids
   }
   const vocab = logits?.dims[2];
   if (logits === undefined || logits.dims.length !== 3 || vocab !== model.config.vocab) {
-    throw new TrainerError(`model '${model.source}' gives logits [${logits?.dims.join(", ") ?? "none"}], expected [1, ${window.length}, ${model.config.vocab}] (the model config's vocab)`);
+    throw new TrainerError(
+      `model '${model.source}' gives logits [${logits?.dims.join(", ") ?? "none"}], expected [1, ${window.length}, ${model.config.vocab}] (the model config's vocab)`,
+    );
   }
   return (logits.data as Float32Array).subarray((window.length - 1) * vocab, window.length * vocab);
 }
@@ -224,13 +245,17 @@ export async function generate(options: GenerateOptions, write: (text: string) =
     if (outside >= 0) throw new GenerateFlagError(`--prompt byte ${prompt[outside]} at offset ${outside} is outside the model's vocabulary of ${vocab} tokens`);
     if (prompt.length > maxSeq) throw new GenerateFlagError(`--prompt has ${prompt.length} bytes, more than the ${maxSeq} tokens the model reads (maxSeq)`);
     const room = maxSeq - prompt.length;
-    if (options.tokens !== null && (!Number.isSafeInteger(options.tokens) || options.tokens < 0)) throw new GenerateFlagError(`--tokens must be an integer >= 0, got ${options.tokens}`);
+    if (options.tokens !== null && (!Number.isSafeInteger(options.tokens) || options.tokens < 0))
+      throw new GenerateFlagError(`--tokens must be an integer >= 0, got ${options.tokens}`);
     if (options.tokens !== null && options.tokens > room) {
-      throw new GenerateFlagError(`--tokens ${options.tokens} does not fit: the model reads at most ${maxSeq} tokens (maxSeq) and the prompt has ${prompt.length}, so at most ${room} can follow`);
+      throw new GenerateFlagError(
+        `--tokens ${options.tokens} does not fit: the model reads at most ${maxSeq} tokens (maxSeq) and the prompt has ${prompt.length}, so at most ${room} can follow`,
+      );
     }
     tokens = options.tokens ?? Math.min(DEFAULT_TOKENS, room);
   }
-  if (!(options.temperature >= 0) || !Number.isFinite(options.temperature)) throw new GenerateFlagError(`--temperature must be a finite number >= 0, got ${options.temperature}`);
+  if (!(options.temperature >= 0) || !Number.isFinite(options.temperature))
+    throw new GenerateFlagError(`--temperature must be a finite number >= 0, got ${options.temperature}`);
   if (!Number.isSafeInteger(options.topK) || options.topK < 0) throw new GenerateFlagError(`--top-k must be an integer >= 0, got ${options.topK}`);
   if (!Number.isSafeInteger(options.seed) || options.seed < 0) throw new GenerateFlagError(`--seed must be an integer >= 0, got ${options.seed}`);
   let session: ort.InferenceSession;
@@ -267,7 +292,9 @@ export async function generate(options: GenerateOptions, write: (text: string) =
       if (answer === IGNORE_INDEX) continue;
       const predicted = sampleToken(await nextLogits(session, model, ids.slice(0, i + 1)), { temperature: 0 }, uniform);
       const keyAt = ids.indexOf(ids[i]!);
-      write(`query: key ${ids[i]} (stored at position ${keyAt} of ${ids.length}) -> predicted value ${predicted}, expected ${answer} ${predicted === answer ? "ok" : "wrong"}\n`);
+      write(
+        `query: key ${ids[i]} (stored at position ${keyAt} of ${ids.length}) -> predicted value ${predicted}, expected ${answer} ${predicted === answer ? "ok" : "wrong"}\n`,
+      );
       asked++;
       if (predicted === answer) correct++;
     }

@@ -19,7 +19,9 @@ async function loadMpiBackend(): Promise<void> {
   try {
     await import(name);
   } catch (cause) {
-    throw new TrainerError(`--backend mpi needs the package ${name} (built against OpenMPI) importable from the trainer: ${(cause as Error).message}`, { cause });
+    throw new TrainerError(`--backend mpi needs the package ${name} (built against OpenMPI) importable from the trainer: ${(cause as Error).message}`, {
+      cause,
+    });
   }
 }
 

@@ -3,7 +3,18 @@ import { lossPlotSvg, trailingMean } from "./loss-plot.js";
 import type { StepMetrics } from "./metrics.js";
 
 const row = (step: number, loss: number, accuracy?: number): StepMetrics => ({
-  step, time: new Date(0).toISOString(), loss, lr: 0, gradNorm: 0, tokensPerSec: 0, stepMs: 0, computeMs: 0, commMs: 0, commBytesPerRank: 0, peakRssBytes: 0, mfu: 0,
+  step,
+  time: new Date(0).toISOString(),
+  loss,
+  lr: 0,
+  gradNorm: 0,
+  tokensPerSec: 0,
+  stepMs: 0,
+  computeMs: 0,
+  commMs: 0,
+  commBytesPerRank: 0,
+  peakRssBytes: 0,
+  mfu: 0,
   ...(accuracy === undefined ? {} : { accuracy }),
 });
 /** The drawn lines' `d` attributes. */
@@ -16,18 +27,27 @@ describe("loss.svg", () => {
   });
 
   it("draws the loss through every step, from step 1 at the left edge", () => {
-    const svg = lossPlotSvg([1, 2, 3].map((step) => row(step, 3 - step)), "a < b");
+    const svg = lossPlotSvg(
+      [1, 2, 3].map((step) => row(step, 3 - step)),
+      "a < b",
+    );
     expect(svg).toMatch(/^<svg/);
     expect(svg).toContain("a &lt; b");
     const [loss] = lines(svg);
-    const xs = loss!.split(/[ML]/).filter((p) => p !== "").map((p) => p.split(" ")[0]);
+    const xs = loss!
+      .split(/[ML]/)
+      .filter((p) => p !== "")
+      .map((p) => p.split(" ")[0]);
     // plot x 70..540 (legend on the right): steps 1, 2, 3
     expect(xs).toEqual(["70.0", "305.0", "540.0"]);
     expect(svg).not.toContain("accuracy");
   });
 
   it("the recall accuracy on a right-hand axis in percent", () => {
-    const svg = lossPlotSvg([1, 2, 3, 4].map((step) => row(step, 2, step / 4)), "recall");
+    const svg = lossPlotSvg(
+      [1, 2, 3, 4].map((step) => row(step, 2, step / 4)),
+      "recall",
+    );
     expect(lines(svg)).toHaveLength(2);
     expect(svg).toContain("accuracy (mean of 1 steps)");
     for (const label of ["0%", "25%", "50%", "75%", "100%"]) expect(svg).toContain(`>${label}</text>`);

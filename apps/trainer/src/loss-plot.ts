@@ -21,13 +21,18 @@ export function lossPlotSvg(metrics: readonly StepMetrics[], title: string): str
   const withAccuracy = metrics.filter((m) => m.accuracy !== undefined);
   const window = Math.max(1, Math.floor(withAccuracy.length / 25));
   if (withAccuracy.length > 0) {
-    const smoothed = trailingMean(withAccuracy.map((m) => m.accuracy!), window);
+    const smoothed = trailingMean(
+      withAccuracy.map((m) => m.accuracy!),
+      window,
+    );
     series.push({ name: "accuracy", color: "#d62728", axis: "right", markers: false, points: withAccuracy.map((m, i) => ({ x: m.step, y: smoothed[i]! })) });
   }
   return lineChart(series, {
     title,
     xLabel: "step",
     yLabel: "loss",
-    ...(withAccuracy.length > 0 ? { right: { label: `accuracy (mean of ${window} steps)`, min: 0, max: 1, ticks: [0, 0.25, 0.5, 0.75, 1], format: (a: number) => `${a * 100}%` } } : {}),
+    ...(withAccuracy.length > 0
+      ? { right: { label: `accuracy (mean of ${window} steps)`, min: 0, max: 1, ticks: [0, 0.25, 0.5, 0.75, 1], format: (a: number) => `${a * 100}%` } }
+      : {}),
   });
 }

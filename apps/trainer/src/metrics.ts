@@ -56,7 +56,8 @@ export function readMetricsFile(file: string): MetricsFile {
     try {
       row = JSON.parse(line);
       const step = (row as { step?: unknown } | null)?.step;
-      if (row === null || typeof row !== "object" || Array.isArray(row) || !Number.isSafeInteger(step) || (step as number) < 1) problem = "not a metrics record (an object with a step >= 1)";
+      if (row === null || typeof row !== "object" || Array.isArray(row) || !Number.isSafeInteger(step) || (step as number) < 1)
+        problem = "not a metrics record (an object with a step >= 1)";
     } catch (cause) {
       problem = `not valid JSON (${(cause as Error).message})`;
     }

@@ -13,7 +13,37 @@ import { describe, expect, it } from "vitest";
 import { mpirunAvailable, mpirunCommand, SOURCE_CONDITION_ARG } from "@ulysses/collectives-mpi";
 
 const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const flags = ["--seq", "32", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "2", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--sp", "2", "--steps", "6", "--warmup", "2", "--log-every", "1", "--no-export", "--checkpoint-every", "0"];
+const flags = [
+  "--seq",
+  "32",
+  "--hidden",
+  "16",
+  "--heads",
+  "2",
+  "--kv-heads",
+  "2",
+  "--layers",
+  "2",
+  "--batch",
+  "2",
+  "--pairs",
+  "2",
+  "--queries",
+  "2",
+  "--threads",
+  "1",
+  "--sp",
+  "2",
+  "--steps",
+  "6",
+  "--warmup",
+  "2",
+  "--log-every",
+  "1",
+  "--no-export",
+  "--checkpoint-every",
+  "0",
+];
 
 function run(command: string, args: string[]): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
@@ -43,7 +73,14 @@ describe.skipIf(skip)(`threads vs mpi backend${skip ? " (skipped: mpirun not ins
     const mpiDir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-"));
     const threads = await run(process.execPath, [...node, ...flags, "--out", threadsDir]);
     expect(threads.code, threads.output).toBe(0);
-    const [mpirun, ...mpirunArgs] = mpirunCommand({ np: 2, node: process.execPath, entry: "src/cli.ts", args: ["--backend", "mpi", ...flags, "--out", mpiDir], typescript: true, nodeArgs: [SOURCE_CONDITION_ARG] });
+    const [mpirun, ...mpirunArgs] = mpirunCommand({
+      np: 2,
+      node: process.execPath,
+      entry: "src/cli.ts",
+      args: ["--backend", "mpi", ...flags, "--out", mpiDir],
+      typescript: true,
+      nodeArgs: [SOURCE_CONDITION_ARG],
+    });
     const mpi = await run(mpirun, mpirunArgs);
     expect(mpi.code, mpi.output).toBe(0);
     expect(mpi.output).toMatch(/on mpi/);

@@ -26,7 +26,10 @@ describe("memory estimate", () => {
     expect(e.tokensPerRank).toBe(2048);
     expect(e.terms.reduce((n, t) => n + t.bytes, 0)).toBe(e.bytes);
     for (const name of ["weights", "gradients", "AdamW", "saved activations", "attention", "exchange", "logits", "baseline"]) {
-      expect(e.terms.some((t) => t.name.includes(name)), name).toBe(true);
+      expect(
+        e.terms.some((t) => t.name.includes(name)),
+        name,
+      ).toBe(true);
     }
     expect(estimateMemory({ ...MODEL, seq: 4096, dp: 2 }).bytes).toBeGreaterThan(e.bytes);
   });
@@ -63,10 +66,14 @@ describe("checkMemory", () => {
     const config = { ...MODEL, seq: 2048 };
     const estimate = estimateMemory(config).bytes;
     const read = files({ "/proc/meminfo": meminfo(64 * 1024 * 1024), "/sys/fs/cgroup/memory.max": `${Math.floor(estimate / 2)}\n` });
-    expect(() => checkMemory(config, { read, env: {} })).toThrow(new RegExp(`${Math.floor(estimate / 2)} bytes\\) is available \\(cgroup limit /sys/fs/cgroup/memory.max\\)`));
+    expect(() => checkMemory(config, { read, env: {} })).toThrow(
+      new RegExp(`${Math.floor(estimate / 2)} bytes\\) is available \\(cgroup limit /sys/fs/cgroup/memory.max\\)`),
+    );
     const roomy = files({ "/proc/meminfo": meminfo(64 * 1024 * 1024) });
     expect(checkMemory(config, { read: roomy, env: {} })!.available.bytes).toBe(64 * GiB);
-    expect(() => checkMemory(config, { read: roomy, env: { ULYSSES_MEMORY_LIMIT: "100M" } })).toThrow(/104857600 bytes\) is available \(ULYSSES_MEMORY_LIMIT\)/);
+    expect(() => checkMemory(config, { read: roomy, env: { ULYSSES_MEMORY_LIMIT: "100M" } })).toThrow(
+      /104857600 bytes\) is available \(ULYSSES_MEMORY_LIMIT\)/,
+    );
     expect(() => checkMemory(config, { read: roomy, env: { ULYSSES_MEMORY_LIMIT: "lots" } })).toThrow(/ULYSSES_MEMORY_LIMIT='lots' is not a byte count/);
   });
 
@@ -78,7 +85,9 @@ describe("checkMemory", () => {
   });
 
   it("names an impossible model size instead of estimating it", () => {
-    expect(() => checkMemory({ ...MODEL, layers: 1e8 }, { read: files({}), env: {} })).toThrow(/invalid model size: GPT config: layers 100000000 is above the limit/);
+    expect(() => checkMemory({ ...MODEL, layers: 1e8 }, { read: files({}), env: {} })).toThrow(
+      /invalid model size: GPT config: layers 100000000 is above the limit/,
+    );
   });
 });
 

@@ -72,7 +72,11 @@ export interface MemoryEstimate {
 }
 
 /** Floats per token that one layer's forward keeps for backward, and that its backward works with. */
-export function layerFloatsPerToken(model: GptConfig, sp: number, kind: SequenceParallelKind): { saved: number; backward: number; exchange: number; attention: number } {
+export function layerFloatsPerToken(
+  model: GptConfig,
+  sp: number,
+  kind: SequenceParallelKind,
+): { saved: number; backward: number; exchange: number; attention: number } {
   const block = blockConfigOf(model);
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
   const qWidth = heads * headDim;
@@ -83,10 +87,16 @@ export function layerFloatsPerToken(model: GptConfig, sp: number, kind: Sequence
   const mlpTensors = block.mlp === "swiglu" ? 3 : 2;
   const saved =
     hidden + // x (the layer input)
-    hidden + normStats + // h1, norm1 statistics
-    qWidth + 2 * kvWidth + qWidth + heads + // the attention context: q, k, v, out, log-sum-exp
+    hidden +
+    normStats + // h1, norm1 statistics
+    qWidth +
+    2 * kvWidth +
+    qWidth +
+    heads + // the attention context: q, k, v, out, log-sum-exp
     qWidth + // the attention output as the projection's input
-    hidden + hidden + normStats + // x2, h2, norm2 statistics
+    hidden +
+    hidden +
+    normStats + // x2, h2, norm2 statistics
     mlpTensors * mlpHidden; // up (and gate), activation
   const backward =
     hidden * 6 + // dOut, dh2, dx2, dAttn, dh1, dx
@@ -119,7 +129,10 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;
   const terms: MemoryTerm[] = [
-    { name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}, ${ranks} rank${ranks > 1 ? "s" : ""}: Node, ONNX Runtime sessions)`, bytes: processes * PROCESS_BASELINE_BYTES + ranks * RANK_BASELINE_BYTES },
+    {
+      name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}, ${ranks} rank${ranks > 1 ? "s" : ""}: Node, ONNX Runtime sessions)`,
+      bytes: processes * PROCESS_BASELINE_BYTES + ranks * RANK_BASELINE_BYTES,
+    },
     { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(F32 * params) },
     { name: "gradients (flat vector and one layer's)", bytes: all(F32 * (params + layerParams)) },
     {
@@ -133,9 +146,15 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
       bytes: all(F32 * activationFloats * tokensPerRank),
     },
     { name: "backward working set (one layer's gradients)", bytes: all(F32 * perLayer.backward * tokensPerRank) },
-    { name: `attention working buffers (score tiles, gathered gradients; head dim ${block.headDim})`, bytes: all(ATTENTION_SCRATCH_BYTES + F32 * perLayer.attention * tokensPerRank) },
+    {
+      name: `attention working buffers (score tiles, gathered gradients; head dim ${block.headDim})`,
+      bytes: all(ATTENTION_SCRATCH_BYTES + F32 * perLayer.attention * tokensPerRank),
+    },
     { name: "all-to-all exchange buffers (send and receive)", bytes: all(F32 * perLayer.exchange * tokensPerRank) },
-    { name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], final norm`, bytes: all(F32 * (logitsFloats + finalNormFloats) * tokensPerRank) },
+    {
+      name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], final norm`,
+      bytes: all(F32 * (logitsFloats + finalNormFloats) * tokensPerRank),
+    },
     { name: `ONNX Runtime arenas and uncollected garbage (${SLACK}x the per-token terms, measured)`, bytes: all(SLACK * perTokenBytes * tokensPerRank) },
   ];
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };

@@ -111,12 +111,26 @@ export class RankTrainer {
     const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile);
     const gptConfig = checkpoint?.config ?? gptConfigOf(config);
     // validated before any group is built: one message naming every value that is off
-    const dims = await ParallelDims.create(world, { sp: config.sp, dp: config.dp, attention: config.attention }, { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
+    const dims = await ParallelDims.create(
+      world,
+      { sp: config.sp, dp: config.dp, attention: config.attention },
+      { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq },
+    );
     const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
     const kernels = await createRankKernels(threads, config.kernel);
     // the one-device model, parallelised from outside
-    const model = new Gpt(gptConfig, { ops: kernels.ops, localAttention: kernels.attention, seed: config.seed, activationCheckpointing: config.activationCheckpointing });
-    const trainer = new Trainer(parallelize(model, dims), { ops: kernels.ops, gradClip: config.gradClip, adamw: { weightDecay: config.weightDecay }, zero1: config.zero1 });
+    const model = new Gpt(gptConfig, {
+      ops: kernels.ops,
+      localAttention: kernels.attention,
+      seed: config.seed,
+      activationCheckpointing: config.activationCheckpointing,
+    });
+    const trainer = new Trainer(parallelize(model, dims), {
+      ops: kernels.ops,
+      gradClip: config.gradClip,
+      adamw: { weightDecay: config.weightDecay },
+      zero1: config.zero1,
+    });
     const dataRng = new Rng(config.seed, 1_000_003);
     if (checkpoint !== null) {
       restoreCheckpoint(trainer, checkpoint);
@@ -150,7 +164,10 @@ export class RankTrainer {
     const lr = learningRateAt(step, { peak: config.lr, warmupSteps: config.warmup, totalSteps: config.steps, minLr: config.minLr });
     const global = this.globalBatch();
     // [batch * dp, seq] -> [batch, seq] (this DP group's rows; the model takes this rank's sequence shard)
-    const rows: Batch = { tokens: narrow(global.tokens, 0, dims.dpRank * config.batch, config.batch), labels: narrow(global.labels, 0, dims.dpRank * config.batch, config.batch) };
+    const rows: Batch = {
+      tokens: narrow(global.tokens, 0, dims.dpRank * config.batch, config.batch),
+      labels: narrow(global.labels, 0, dims.dpRank * config.batch, config.batch),
+    };
     const groups = dims.spGroup === world ? [world] : [world, dims.spGroup];
     const before = groups.map((g) => g.stats());
     const started = performance.now();
@@ -158,7 +175,10 @@ export class RankTrainer {
     const result = await this.trainer.trainStep(rows, lr);
     injectedFailure(world.rank, step, true);
     const stepMs = performance.now() - started;
-    const { timeMs: commMs, bytesSent: commBytes } = commDelta(before, groups.map((g) => g.stats()));
+    const { timeMs: commMs, bytesSent: commBytes } = commDelta(
+      before,
+      groups.map((g) => g.stats()),
+    );
     return {
       step,
       loss: result.loss,

@@ -21,20 +21,20 @@ const TEMPORARY = /^\.(.+)\.tmp-\d+-\d+-\d+$/;
 
 /** Pseudo file systems (statfs f_type) where a run directory makes no sense; mkdir on some of them never returns. */
 const PSEUDO_FILE_SYSTEMS: Record<number, string> = {
-  0x9fa0: "proc",
-  0x62656572: "sysfs",
-  0x27e0eb: "cgroup",
-  0x63677270: "cgroup2",
-  0x64626720: "debugfs",
-  0x74726163: "tracefs",
-  0x73636673: "securityfs",
-  0x1cd1: "devpts",
-  0xcafe4a11: "bpf",
-  0x6165676c: "pstore",
-  0xde5e81e4: "efivarfs",
-  0x62656570: "configfs",
-  0x65735543: "fusectl",
-  0x42494e4d: "binfmt_misc",
+  40864: "proc",
+  1650812274: "sysfs",
+  2613483: "cgroup",
+  1667723888: "cgroup2",
+  1684170528: "debugfs",
+  1953653091: "tracefs",
+  1935894131: "securityfs",
+  7377: "devpts",
+  3405662737: "bpf",
+  1634035564: "pstore",
+  3730735588: "efivarfs",
+  1650812272: "configfs",
+  1702057283: "fusectl",
+  1112100429: "binfmt_misc",
 };
 
 /** The deepest existing ancestor of `dir` (itself when it exists). */
@@ -88,7 +88,8 @@ export type RunDirState = "new" | "empty" | "resumed" | "overwritten";
 export function checkRunDir(dir: string, check: RunDirCheck): RunDirState {
   const { flag } = check;
   const pseudo = pseudoFileSystemOf(dir);
-  if (pseudo !== null) throw new TrainerError(`${flag} '${dir}': that is on the ${pseudo} pseudo file system, which cannot hold a run directory; choose a directory on a disk`);
+  if (pseudo !== null)
+    throw new TrainerError(`${flag} '${dir}': that is on the ${pseudo} pseudo file system, which cannot hold a run directory; choose a directory on a disk`);
   let stat: fs.Stats;
   try {
     stat = fs.statSync(dir);
@@ -109,10 +110,17 @@ export function checkRunDir(dir: string, check: RunDirCheck): RunDirState {
   const markers = RUN_MARKERS.filter((name) => entries.includes(name));
   if (check.overwrite) return "overwritten";
   if (markers.length > 0) {
-    throw new TrainerError(`${flag} '${dir}' holds a run (${markers.join(", ")}): continue it with --resume '${dir}', write elsewhere with another --out, or replace it with --overwrite`);
+    throw new TrainerError(
+      `${flag} '${dir}' holds a run (${markers.join(", ")}): continue it with --resume '${dir}', write elsewhere with another --out, or replace it with --overwrite`,
+    );
   }
-  const shown = entries.slice(0, 3).map((e) => `'${e}'`).join(", ");
-  throw new TrainerError(`${flag} '${dir}' is not empty (${entries.length} entr${entries.length === 1 ? "y" : "ies"}: ${shown}${entries.length > 3 ? ", ..." : ""}) and holds no run: choose a new or empty directory, or pass --overwrite to write the run's files there`);
+  const shown = entries
+    .slice(0, 3)
+    .map((e) => `'${e}'`)
+    .join(", ");
+  throw new TrainerError(
+    `${flag} '${dir}' is not empty (${entries.length} entr${entries.length === 1 ? "y" : "ies"}: ${shown}${entries.length > 3 ? ", ..." : ""}) and holds no run: choose a new or empty directory, or pass --overwrite to write the run's files there`,
+  );
 }
 
 /**

@@ -14,7 +14,30 @@ import { main } from "./cli.js";
 import { readMetricsFile } from "./metrics.js";
 import { removeStaleTemporaries } from "./run-dir.js";
 
-const tiny = ["--seq", "24", "--hidden", "16", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--pairs", "2", "--queries", "2", "--threads", "1", "--log-every", "1", "--backend", "local"];
+const tiny = [
+  "--seq",
+  "24",
+  "--hidden",
+  "16",
+  "--heads",
+  "2",
+  "--kv-heads",
+  "2",
+  "--layers",
+  "1",
+  "--batch",
+  "2",
+  "--pairs",
+  "2",
+  "--queries",
+  "2",
+  "--threads",
+  "1",
+  "--log-every",
+  "1",
+  "--backend",
+  "local",
+];
 
 interface Outcome {
   code: number;
@@ -212,7 +235,9 @@ describe("a run directory is never replaced silently", () => {
     const before = snapshot(run);
     const refused = await train([...tiny, "--steps", "1", "--no-export", "--out", run]);
     expect(refused.code).toBe(2);
-    expect(refused.stderr).toMatch(/--out '.*existing' holds a run \(checkpoint.safetensors, metrics.jsonl, config.json\): continue it with --resume '.*existing', write elsewhere with another --out, or replace it with --overwrite/);
+    expect(refused.stderr).toMatch(
+      /--out '.*existing' holds a run \(checkpoint.safetensors, metrics.jsonl, config.json\): continue it with --resume '.*existing', write elsewhere with another --out, or replace it with --overwrite/,
+    );
     expect(snapshot(run)).toEqual(before);
     const replaced = await train([...tiny, "--steps", "1", "--no-export", "--out", run, "--overwrite"]);
     expect(replaced.code, replaced.stderr).toBe(0);
@@ -245,7 +270,10 @@ describe("every check comes before the first write", () => {
       [["--backend", path.join(modules, "missing.mjs")], /--backend '.*missing.mjs': no such file or directory \(ENOENT\)/],
       [["--backend", `${modules}/`], /--backend '.*': is a directory, not a file/],
       [["--backend", module, "--pairs", "99"], /--pairs 99 exceeds/],
-      [["--backend", "mpi"], /--backend mpi runs one process per rank, started by mpirun, .*: run it under mpirun -np 2 --bind-to none ulysses-train --backend mpi/],
+      [
+        ["--backend", "mpi"],
+        /--backend mpi runs one process per rank, started by mpirun, .*: run it under mpirun -np 2 --bind-to none ulysses-train --backend mpi/,
+      ],
       [["--task", "recall", "--data", module], /--data '.*evil.mjs' is for --task text; the recall task reads no data file/],
     ];
     for (const [flags, message] of cases) {

@@ -132,7 +132,10 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     const matmulRate = leader ? await measureMatmulRate() : 1;
     const flopsPerStep = modelFlopsPerStep(gpt, config.batch * config.dp * config.seq, config.seq);
     if (leader) {
-      log(`ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` + `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${config.attention} attention`);
+      log(
+        `ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` +
+          `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${config.attention} attention`,
+      );
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s; run directory ${outDir}`);
       if (firstStep > 0) log(`resumed from ${options.resumeFile} at step ${firstStep}`);
     }

@@ -3,12 +3,28 @@ import type { StepMetrics } from "./metrics.js";
 import { formatTable, summaryRows } from "./summary.js";
 
 const row = (step: number, stepMs: number, mfu: number): StepMetrics => ({
-  step, time: new Date(0).toISOString(), loss: 5 - step, lr: 0, gradNorm: 0, tokensPerSec: 1000 / stepMs, stepMs, computeMs: stepMs - 1, commMs: 1, commBytesPerRank: 2048, peakRssBytes: 3 * 2 ** 20, mfu,
+  step,
+  time: new Date(0).toISOString(),
+  loss: 5 - step,
+  lr: 0,
+  gradNorm: 0,
+  tokensPerSec: 1000 / stepMs,
+  stepMs,
+  computeMs: stepMs - 1,
+  commMs: 1,
+  commBytesPerRank: 2048,
+  peakRssBytes: 3 * 2 ** 20,
+  mfu,
 });
 
 describe("summary", () => {
   it("formats a two-column table", () => {
-    expect(formatTable([["a", "1"], ["bb", "22"]])).toBe("+----+----+\n| a  | 1  |\n| bb | 22 |\n+----+----+");
+    expect(
+      formatTable([
+        ["a", "1"],
+        ["bb", "22"],
+      ]),
+    ).toBe("+----+----+\n| a  | 1  |\n| bb | 22 |\n+----+----+");
   });
 
   it("averages the timings after the first step and names the steps", () => {

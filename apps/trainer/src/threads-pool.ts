@@ -48,7 +48,14 @@ export class ThreadsPool implements RankPool {
     const timeoutMs = collectiveTimeoutMs(config);
     let world: LaunchedWorld<RankApi>;
     try {
-      world = await launch<RankApi, RankEntryArgs>({ worldSize, entry: ENTRY, typescript: FROM_SOURCE, args, timeoutMs, ...(config.threads !== null ? { ortThreadsPerRank: config.threads } : {}) });
+      world = await launch<RankApi, RankEntryArgs>({
+        worldSize,
+        entry: ENTRY,
+        typescript: FROM_SOURCE,
+        args,
+        timeoutMs,
+        ...(config.threads !== null ? { ortThreadsPerRank: config.threads } : {}),
+      });
     } catch (cause) {
       throw named(cause, `starting ${worldSize} ranks on worker threads failed`);
     }
@@ -113,7 +120,9 @@ export class ThreadsPool implements RankPool {
       };
       const stuckError = (late: number[], why: string) => {
         for (const r of late) this.stuck.add(r);
-        return new TrainerError(`${list(late)} did not finish step ${(watchStep ?? this.currentStep) + 1} within ${seconds(this.timeoutMs)} (stuck in compute?)${why}`);
+        return new TrainerError(
+          `${list(late)} did not finish step ${(watchStep ?? this.currentStep) + 1} within ${seconds(this.timeoutMs)} (stuck in compute?)${why}`,
+        );
       };
       const arm = (kind: "settle" | "watchdog", ms: number, onFire: () => void) => {
         if (timerKind === "settle" || timerKind === kind) return;

@@ -110,7 +110,8 @@ export function checkGradShape(dOut: F32, expected: readonly number[], who: stri
 
 /** Marks an attention busy for the duration of `fn` (its exchange buffers are reused). */
 export async function exclusive<T>(owner: { busy: boolean; readonly name: string }, fn: () => Promise<T>): Promise<T> {
-  if (owner.busy) throw new BlockError(`${owner.name}: one call at a time per instance (its exchange buffers are reused); use one instance per concurrent stream`);
+  if (owner.busy)
+    throw new BlockError(`${owner.name}: one call at a time per instance (its exchange buffers are reused); use one instance per concurrent stream`);
   owner.busy = true;
   try {
     return await fn();

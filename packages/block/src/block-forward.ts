@@ -47,6 +47,7 @@ export async function blockForward<T>(config: ResolvedBlockConfig, m: BlockMath<
   const o = m.mergeHeads(await m.attention(q, k, v));
   const x2 = await m.residual(await m.linear(o, "attn.o"), x);
   const h2 = await m.norm(x2, "norm2");
-  const act = config.mlp === "swiglu" ? await m.swiglu(await m.linear(h2, "mlp.gate"), await m.linear(h2, "mlp.up")) : await m.gelu(await m.linear(h2, "mlp.up"));
+  const act =
+    config.mlp === "swiglu" ? await m.swiglu(await m.linear(h2, "mlp.gate"), await m.linear(h2, "mlp.up")) : await m.gelu(await m.linear(h2, "mlp.up"));
   return m.residual(await m.linear(act, "mlp.down"), x2);
 }

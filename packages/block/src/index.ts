@@ -6,7 +6,15 @@
  * sequence-parallel attention wrappers live in @ulysses/parallel.
  */
 export { BlockError } from "./errors.js";
-export { LocalBlockAttention, SavedLocalAttention, checkGradShape, exclusive, type BlockAttention, type BlockAttentionContext, type BlockAttentionForward } from "./block-attention.js";
+export {
+  LocalBlockAttention,
+  SavedLocalAttention,
+  checkGradShape,
+  exclusive,
+  type BlockAttention,
+  type BlockAttentionContext,
+  type BlockAttentionForward,
+} from "./block-attention.js";
 export { blockForward, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
 export { blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";

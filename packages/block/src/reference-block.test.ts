@@ -34,15 +34,28 @@ function block64(c: ResolvedBlockConfig, w: Record<string, F64>, x: F64): F64 {
   const lin = (t: F64, name: string) => linearForward64(t, w[`${name}.w`]!, c.bias ? w[`${name}.b`] : undefined);
   const norm = (t: F64, name: string) =>
     c.norm === "rmsnorm" ? rmsNormForward64(t, w[`${name}.gamma`]!, c.eps).y : layerNormForward64(t, w[`${name}.gamma`]!, w[`${name}.beta`]!, c.eps).y;
-  const add = (a: F64, d: F64) => new Tensor("float64", a.shape, a.data.map((v, i) => v + d.data[i]!));
+  const add = (a: F64, d: F64) =>
+    new Tensor(
+      "float64",
+      a.shape,
+      a.data.map((v, i) => v + d.data[i]!),
+    );
   const x2d = x.reshape([rows, c.hidden]);
   const h1 = norm(x2d, "norm1");
   const q = ropeRotate64(lin(h1, "attn.q").reshape([b, n, c.heads, c.headDim]), 0, c.ropeBase, 1);
   const k = ropeRotate64(lin(h1, "attn.k").reshape([b, n, c.kvHeads, c.headDim]), 0, c.ropeBase, 1);
   const v = lin(h1, "attn.v");
   const dims = {
-    batch: b, seqQ: n, seqK: n, heads: c.heads, kvHeads: c.kvHeads, headDim: c.headDim,
-    group: c.heads / c.kvHeads, scale: 1 / Math.sqrt(c.headDim), causal: c.causal, offset: 0,
+    batch: b,
+    seqQ: n,
+    seqK: n,
+    heads: c.heads,
+    kvHeads: c.kvHeads,
+    headDim: c.headDim,
+    group: c.heads / c.kvHeads,
+    scale: 1 / Math.sqrt(c.headDim),
+    causal: c.causal,
+    offset: 0,
   };
   const o = new Tensor("float64", [rows, c.heads * c.headDim], referenceForward64(q.data, k.data, v.data, dims).out);
   const x2 = add(x2d, lin(o, "attn.o"));

@@ -209,7 +209,8 @@ export class TransformerBlock {
   /** x [b, s, hidden] -> y [b, s, hidden] and the context backward needs. */
   async forward(x: F32, options: BlockForwardOptions = {}): Promise<{ y: F32; context: BlockContext }> {
     const positionOffset = options.positionOffset ?? 0;
-    if (!Number.isInteger(positionOffset) || positionOffset < 0) throw new BlockError(`TransformerBlock.forward: positionOffset must be an integer >= 0, got ${positionOffset}`);
+    if (!Number.isInteger(positionOffset) || positionOffset < 0)
+      throw new BlockError(`TransformerBlock.forward: positionOffset must be an integer >= 0, got ${positionOffset}`);
     const { y, activations } = await this.run(x, positionOffset, !this.checkpoint);
     return { y, context: new BlockContext(this, x, positionOffset, this.checkpoint ? null : activations) };
   }
@@ -226,8 +227,10 @@ export class TransformerBlock {
 
   /** dy [b, s, hidden] -> dx and this input's weight gradients. */
   async backward(context: BlockContext, dy: F32): Promise<BlockGradients> {
-    if (!(context instanceof BlockContext) || context.owner !== this) throw new BlockError("TransformerBlock.backward needs the context its own forward returned");
-    if (context.activations?.attention.released === true) throw new BlockError("TransformerBlock.backward: the context was released (by release() or an earlier backward)");
+    if (!(context instanceof BlockContext) || context.owner !== this)
+      throw new BlockError("TransformerBlock.backward needs the context its own forward returned");
+    if (context.activations?.attention.released === true)
+      throw new BlockError("TransformerBlock.backward: the context was released (by release() or an earlier backward)");
     if (dy.rank !== 3 || dy.shape.some((d, i) => d !== context.input.shape[i])) {
       throw new BlockError(`TransformerBlock.backward: dy ${dy} does not match the input ${context.input}`);
     }

@@ -74,7 +74,9 @@ let gyp;
 try {
   gyp = require.resolve("node-gyp/bin/node-gyp.js");
 } catch (error) {
-  console.error(`@ulysses/collectives-mpi: node-gyp could not be resolved from ${packageDir} (${error.message.split("\n")[0]}); reinstall the package's dependencies; ${hint}`);
+  console.error(
+    `@ulysses/collectives-mpi: node-gyp could not be resolved from ${packageDir} (${error.message.split("\n")[0]}); reinstall the package's dependencies; ${hint}`,
+  );
   process.exit(1);
 }
 const gypEnv = { ...process.env, ORT_DISABLE_TELEMETRY: "1" };

@@ -27,11 +27,29 @@ export interface NativeMpi {
   commDup(lane: number, comm: number): Promise<number>;
   commFree(lane: number, comm: number): Promise<void>;
   alltoall(lane: number, comm: number, send: ArrayBufferView, recv: ArrayBufferView, bytesPerRank: number): Promise<void>;
-  alltoallv(lane: number, comm: number, send: ArrayBufferView, sendCounts: number[], sendDispls: number[], recv: ArrayBufferView, recvCounts: number[], recvDispls: number[]): Promise<void>;
+  alltoallv(
+    lane: number,
+    comm: number,
+    send: ArrayBufferView,
+    sendCounts: number[],
+    sendDispls: number[],
+    recv: ArrayBufferView,
+    recvCounts: number[],
+    recvDispls: number[],
+  ): Promise<void>;
   allgather(lane: number, comm: number, send: ArrayBufferView, recv: ArrayBufferView): Promise<void>;
   allgatherv(lane: number, comm: number, send: ArrayBufferView, recv: ArrayBufferView, recvCounts: number[], displs: number[]): Promise<void>;
   /** recvCounts in elements; divisor > 1 divides the result (mean). */
-  reduceScatter(lane: number, comm: number, send: ArrayBufferView, recv: ArrayBufferView, recvCounts: number[], dtype: string, op: "sum" | "max", divisor: number): Promise<void>;
+  reduceScatter(
+    lane: number,
+    comm: number,
+    send: ArrayBufferView,
+    recv: ArrayBufferView,
+    recvCounts: number[],
+    dtype: string,
+    op: "sum" | "max",
+    divisor: number,
+  ): Promise<void>;
   /** recv === send: MPI_IN_PLACE; recv null: into the lane's scratch, then copied back into send. */
   allreduce(lane: number, comm: number, send: ArrayBufferView, recv: ArrayBufferView | null, dtype: string, op: "sum" | "max", divisor: number): Promise<void>;
   bcast(lane: number, comm: number, buffer: ArrayBufferView, root: number): Promise<void>;
@@ -43,7 +61,8 @@ export interface NativeMpi {
 
 const packageDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const ADDON_PATH = join(packageDir, "build", "Release", "ulysses_mpi.node");
-export const INSTALL_HINT = "install OpenMPI (Debian/Ubuntu: apt-get install -y openmpi-bin libopenmpi-dev), then build the addon with `pnpm --filter @ulysses/collectives-mpi build:addon` (pnpm install also builds it when mpicc is on PATH)";
+export const INSTALL_HINT =
+  "install OpenMPI (Debian/Ubuntu: apt-get install -y openmpi-bin libopenmpi-dev), then build the addon with `pnpm --filter @ulysses/collectives-mpi build:addon` (pnpm install also builds it when mpicc is on PATH)";
 
 let loaded: NativeMpi | null = null;
 

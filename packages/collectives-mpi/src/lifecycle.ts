@@ -68,7 +68,10 @@ export function startMpi(): MpiProcess {
   process.env.OMPI_MCA_mpi_yield_when_idle ??= "1";
   const info = native.init();
   if (!info.threadMultiple) {
-    native.abort(1, `[ulysses mpi] rank ${info.rank}: the MPI library provides ${info.threadLevel}, but the mpi backend needs MPI_THREAD_MULTIPLE (${info.library})`);
+    native.abort(
+      1,
+      `[ulysses mpi] rank ${info.rank}: the MPI library provides ${info.threadLevel}, but the mpi backend needs MPI_THREAD_MULTIPLE (${info.library})`,
+    );
   }
   current = { native, rank: info.rank, size: info.size, processor: info.processor, library: info.library };
   process.on("exit", onExit);
@@ -85,7 +88,10 @@ export function startMpi(): MpiProcess {
 export function finalizeMpi(): void {
   if (!current || finalized) return;
   const pending = current.native.state().pendingJobs;
-  if (pending > 0) throw new MpiError(`cannot finalize MPI on rank ${current.rank} with ${pending} operation(s) still running${firstFailure === null ? "" : ` (the first failure: ${firstFailure})`}; the job will be aborted when this process exits`);
+  if (pending > 0)
+    throw new MpiError(
+      `cannot finalize MPI on rank ${current.rank} with ${pending} operation(s) still running${firstFailure === null ? "" : ` (the first failure: ${firstFailure})`}; the job will be aborted when this process exits`,
+    );
   finalized = true;
   process.off("exit", onExit);
   process.off("uncaughtExceptionMonitor", onUncaught);

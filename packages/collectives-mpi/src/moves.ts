@@ -17,7 +17,9 @@ type PlanOf<K extends Plan["op"]> = Extract<Plan, { op: K }>;
 export function checkIntRange(plan: Plan, byteTotals: readonly number[]): void {
   const worst = Math.max(0, ...byteTotals);
   if (worst > MPI_INT_MAX) {
-    throw new MpiError(`${plan.op}: a rank's buffer holds ${worst} bytes, over the ${MPI_INT_MAX}-byte limit of MPI's int counts in the mpi backend; split the operation`);
+    throw new MpiError(
+      `${plan.op}: a rank's buffer holds ${worst} bytes, over the ${MPI_INT_MAX}-byte limit of MPI's int counts in the mpi backend; split the operation`,
+    );
   }
 }
 
@@ -36,7 +38,12 @@ export async function allToAll(channel: Channel, plan: PlanOf<"allToAll">, input
     await channel.run("allToAll", () => native.alltoall(lane, comm, input.data, out.data, first * plan.rowBytes));
     return out;
   }
-  checkIntRange(plan, plan.sendRows.flatMap((row, r) => [row.reduce((a, b) => a + b, 0), plan.sendRows.reduce((acc, from) => acc + from[r]!, 0)]).map((rows) => rows * plan.rowBytes));
+  checkIntRange(
+    plan,
+    plan.sendRows
+      .flatMap((row, r) => [row.reduce((a, b) => a + b, 0), plan.sendRows.reduce((acc, from) => acc + from[r]!, 0)])
+      .map((rows) => rows * plan.rowBytes),
+  );
   const sendCounts = plan.sendRows[rank]!.map((rows) => rows * plan.rowBytes);
   const recvCounts = plan.sendRows.map((from) => from[rank]! * plan.rowBytes);
   await channel.run("allToAll", () =>

@@ -24,7 +24,11 @@ interface ConformanceLine {
 const hasMpirun = mpirunAvailable();
 // With mpirun on PATH the install step builds the addon; only a machine
 // without MPI may skip (CI installs MPI, so there these tests always run).
-const skipReason = !hasMpirun ? `mpirun not found; ${INSTALL_HINT}` : !addonBuilt() && !process.env.CI ? `addon not built (${ADDON_PATH}); ${INSTALL_HINT}` : null;
+const skipReason = !hasMpirun
+  ? `mpirun not found; ${INSTALL_HINT}`
+  : !addonBuilt() && !process.env.CI
+    ? `addon not built (${ADDON_PATH}); ${INSTALL_HINT}`
+    : null;
 if (skipReason) console.warn(`skipping the mpi backend tests: ${skipReason}`);
 
 describe.skipIf(skipReason !== null)("mpi backend under mpirun", () => {
@@ -33,34 +37,43 @@ describe.skipIf(skipReason !== null)("mpi backend under mpirun", () => {
     [4, "ordered"],
     [2, "mpi"],
   ];
-  it.each(cases)("np %i, reduction %s: our checks and the shared conformance suite pass on every rank", async (np, reduction) => {
-    const dir = mkdtempSync(join(tmpdir(), "ulysses-mpi-checks-"));
-    const run = await spawnMpirun(np, join(FIXTURES, "rank-checks.ts"), [reduction, dir], 110_000);
-    // one file per rank and kind (mpirun would interleave the ranks' stdout mid-line)
-    const linesOf = <T>(name: string): T[] =>
-      readdirSync(dir)
-        .filter((f) => f.startsWith(`${name}-`))
-        .flatMap((f) => readFileSync(join(dir, f), "utf8").split("\n").filter((l) => l).map((l) => JSON.parse(l) as T));
-    const reports = linesOf<CheckReport>("ULYSSES_CHECKS");
-    const context = `exit ${run.code} after ${Math.round(run.ms)} ms\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
-    expect(reports.map((r) => r.rank).sort(), context).toEqual(Array.from({ length: np }, (_, r) => r));
-    for (const report of reports) {
-      expect(report.failures, `rank ${report.rank}`).toEqual([]);
-      expect(report.passed).toBe(10);
-      expect(report.size).toBe(np);
-    }
-    const lines = linesOf<ConformanceLine>("ULYSSES_CONFORMANCE");
-    rmSync(dir, { recursive: true, force: true });
-    const checks = CONFORMANCE_CHECKS.length;
-    for (let rank = 0; rank < np; rank++) {
-      const results = lines.filter((l) => l.rank === rank).map((l) => l.result);
-      expect(results.length, `rank ${rank}: conformance results\n${context}`).toBe(checks);
-      const failed = results.filter((c) => c.status === "failed").map((c) => `${c.name}: ${c.error}`);
-      expect(failed, `rank ${rank}`).toEqual([]);
-      expect(results.filter((c) => c.status === "passed").length, `rank ${rank}`).toBeGreaterThanOrEqual(100);
-    }
-    expect(run.code, context).toBe(0);
-  }, 120_000);
+  it.each(cases)(
+    "np %i, reduction %s: our checks and the shared conformance suite pass on every rank",
+    async (np, reduction) => {
+      const dir = mkdtempSync(join(tmpdir(), "ulysses-mpi-checks-"));
+      const run = await spawnMpirun(np, join(FIXTURES, "rank-checks.ts"), [reduction, dir], 110_000);
+      // one file per rank and kind (mpirun would interleave the ranks' stdout mid-line)
+      const linesOf = <T>(name: string): T[] =>
+        readdirSync(dir)
+          .filter((f) => f.startsWith(`${name}-`))
+          .flatMap((f) =>
+            readFileSync(join(dir, f), "utf8")
+              .split("\n")
+              .filter((l) => l)
+              .map((l) => JSON.parse(l) as T),
+          );
+      const reports = linesOf<CheckReport>("ULYSSES_CHECKS");
+      const context = `exit ${run.code} after ${Math.round(run.ms)} ms\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
+      expect(reports.map((r) => r.rank).sort(), context).toEqual(Array.from({ length: np }, (_, r) => r));
+      for (const report of reports) {
+        expect(report.failures, `rank ${report.rank}`).toEqual([]);
+        expect(report.passed).toBe(10);
+        expect(report.size).toBe(np);
+      }
+      const lines = linesOf<ConformanceLine>("ULYSSES_CONFORMANCE");
+      rmSync(dir, { recursive: true, force: true });
+      const checks = CONFORMANCE_CHECKS.length;
+      for (let rank = 0; rank < np; rank++) {
+        const results = lines.filter((l) => l.rank === rank).map((l) => l.result);
+        expect(results.length, `rank ${rank}: conformance results\n${context}`).toBe(checks);
+        const failed = results.filter((c) => c.status === "failed").map((c) => `${c.name}: ${c.error}`);
+        expect(failed, `rank ${rank}`).toEqual([]);
+        expect(results.filter((c) => c.status === "passed").length, `rank ${rank}`).toBeGreaterThanOrEqual(100);
+      }
+      expect(run.code, context).toBe(0);
+    },
+    120_000,
+  );
 
   it("a rank that throws ends the job at once, non-zero, with stderr naming the rank and its error", async () => {
     const run = await spawnMpirun(2, join(FIXTURES, "rank-fails.ts"), ["throw"], 60_000);
@@ -83,16 +96,22 @@ describe.skipIf(skipReason !== null)("mpi backend under mpirun", () => {
     ["world", "drain"],
     ["sub", "drain"],
     ["world", "exit"],
-  ])("a timed-out operation on the %s group, then destroy() and exit (%s): destroy resolves, the job ends non-zero naming the rank and the timeout, no native crash", async (mode, end) => {
-    const run = await spawnMpirun(2, join(FIXTURES, "rank-destroy-after-timeout.ts"), [mode, end], 60_000);
-    const context = `exit ${run.code} after ${Math.round(run.ms)} ms\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
-    expect(run.killed, `mpirun hung\n${context}`).toBe(false);
-    expect(run.code, context).not.toBe(0);
-    expect(run.stdout, context).toContain("ULYSSES_TIMEOUT rank 0: MpiError: rank 0: barrier (header exchange)");
-    if (mode === "sub") expect(run.stdout, context).toContain("ULYSSES_DESTROY rank 0 sub-group: resolved");
-    expect(run.stdout, context).toContain("ULYSSES_DESTROY rank 0 world: resolved");
-    expect(run.stderr, context).toMatch(/\[ulysses mpi\] rank 0 \(pid \d+ on [^)]+\) is exiting with 1 MPI operation\(s\) still running after a failed operation \(rank 0: barrier .*did not complete within 500 ms/);
-    expect(run.stderr, context).not.toMatch(/terminate called|Segmentation fault|backtrace|\*\*\* Process received signal/i);
-    expect(run.ms, context).toBeLessThan(20_000);
-  }, 70_000);
+  ])(
+    "a timed-out operation on the %s group, then destroy() and exit (%s): destroy resolves, the job ends non-zero naming the rank and the timeout, no native crash",
+    async (mode, end) => {
+      const run = await spawnMpirun(2, join(FIXTURES, "rank-destroy-after-timeout.ts"), [mode, end], 60_000);
+      const context = `exit ${run.code} after ${Math.round(run.ms)} ms\nstdout:\n${run.stdout}\nstderr:\n${run.stderr}`;
+      expect(run.killed, `mpirun hung\n${context}`).toBe(false);
+      expect(run.code, context).not.toBe(0);
+      expect(run.stdout, context).toContain("ULYSSES_TIMEOUT rank 0: MpiError: rank 0: barrier (header exchange)");
+      if (mode === "sub") expect(run.stdout, context).toContain("ULYSSES_DESTROY rank 0 sub-group: resolved");
+      expect(run.stdout, context).toContain("ULYSSES_DESTROY rank 0 world: resolved");
+      expect(run.stderr, context).toMatch(
+        /\[ulysses mpi\] rank 0 \(pid \d+ on [^)]+\) is exiting with 1 MPI operation\(s\) still running after a failed operation \(rank 0: barrier .*did not complete within 500 ms/,
+      );
+      expect(run.stderr, context).not.toMatch(/terminate called|Segmentation fault|backtrace|\*\*\* Process received signal/i);
+      expect(run.ms, context).toBeLessThan(20_000);
+    },
+    70_000,
+  );
 });

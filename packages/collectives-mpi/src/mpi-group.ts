@@ -67,7 +67,15 @@ export class MpiGroup extends GroupBase {
     this.size = info.size;
     this.worldRanks = Object.freeze([...init.worldRanks]);
     this.reduction = init.reduction;
-    this.channel = { native: init.native, lane: init.lane, comm: init.comm, rank: this.rank, size: this.size, scratch: new Scratch(), run: (what, call) => this.run(what, call) };
+    this.channel = {
+      native: init.native,
+      lane: init.lane,
+      comm: init.comm,
+      rank: this.rank,
+      size: this.size,
+      scratch: new Scratch(),
+      run: (what, call) => this.run(what, call),
+    };
     this.headers = new HeaderExchange(this.channel);
   }
 
@@ -88,13 +96,23 @@ export class MpiGroup extends GroupBase {
     let timedOut = false;
     const timeout = new Promise<never>((_, reject) => {
       if (timeoutMs > 0 && Number.isFinite(timeoutMs)) {
-        timer = setTimeout(() => (timedOut = true) && reject(new MpiError(`rank ${this.rank}: ${what} on ${this.describe()} did not complete within ${timeoutMs} ms (a peer is not calling it, or is stuck or dead); the group is unusable now`)), timeoutMs);
+        timer = setTimeout(() => {
+          timedOut = true;
+          reject(
+            new MpiError(
+              `rank ${this.rank}: ${what} on ${this.describe()} did not complete within ${timeoutMs} ms (a peer is not calling it, or is stuck or dead); the group is unusable now`,
+            ),
+          );
+        }, timeoutMs);
       }
     });
     try {
       return await Promise.race([call(), timeout]);
     } catch (error) {
-      const wrapped = error instanceof MpiError ? error : new MpiError(`rank ${this.rank}: ${what} on ${this.describe()} failed: ${(error as Error).message}`, { cause: error });
+      const wrapped =
+        error instanceof MpiError
+          ? error
+          : new MpiError(`rank ${this.rank}: ${what} on ${this.describe()} failed: ${(error as Error).message}`, { cause: error });
       this.failure ??= wrapped.message;
       noteFailure(wrapped.message);
       // the native call may never return (a peer never joins): it must not keep the process alive
@@ -164,7 +182,12 @@ export class MpiGroup extends GroupBase {
     // a header too long for the slot (a tensor of very many axes) is replaced by one naming the problem: the receiver rejects too
     const offer =
       this.encode(header) ??
-      this.encode({ dtype: header.dtype, shape: [0], tag: header.tag, error: `the send header (a tensor of ${header.shape.length} axes) does not fit the mpi backend's ${P2P_SLOT - 4}-byte header slot` } satisfies P2PHeader)!;
+      this.encode({
+        dtype: header.dtype,
+        shape: [0],
+        tag: header.tag,
+        error: `the send header (a tensor of ${header.shape.length} axes) does not fit the mpi backend's ${P2P_SLOT - 4}-byte header slot`,
+      } satisfies P2PHeader)!;
     await this.run("send", () => native.send(lane, control, offer, peer, HEADER_TAG));
     await this.run("send", () => native.recv(lane, control, this.slot, peer, ANSWER_TAG));
     const answer = this.decode<{ error: string | null }>(this.slot);

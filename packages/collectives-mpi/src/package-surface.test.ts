@@ -41,6 +41,8 @@ describe("collectives-mpi package surface", () => {
   });
 
   it("the abort line names the rank, pid, host and exit code", () => {
-    expect(abortMessage(3, 2, "is exiting with an error")).toMatch(/^\[ulysses mpi\] rank 3 \(pid \d+ on .+\) is exiting with an error \(exit code 2\): aborting the MPI job$/);
+    expect(abortMessage(3, 2, "is exiting with an error")).toMatch(
+      /^\[ulysses mpi\] rank 3 \(pid \d+ on .+\) is exiting with an error \(exit code 2\): aborting the MPI job$/,
+    );
   });
 });

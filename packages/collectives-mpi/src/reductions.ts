@@ -54,7 +54,13 @@ export async function allReduce(channel: Channel, plan: PlanOf<"allReduce">, ten
   return tensor;
 }
 
-export async function reduceScatter(channel: Channel, plan: PlanOf<"reduceScatter">, input: Tensor, output: Tensor | null, mode: ReductionMode): Promise<Tensor> {
+export async function reduceScatter(
+  channel: Channel,
+  plan: PlanOf<"reduceScatter">,
+  input: Tensor,
+  output: Tensor | null,
+  mode: ReductionMode,
+): Promise<Tensor> {
   const { native, lane, comm, size, rank } = channel;
   checkIntRange(plan, [input.byteLength]);
   const out = outputFor(plan, rank, output);
@@ -62,7 +68,9 @@ export async function reduceScatter(channel: Channel, plan: PlanOf<"reduceScatte
   const mine = counts[rank]!;
   if (mode === "mpi" && size > 1) {
     const op = plan.reduceOp === "max" ? "max" : "sum";
-    await channel.run("reduceScatter", () => native.reduceScatter(lane, comm, input.data, out.data, counts, plan.dtype, op, plan.reduceOp === "mean" ? size : 1));
+    await channel.run("reduceScatter", () =>
+      native.reduceScatter(lane, comm, input.data, out.data, counts, plan.dtype, op, plan.reduceOp === "mean" ? size : 1),
+    );
     return out;
   }
   const sources = size === 1 ? [{ data: input.data, offset: 0 }] : await gatherMyChunks(channel, plan, input.data, counts, mine);

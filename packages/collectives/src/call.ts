@@ -64,7 +64,8 @@ export function checkSplitsArg(what: string, value: unknown, size: number, rows?
 /** The options argument: absent, or a plain object. */
 function optionsOf(op: string, value: unknown): Checked<Record<string, unknown>> {
   if (value === undefined || value === null) return { ok: {} };
-  if (typeof value !== "object" || Array.isArray(value) || value instanceof Tensor || ArrayBuffer.isView(value)) return { error: `${op} options must be an object, got ${show(value)}` };
+  if (typeof value !== "object" || Array.isArray(value) || value instanceof Tensor || ArrayBuffer.isView(value))
+    return { error: `${op} options must be an object, got ${show(value)}` };
   return { ok: value as Record<string, unknown> };
 }
 
@@ -89,7 +90,13 @@ function tensorOrError(buffer: unknown): Tensor | string {
  * caller output, then op-specific fields from `extra` (which returns a
  * header fragment or an error).
  */
-function withTensor(op: OpHeader["op"], buffer: unknown, options: unknown, extra: (t: Tensor, o: Record<string, unknown>) => Checked<Described>, allowOutput: boolean): DescribedCall {
+function withTensor(
+  op: OpHeader["op"],
+  buffer: unknown,
+  options: unknown,
+  extra: (t: Tensor, o: Record<string, unknown>) => Checked<Described>,
+  allowOutput: boolean,
+): DescribedCall {
   const fail = (error: string, input: Tensor | null = null): DescribedCall => ({ header: { op, error }, input, output: null });
   const t = tensorOrError(buffer);
   if (typeof t === "string") return fail(t);
@@ -204,9 +211,18 @@ export function describeNewGroup(ranks: unknown, size: number): Described {
  * header's `error` (the peer then rejects with the same text); a bad peer
  * cannot be sent anywhere and is returned as `peerError`.
  */
-export function describeP2P(kind: "send" | "recv", buffer: unknown, peer: unknown, tag: unknown, rank: number, size: number): { header: P2PHeader; tensor: Tensor | null; peerError: string | null } {
+export function describeP2P(
+  kind: "send" | "recv",
+  buffer: unknown,
+  peer: unknown,
+  tag: unknown,
+  rank: number,
+  size: number,
+): { header: P2PHeader; tensor: Tensor | null; peerError: string | null } {
   const peerError =
-    typeof peer !== "number" || !Number.isInteger(peer) || peer < 0 || peer >= size || peer === rank ? `${kind} on rank ${rank}: peer ${show(peer)} must be another rank of the group of ${size}` : null;
+    typeof peer !== "number" || !Number.isInteger(peer) || peer < 0 || peer >= size || peer === rank
+      ? `${kind} on rank ${rank}: peer ${show(peer)} must be another rank of the group of ${size}`
+      : null;
   const t = tensorOrError(buffer);
   const tagOk = typeof tag === "number" && Number.isInteger(tag);
   const errors = [typeof t === "string" ? t : "", tagOk ? "" : `tag ${show(tag)} must be an integer`].filter((e) => e);

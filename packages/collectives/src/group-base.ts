@@ -18,7 +18,16 @@
  * calling the group then waits for the timeout).
  */
 import type { Tensor } from "@ulysses/tensors";
-import { describeAllGather, describeAllReduce, describeAllToAll, describeBroadcast, describeNewGroup, describeP2P, describeReduceScatter, type DescribedCall } from "./call.js";
+import {
+  describeAllGather,
+  describeAllReduce,
+  describeAllToAll,
+  describeBroadcast,
+  describeNewGroup,
+  describeP2P,
+  describeReduceScatter,
+  type DescribedCall,
+} from "./call.js";
 import { CollectiveError } from "./errors.js";
 import type { OpHeader, P2PHeader, Plan } from "./plan.js";
 import { StatsRecorder, trafficOf } from "./stats.js";
@@ -119,7 +128,12 @@ export abstract class GroupBase implements ProcessGroup {
       // a backend must reject a call whose header carries an error; never move on without a tensor
       if (!tensor) throw new CollectiveError(`${kind} on rank ${this.rank}: ${header.error}`);
       const bytes = tensor.byteLength;
-      this.recorder.record(kind, kind === "send" ? { bytesSent: bytes, bytesReceived: 0 } : { bytesSent: 0, bytesReceived: bytes }, tensor.size, performance.now() - start);
+      this.recorder.record(
+        kind,
+        kind === "send" ? { bytesSent: bytes, bytesReceived: 0 } : { bytesSent: 0, bytesReceived: bytes },
+        tensor.size,
+        performance.now() - start,
+      );
       return tensor;
     });
   }

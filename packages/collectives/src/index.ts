@@ -1,6 +1,19 @@
 /** @ulysses/collectives: the ProcessGroup API, backends and launch helpers. No compute inside. */
 export { CollectiveError } from "./errors.js";
-export { OP_KINDS, type ProcessGroup, type CommBuffer, type ReduceOp, type OpKind, type OpStats, type CommStats, type AllToAllOptions, type AllGatherOptions, type ReduceScatterOptions, type BackendInitOptions, type BackendFactory } from "./types.js";
+export {
+  OP_KINDS,
+  type ProcessGroup,
+  type CommBuffer,
+  type ReduceOp,
+  type OpKind,
+  type OpStats,
+  type CommStats,
+  type AllToAllOptions,
+  type AllGatherOptions,
+  type ReduceScatterOptions,
+  type BackendInitOptions,
+  type BackendFactory,
+} from "./types.js";
 export { StatsRecorder, trafficOf, type Traffic } from "./stats.js";
 export { planOp, outputShapeOf, checkP2P, clipText, type OpHeader, type Plan, type PlanResult, type P2PHeader } from "./plan.js";
 export { reduceInto, type Source } from "./reduce.js";

@@ -172,7 +172,10 @@ function build(headers: readonly OpHeader[]): Plan {
         if (h.outputSplits == null) return;
         checkSplits("outputSplits", h.outputSplits, size, r);
         h.outputSplits.forEach((n, j) => {
-          if (n !== sendRows[j]![r]) fail(`rank ${r} expects ${n} rows from rank ${j} (outputSplits ${fmt(h.outputSplits)}) but rank ${j} sends ${sendRows[j]![r]} (inputSplits ${fmt(sendRows[j])})`);
+          if (n !== sendRows[j]![r])
+            fail(
+              `rank ${r} expects ${n} rows from rank ${j} (outputSplits ${fmt(h.outputSplits)}) but rank ${j} sends ${sendRows[j]![r]} (inputSplits ${fmt(sendRows[j])})`,
+            );
         });
       });
       const rowElements = rowShape.reduce((a, b) => a * b, 1);

@@ -7,16 +7,32 @@ describe("reduceInto", () => {
     const b = Float32Array.from([1, 1]);
     const c = Float32Array.from([-1e8, 1]);
     const out = new Float32Array(2);
-    reduceInto("float32", "sum", out, 0, [a, b, c].map((data) => ({ data, offset: 0 })), 2);
+    reduceInto(
+      "float32",
+      "sum",
+      out,
+      0,
+      [a, b, c].map((data) => ({ data, offset: 0 })),
+      2,
+    );
     // (1e8 + 1) rounds to 1e8 in float32, then - 1e8 = 0
     expect(Array.from(out)).toEqual([0, 3]);
   });
 
   it("float32 sums over many ranks round after every add, in rank order", () => {
     // 7 ranks: each partial sum rounded to float32, checked against a step-by-step Math.fround fold
-    const ranks = Array.from({ length: 7 }, (_, r) => Float32Array.from({ length: 5 }, (_, i) => Math.fround((r % 2 ? 1e7 : 0.3) * (i + 1) * (r % 3 === 0 ? -1 : 1) + r / 7)));
+    const ranks = Array.from({ length: 7 }, (_, r) =>
+      Float32Array.from({ length: 5 }, (_, i) => Math.fround((r % 2 ? 1e7 : 0.3) * (i + 1) * (r % 3 === 0 ? -1 : 1) + r / 7)),
+    );
     const out = new Float32Array(6);
-    reduceInto("float32", "sum", out, 1, ranks.map((data) => ({ data, offset: 0 })), 5);
+    reduceInto(
+      "float32",
+      "sum",
+      out,
+      1,
+      ranks.map((data) => ({ data, offset: 0 })),
+      5,
+    );
     for (let i = 0; i < 5; i++) {
       let acc = ranks[0]![i]!;
       for (let r = 1; r < 7; r++) acc = Math.fround(acc + ranks[r]![i]!);

@@ -59,7 +59,7 @@ function reduceNumbers(out: NumberArray, outOffset: number, sources: readonly So
     if (op === "max") {
       for (let i = outOffset; i < end; i++) {
         const x = src[o + i]!;
-        if (x > out[i]! || x !== x) out[i] = x;
+        if (x > out[i]! || Number.isNaN(x)) out[i] = x;
       }
     } else if (out instanceof Float32Array && k + 2 < sources.length) {
       // three float32 ranks in one pass, rounding after each add exactly as three passes would

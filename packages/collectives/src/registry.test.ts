@@ -41,12 +41,17 @@ describeConformance("user backend (recording over local), in-process", (size) =>
 describeConformance(
   "user backend (recording over threads), registered by name and launched",
   async (worldSize) => {
-    const world = await launch<{ run(names: string[]): Promise<never>; recorded(): { backend: string; calls: number } }>({ worldSize, entry: fixture("recording-entry.ts"), backend: "recording" });
+    const world = await launch<{ run(names: string[]): Promise<never>; recorded(): { backend: string; calls: number } }>({
+      worldSize,
+      entry: fixture("recording-entry.ts"),
+      backend: "recording",
+    });
     return {
       async run(names) {
         const results = await world.all("run", [...names]);
         const recorded = await world.all("recorded");
-        if (recorded.some((r) => r.backend !== "recording" || r.calls === 0)) throw new Error(`the recording backend was not used: ${JSON.stringify(recorded)}`);
+        if (recorded.some((r) => r.backend !== "recording" || r.calls === 0))
+          throw new Error(`the recording backend was not used: ${JSON.stringify(recorded)}`);
         return results;
       },
       close: () => world.shutdown(),

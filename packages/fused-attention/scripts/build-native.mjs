@@ -103,15 +103,28 @@ if (nvcc) {
   const cudaSources = ["attention-cuda.cu", "attention-cuda.h"].map((f) => join(packageDir, "native", "src", "cuda", f));
   cudaSources.push(join(packageDir, "native", "src", "cpu", "attention-cpu.h"));
   const fresh = !force && existsSync(object) && statSync(object).mtimeMs > Math.max(...cudaSources.map((f) => statSync(f).mtimeMs));
-  const compiled = fresh ? { status: 0 } : run(nvcc, [
-    "-c", "-O3", "-std=c++17", "-Xcompiler", "-fPIC", ...archs,
-    "-I", join(packageDir, "native", "src"), join(packageDir, "native", "src", "cuda", "attention-cuda.cu"), "-o", object,
-  ]);
+  const compiled = fresh
+    ? { status: 0 }
+    : run(nvcc, [
+        "-c",
+        "-O3",
+        "-std=c++17",
+        "-Xcompiler",
+        "-fPIC",
+        ...archs,
+        "-I",
+        join(packageDir, "native", "src"),
+        join(packageDir, "native", "src", "cuda", "attention-cuda.cu"),
+        "-o",
+        object,
+      ]);
   if (compiled.status === 0 && libDir) {
     gypDefines.push(`-Dcuda_object=${object}`, `-Dcuda_lib_dir=${libDir}`);
     console.log(`${tag}: CUDA kernels compiled with ${nvcc}`);
   } else {
-    console.warn(`${tag}: the CUDA kernels did not build (${compiled.status !== 0 ? `nvcc exited ${compiled.status}` : "no libcudart_static.a found"}); building CPU only`);
+    console.warn(
+      `${tag}: the CUDA kernels did not build (${compiled.status !== 0 ? `nvcc exited ${compiled.status}` : "no libcudart_static.a found"}); building CPU only`,
+    );
   }
 } else {
   console.log(`${tag}: nvcc not found: building the CPU kernels only`);
@@ -133,7 +146,10 @@ const nodeArgs = [];
 const nodePrefix = resolve(dirname(process.execPath), "..");
 if (existsSync(join(nodePrefix, "include", "node", "node_api.h"))) nodeArgs.push(`--nodedir=${nodePrefix}`);
 const jobs = process.env.JOBS ?? "2";
-for (const step of [["configure", ...nodeArgs, "--", ...gypDefines], ["build", ...nodeArgs, `--jobs=${jobs}`]]) {
+for (const step of [
+  ["configure", ...nodeArgs, "--", ...gypDefines],
+  ["build", ...nodeArgs, `--jobs=${jobs}`],
+]) {
   const r = run(process.execPath, [gyp, ...step]);
   if (r.status !== 0) {
     console.error(`${tag}: node-gyp ${step[0]} failed (exit ${r.status})`);

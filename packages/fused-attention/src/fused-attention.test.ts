@@ -76,8 +76,16 @@ function expectLogSumExp(actual: Tensor<"float32">, expected: Float64Array): voi
     if (expected[i] === -Infinity) expect(actual.data[i], `logSumExp[${i}]`).toBe(-Infinity);
     else finite.push(i);
   }
-  const a = new Tensor("float32", [finite.length], Float32Array.from(finite, (i) => actual.data[i]!));
-  const e = new Tensor("float64", [finite.length], Float64Array.from(finite, (i) => expected[i]!));
+  const a = new Tensor(
+    "float32",
+    [finite.length],
+    Float32Array.from(finite, (i) => actual.data[i]!),
+  );
+  const e = new Tensor(
+    "float64",
+    [finite.length],
+    Float64Array.from(finite, (i) => expected[i]!),
+  );
   expect(maxRelativeError(a, e)).toBeLessThanOrEqual(TOLERANCE);
 }
 
@@ -85,7 +93,10 @@ describe.skipIf(!status.available)(suite, () => {
   const kernels = new Map<string, FusedAttention>();
   const withThreads = (threads: number, isa: CpuIsa = "auto"): FusedAttention => {
     let k = kernels.get(`${threads}:${isa}`);
-    if (!k) kernels.set(`${threads}:${isa}`, (k = new FusedAttention({ threads, isa })));
+    if (!k) {
+      k = new FusedAttention({ threads, isa });
+      kernels.set(`${threads}:${isa}`, k);
+    }
     return k;
   };
   afterAll(() => kernels.forEach((k) => k.release()));
@@ -203,7 +214,9 @@ describe.skipIf(!status.available)(suite, () => {
     const q2 = new Tensor("float32", [1, 4, 2, 8]);
     const bad = new Tensor("float32", [1, 2, 3]);
     await expect(fused.backward(q2, k, k, q2, q2, bad, { causal: true })).rejects.toThrow(FusedAttentionError);
-    await expect(fused.backward(q2, k, k, q2, q2, bad, { causal: true })).rejects.toThrow(/^FusedAttention\.backward: logSumExp must be float32 \[1, 2, 4\], got float32 \[1, 2, 3\]$/);
+    await expect(fused.backward(q2, k, k, q2, q2, bad, { causal: true })).rejects.toThrow(
+      /^FusedAttention\.backward: logSumExp must be float32 \[1, 2, 4\], got float32 \[1, 2, 3\]$/,
+    );
     await expect(fused.forward(q2, k, new Tensor("float32", [1, 5, 2, 8]), { causal: false })).rejects.toThrow(
       /^FusedAttention\.forward: v float32 \[1, 5, 2, 8\] does not match k float32 \[1, 4, 2, 8\]/,
     );

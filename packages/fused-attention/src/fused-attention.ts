@@ -8,7 +8,14 @@
  * the JS thread. The kernels themselves live in native/src/cpu (and cuda).
  */
 import { availableParallelism } from "node:os";
-import { attentionDims, checkBackwardShapes, type AttentionForwardResult, type AttentionGradients, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
+import {
+  attentionDims,
+  checkBackwardShapes,
+  type AttentionForwardResult,
+  type AttentionGradients,
+  type AttentionOptions,
+  type LocalAttention,
+} from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import { GRAPH_IO, attentionModel, type GraphKind } from "./model.js";
@@ -57,7 +64,9 @@ export class FusedAttention implements LocalAttention {
     if (!native.ok) throw native.error;
     const cuda = options.executionProvider === "cuda";
     if (cuda && !native.info.cudaCompiled) {
-      throw new FusedAttentionError("FusedAttention: executionProvider 'cuda' needs the addon built with nvcc (none was found when it was built); rebuild with nvcc on PATH");
+      throw new FusedAttentionError(
+        "FusedAttention: executionProvider 'cuda' needs the addon built with nvcc (none was found when it was built); rebuild with nvcc on PATH",
+      );
     }
     this.threads = threads;
     this.binding = native.binding;
@@ -68,12 +77,7 @@ export class FusedAttention implements LocalAttention {
     }
   }
 
-  async forward(
-    q: Tensor<"float32">,
-    k: Tensor<"float32">,
-    v: Tensor<"float32">,
-    options: AttentionOptions,
-  ): Promise<AttentionForwardResult> {
+  async forward(q: Tensor<"float32">, k: Tensor<"float32">, v: Tensor<"float32">, options: AttentionOptions): Promise<AttentionForwardResult> {
     const s = attentionDims(q, k, v, options, "FusedAttention.forward", fusedError);
     const out = new Tensor("float32", q.shape);
     const logSumExp = new Tensor("float32", [s.batch, s.heads, s.seqQ]);

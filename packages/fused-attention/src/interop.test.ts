@@ -36,7 +36,9 @@ function runWorker(rounds: number, shape: [number, number, number, number]): Pro
     let result: WorkerResult | undefined;
     worker.on("message", (m: WorkerResult) => (result = m));
     worker.on("error", reject);
-    worker.on("exit", (code) => (code === 0 && result ? resolve(result) : reject(new Error(`interop worker exited with code ${code} (result: ${result !== undefined})`))));
+    worker.on("exit", (code) =>
+      code === 0 && result ? resolve(result) : reject(new Error(`interop worker exited with code ${code} (result: ${result !== undefined})`)),
+    );
   });
 }
 
@@ -47,7 +49,11 @@ describe.skipIf(!status.available)(suite, () => {
     try {
       const working = runWorker(4, shape);
       // The main thread uses the addon at the same time.
-      const q = new Tensor("float32", shape, Float32Array.from({ length: 144 }, (_, i) => Math.sin(i)));
+      const q = new Tensor(
+        "float32",
+        shape,
+        Float32Array.from({ length: 144 }, (_, i) => Math.sin(i)),
+      );
       const mainOut = await main.forward(q, q, q, { causal: true });
       const { results, q: qw, k: kw } = await working;
       expect(results).toHaveLength(4);
@@ -71,7 +77,9 @@ describe.skipIf(!status.available)(suite, () => {
     // already exist"). A fresh process each time: only the first sessions race.
     const script = new URL("./testing-fixtures/first-session-race.ts", import.meta.url).pathname;
     for (let run = 0; run < 4; run++) {
-      const { stdout } = await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", script, "8"], { env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" } });
+      const { stdout } = await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", script, "8"], {
+        env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
+      });
       expect(JSON.parse(stdout.trim().split("\n").at(-1)!)).toEqual({ ok: 8, errors: [] });
     }
   }, 120_000);

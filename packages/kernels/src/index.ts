@@ -1,10 +1,19 @@
 /** @ulysses/kernels: ONNX graphs run by onnxruntime-node. No communication inside. */
 export { KernelError } from "./errors.js";
 export { GraphBuilder, attr, type Value, type Dim, type Attribute, type ElementType, type OpOptions } from "./graph/builder.js";
-export { decodeModel, type DecodedModel, type DecodedGraph, type DecodedNode, type DecodedAttribute, type DecodedValueInfo, type DecodedDim, type DecodedTensor } from "./graph/decode.js";
+export {
+  decodeModel,
+  type DecodedModel,
+  type DecodedGraph,
+  type DecodedNode,
+  type DecodedAttribute,
+  type DecodedValueInfo,
+  type DecodedDim,
+  type DecodedTensor,
+} from "./graph/decode.js";
 export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeOptions, type ExecutionProvider } from "./runtime/session-cache.js";
-export type { LocalAttention, AttentionOptions, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
-export type { BlockOps, LayerNormSaved, CrossEntropyResult } from "./ops/types.js";
+export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
+export type { BlockOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";
 export { ReferenceAttention, referenceForward64, referenceBackward64, type Forward64, type Gradients64 } from "./reference/attention.js";
 export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionErrorFactory } from "./attention/shapes.js";
 export { ReferenceOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";

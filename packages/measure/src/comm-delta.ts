@@ -31,7 +31,8 @@ export function commSnapshot(groups: readonly { stats(): CommStats }[]): CommSta
 export function commDelta(before: CommStats | readonly CommStats[], after: CommStats | readonly CommStats[], ops?: readonly OpKind[]): CommDelta {
   const first = Array.isArray(before) ? (before as readonly CommStats[]) : [before as CommStats];
   const second = Array.isArray(after) ? (after as readonly CommStats[]) : [after as CommStats];
-  if (first.length !== second.length) throw new MeasureError(`commDelta: ${first.length} snapshots before but ${second.length} after; pass one per group to both`);
+  if (first.length !== second.length)
+    throw new MeasureError(`commDelta: ${first.length} snapshots before but ${second.length} after; pass one per group to both`);
   const sum: CommDelta = { calls: 0, bytesSent: 0, bytesReceived: 0, timeMs: 0 };
   first.forEach((start, group) => {
     const end = second[group]!;
@@ -40,7 +41,8 @@ export function commDelta(before: CommStats | readonly CommStats[], after: CommS
       if (a === undefined || b === undefined) throw new MeasureError(`commDelta: group ${group} has no stats for '${name}'`);
       for (const field of FIELDS) {
         const grown = b[field] - a[field];
-        if (grown < 0) throw new MeasureError(`commDelta: group ${group} ${name}.${field} went down from ${a[field]} to ${b[field]} (stats reset between the snapshots?)`);
+        if (grown < 0)
+          throw new MeasureError(`commDelta: group ${group} ${name}.${field} went down from ${a[field]} to ${b[field]} (stats reset between the snapshots?)`);
         sum[field] += grown;
       }
     }

@@ -87,14 +87,19 @@ export function lineChart(series: readonly Series[], options: ChartOptions): str
   for (const s of series) {
     if (s.axis === "right" && right === undefined) throw new MeasureError(`lineChart: series '${s.name}' is on the right axis but options.right is not set`);
     for (const p of s.points) {
-      if (!Number.isFinite(p.x) || (logX && p.x <= 0)) throw new MeasureError(`lineChart: series '${s.name}' has x = ${p.x}, not ${logX ? "a positive number (log x axis)" : "a finite number"}`);
+      if (!Number.isFinite(p.x) || (logX && p.x <= 0))
+        throw new MeasureError(`lineChart: series '${s.name}' has x = ${p.x}, not ${logX ? "a positive number (log x axis)" : "a finite number"}`);
     }
   }
-  if (right !== undefined && !(right.max > right.min)) throw new MeasureError(`lineChart: right axis '${right.label}' needs max > min, got ${right.min}..${right.max}`);
+  if (right !== undefined && !(right.max > right.min))
+    throw new MeasureError(`lineChart: right axis '${right.label}' needs max > min, got ${right.min}..${right.max}`);
   const margin = { left: 70, right: 20 + (right === undefined ? 0 : 50) + (legend ? 160 : 0), top: 40, bottom: 55 };
   const plotW = width - margin.left - margin.right;
   const plotH = height - margin.top - margin.bottom;
-  if (!(plotW > 0) || !(plotH > 0)) throw new MeasureError(`lineChart: ${width} x ${height} leaves no room for the plot (margins ${margin.left + margin.right} x ${margin.top + margin.bottom})`);
+  if (!(plotW > 0) || !(plotH > 0))
+    throw new MeasureError(
+      `lineChart: ${width} x ${height} leaves no room for the plot (margins ${margin.left + margin.right} x ${margin.top + margin.bottom})`,
+    );
 
   const xs = series.flatMap((s) => s.points.map((p) => p.x));
   const tx = (x: number) => (logX ? Math.log2(x) : x);
@@ -151,7 +156,9 @@ export function lineChart(series: readonly Series[], options: ChartOptions): str
       const x = px(p.x);
       if (!hasValue(p)) {
         penDown = false;
-        out.push(`<path d="M${fixed(x - 4)} ${plotBottom - 4}L${fixed(x + 4)} ${plotBottom + 4}M${fixed(x - 4)} ${plotBottom + 4}L${fixed(x + 4)} ${plotBottom - 4}" stroke="${color}" stroke-width="2"/>`);
+        out.push(
+          `<path d="M${fixed(x - 4)} ${plotBottom - 4}L${fixed(x + 4)} ${plotBottom + 4}M${fixed(x - 4)} ${plotBottom + 4}L${fixed(x + 4)} ${plotBottom - 4}" stroke="${color}" stroke-width="2"/>`,
+        );
         continue;
       }
       path += `${penDown ? "L" : "M"}${fixed(x)} ${fixed(py(p.y))}`;

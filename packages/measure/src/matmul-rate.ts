@@ -26,7 +26,10 @@ export interface MatmulRateOptions {
 
 /** Seconds of the fastest round: `rounds` rounds of `repeats` calls of `run`, each round's mean per call. `now` is in ms. */
 export async function fastestRound(run: () => Promise<unknown>, rounds: number, repeats: number, now: () => number = () => performance.now()): Promise<number> {
-  for (const [name, value] of [["rounds", rounds], ["repeats", repeats]] as const) {
+  for (const [name, value] of [
+    ["rounds", rounds],
+    ["repeats", repeats],
+  ] as const) {
     if (!Number.isInteger(value) || value < 1) throw new MeasureError(`${name} must be a positive integer, got ${value}`);
   }
   let best = Infinity;

@@ -25,15 +25,29 @@ describe("median and percentiles", () => {
   });
 
   it("medianBy returns the item itself", () => {
-    const runs = [{ ms: 9, id: "a" }, { ms: 3, id: "b" }, { ms: 5, id: "c" }];
+    const runs = [
+      { ms: 9, id: "a" },
+      { ms: 3, id: "b" },
+      { ms: 5, id: "c" },
+    ];
     expect(medianBy(runs, (r) => r.ms).id).toBe("c");
   });
 
   it("medianOfSlowest: each repetition's slowest rank, then the median repetition", () => {
     // slowest per repetition: 3, 4, 2.5 -> median 3
-    expect(medianOfSlowest([[3, 1, 2], [1, 4, 2.5]])).toBe(3);
+    expect(
+      medianOfSlowest([
+        [3, 1, 2],
+        [1, 4, 2.5],
+      ]),
+    ).toBe(3);
     // the repetition only rank 0 has is left out: slowest 2, 5 -> upper middle 5
-    expect(medianOfSlowest([[1, 5, 100], [2, 3]])).toBe(5);
+    expect(
+      medianOfSlowest([
+        [1, 5, 100],
+        [2, 3],
+      ]),
+    ).toBe(5);
     expect(medianOfSlowest([[7]])).toBe(7);
   });
 

@@ -47,6 +47,7 @@ export function medianBy<T>(items: readonly T[], key: (item: T) => number): T {
  */
 export function medianOfSlowest(perRank: readonly (readonly number[])[]): number {
   const repeats = perRank.length === 0 ? 0 : Math.min(...perRank.map((times) => times.length));
-  if (!(repeats >= 1)) throw new MeasureError(`medianOfSlowest: every rank needs at least one repetition, got ${perRank.map((times) => times.length).join(", ") || "no ranks"}`);
+  if (!(repeats >= 1))
+    throw new MeasureError(`medianOfSlowest: every rank needs at least one repetition, got ${perRank.map((times) => times.length).join(", ") || "no ranks"}`);
   return median(Array.from({ length: repeats }, (_, i) => Math.max(...perRank.map((times) => times[i]!))));
 }

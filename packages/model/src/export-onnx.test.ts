@@ -12,14 +12,21 @@ async function compare(config: GptConfig): Promise<number> {
   const model = new Gpt(config, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 3 });
   // perturb norms so every weight matters
   const rng = new Rng(5);
-  for (const spec of model.params.specs) if (spec.init !== "normal") for (const [i] of model.params.value(spec.name).data.entries()) model.params.value(spec.name).data[i] += 0.1 * rng.normal();
+  for (const spec of model.params.specs)
+    if (spec.init !== "normal") for (const [i] of model.params.value(spec.name).data.entries()) model.params.value(spec.name).data[i] += 0.1 * rng.normal();
   const batch = 2;
   const seq = 13;
   const ids = new Tensor("int32", [batch, seq]);
   for (let i = 0; i < ids.size; i++) ids.data[i] = rng.int(config.vocab);
   const expected = (await model.forward(ids)).logits.data;
   const session = await ort.InferenceSession.create(await buildOnnxModel(config, model.params.values));
-  const feeds = { ids: new ort.Tensor("int64", BigInt64Array.from(ids.data, (v) => BigInt(v)), [batch, seq]) };
+  const feeds = {
+    ids: new ort.Tensor(
+      "int64",
+      BigInt64Array.from(ids.data, (v) => BigInt(v)),
+      [batch, seq],
+    ),
+  };
   const out = (await session.run(feeds)).logits!;
   expect(out.dims).toEqual([batch, seq, config.vocab]);
   const got = out.data as Float32Array;

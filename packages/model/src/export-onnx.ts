@@ -51,7 +51,11 @@ function blockMath(inputs: GraphInputs, layer: number): BlockMath<Value> {
     const group = heads / kvHeads;
     const zero = g.int64s([0]);
     // [b, kv, s, D] -> [b, kv, 1, s, D] -> [b, kv, g, s, D] -> [b, H, s, D]
-    const shape5 = g.op("Concat", [g.op("Slice", [g.op("Shape", [x]), zero, g.int64s([2])]), g.int64s([group]), g.op("Slice", [g.op("Shape", [x]), g.int64s([2]), g.int64s([4])])], { axis: attr.int(0) });
+    const shape5 = g.op(
+      "Concat",
+      [g.op("Slice", [g.op("Shape", [x]), zero, g.int64s([2])]), g.int64s([group]), g.op("Slice", [g.op("Shape", [x]), g.int64s([2]), g.int64s([4])])],
+      { axis: attr.int(0) },
+    );
     return g.op("Reshape", [g.op("Expand", [g.op("Unsqueeze", [x, g.int64s([2])]), shape5]), g.int64s([0, heads, -1, headDim])]);
   };
   return {
@@ -75,7 +79,10 @@ function blockMath(inputs: GraphInputs, layer: number): BlockMath<Value> {
       const toHeads = (x: Value) => g.op("Transpose", [x], { perm: attr.ints([0, 2, 1, 3]) });
       const kh = repeatKv(toHeads(k));
       // scores [b, H, s, s]
-      const scores = g.op("Add", [g.op("Mul", [g.op("MatMul", [toHeads(q), g.op("Transpose", [kh], { perm: attr.ints([0, 1, 3, 2]) })]), g.scalar(1 / Math.sqrt(headDim))]), mask]);
+      const scores = g.op("Add", [
+        g.op("Mul", [g.op("MatMul", [toHeads(q), g.op("Transpose", [kh], { perm: attr.ints([0, 1, 3, 2]) })]), g.scalar(1 / Math.sqrt(headDim))]),
+        mask,
+      ]);
       const probs = g.op("Softmax", [scores], { axis: attr.int(-1) });
       // [b, H, s, D] -> [b, s, H, D]
       return toHeads(g.op("MatMul", [probs, repeatKv(toHeads(v))]));
@@ -125,7 +132,11 @@ export async function buildOnnxModel(config: GptConfig, weights: Float32Array): 
   const sin = g.op("Slice", [g.constant(sinTable, [config.maxSeq, 1, headDim], "float32", "rope_sin"), zero, seqLen, zero]);
   const positions = g.op("Range", [g.constant([0], [], "int64"), g.op("Squeeze", [seqLen, zero]), g.constant([1], [], "int64")]);
   // [seq, 1] vs [1, seq]: -1e9 where the key comes after the query
-  const mask = g.op("Where", [g.op("Greater", [g.op("Unsqueeze", [positions, zero]), g.op("Unsqueeze", [positions, g.int64s([1])])]), g.scalar(-1e9), g.scalar(0)]);
+  const mask = g.op("Where", [
+    g.op("Greater", [g.op("Unsqueeze", [positions, zero]), g.op("Unsqueeze", [positions, g.int64s([1])])]),
+    g.scalar(-1e9),
+    g.scalar(0),
+  ]);
   const inputs: GraphInputs = { g, config: block, weight, cos, sin, mask };
 
   const math: GptMath<Value> = {

@@ -68,7 +68,8 @@ export const GPT_CONFIG_LIMITS = {
 
 /** Checks the configuration (throws a ModelError naming the values). */
 export function validateGptConfig(config: GptConfig): void {
-  if (config === null || typeof config !== "object" || Array.isArray(config)) throw new ModelError(`GPT config must be an object, got ${JSON.stringify(config)}`);
+  if (config === null || typeof config !== "object" || Array.isArray(config))
+    throw new ModelError(`GPT config must be an object, got ${JSON.stringify(config)}`);
   for (const key of ["vocab", "hidden", "heads", "kvHeads", "layers", "maxSeq"] as const) {
     const value = config[key];
     if (!Number.isInteger(value) || value < 1) throw new ModelError(`GPT config: ${key} must be a positive integer, got ${String(value)}`);
@@ -85,7 +86,9 @@ export function validateGptConfig(config: GptConfig): void {
     throw new ModelError(`GPT config: ${(cause as Error).message}`, { cause });
   }
   if (config.maxSeq * block.headDim > GPT_CONFIG_LIMITS.ropeTable) {
-    throw new ModelError(`GPT config: maxSeq ${config.maxSeq} x head dim ${block.headDim} = ${config.maxSeq * block.headDim} is above the limit of ${GPT_CONFIG_LIMITS.ropeTable} (the RoPE tables)`);
+    throw new ModelError(
+      `GPT config: maxSeq ${config.maxSeq} x head dim ${block.headDim} = ${config.maxSeq * block.headDim} is above the limit of ${GPT_CONFIG_LIMITS.ropeTable} (the RoPE tables)`,
+    );
   }
   const perLayer = blockWeightSpecs(block).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0);
   const total = config.vocab * config.hidden * (config.tiedHead ? 1 : 2) + config.layers * perLayer + 2 * config.hidden;

@@ -9,7 +9,7 @@
  * flat gradient of the ParameterStore; summing, clipping and the optimizer
  * step belong to @ulysses/training.
  */
-import { BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
+import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
 import type { BlockOps, LayerNormSaved, LocalAttention } from "@ulysses/kernels";
 import { permute, type Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";

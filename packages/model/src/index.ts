@@ -6,7 +6,15 @@
  */
 export { ModelError } from "./errors.js";
 export { writeFileAtomic } from "./atomic-write.js";
-export { encodeSafetensors, decodeSafetensors, readSafetensors, readSafetensorsHeader, writeSafetensors, type SafetensorsContents, type SafetensorsHeader } from "./safetensors.js";
+export {
+  encodeSafetensors,
+  decodeSafetensors,
+  readSafetensors,
+  readSafetensorsHeader,
+  writeSafetensors,
+  type SafetensorsContents,
+  type SafetensorsHeader,
+} from "./safetensors.js";
 export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, GPT_CONFIG_LIMITS, type GptConfig, type ParamSpec } from "./gpt-config.js";
 export { ParameterStore, type ParamSlot } from "./parameters.js";
 export { gptForward, type GptMath } from "./gpt-forward.js";

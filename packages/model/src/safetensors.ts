@@ -101,7 +101,9 @@ function headerLengthOf(first8: Uint8Array, fileSize: number, source: string): n
   }
   const headerLength = Number(length);
   if (8 + headerLength > fileSize) {
-    throw new ModelError(`'${source}': safetensors header length ${headerLength} does not fit in the ${fileSize}-byte file (8 + ${headerLength} > ${fileSize})`);
+    throw new ModelError(
+      `'${source}': safetensors header length ${headerLength} does not fit in the ${fileSize}-byte file (8 + ${headerLength} > ${fileSize})`,
+    );
   }
   return headerLength;
 }
@@ -124,14 +126,16 @@ function parseHeader(json: Uint8Array, headerLength: number, dataLength: number,
   const entries: SafetensorsEntry[] = [];
   for (const [name, entry] of Object.entries(header as Record<string, unknown>)) {
     if (name === "__metadata__") {
-      if (entry === null || typeof entry !== "object" || Array.isArray(entry)) throw new ModelError(`'${source}': __metadata__ is not a JSON object of strings`);
+      if (entry === null || typeof entry !== "object" || Array.isArray(entry))
+        throw new ModelError(`'${source}': __metadata__ is not a JSON object of strings`);
       for (const [key, value] of Object.entries(entry as Record<string, unknown>)) {
         if (typeof value !== "string") throw new ModelError(`'${source}': metadata '${key}' is not a string`);
         metadata[key] = value;
       }
       continue;
     }
-    if (entry === null || typeof entry !== "object" || Array.isArray(entry)) throw new ModelError(`'${source}': tensor '${name}' is not a JSON object: ${describe(entry)}`);
+    if (entry === null || typeof entry !== "object" || Array.isArray(entry))
+      throw new ModelError(`'${source}': tensor '${name}' is not a JSON object: ${describe(entry)}`);
     const { dtype: code, shape, data_offsets: offsets } = entry as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     const dtype = typeof code === "string" ? DTYPE_OF_CODE.get(code) : undefined;
     if (dtype === undefined) {
@@ -156,7 +160,9 @@ function parseHeader(json: Uint8Array, headerLength: number, dataLength: number,
     }
     if (end - begin !== bytes) {
       const needs = bytes > Number.MAX_SAFE_INTEGER ? `more than ${Number.MAX_SAFE_INTEGER}` : String(bytes);
-      throw new ModelError(`'${source}': tensor '${name}' ${dtype}${formatShape(dims)} needs ${needs} bytes but data_offsets [${begin}, ${end}) cover ${end - begin}`);
+      throw new ModelError(
+        `'${source}': tensor '${name}' ${dtype}${formatShape(dims)} needs ${needs} bytes but data_offsets [${begin}, ${end}) cover ${end - begin}`,
+      );
     }
     entries.push({ name, dtype, shape: dims, begin, end });
   }
@@ -178,7 +184,9 @@ function parseHeader(json: Uint8Array, headerLength: number, dataLength: number,
     previous = e;
   }
   if (at !== dataLength) {
-    throw new ModelError(`'${source}': the data section has ${dataLength} bytes but its tensors cover only [0, ${at}); ${dataLength - at} trailing bytes belong to no tensor`);
+    throw new ModelError(
+      `'${source}': the data section has ${dataLength} bytes but its tensors cover only [0, ${at}); ${dataLength - at} trailing bytes belong to no tensor`,
+    );
   }
   return { source, headerLength, dataLength, entries, metadata };
 }
@@ -202,7 +210,11 @@ export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): Safete
   const header = decodeSafetensorsHeader(bytes, source);
   const data = bytes.subarray(8 + header.headerLength);
   const tensors = new Map<string, Tensor>();
-  for (const e of header.entries) tensors.set(e.name, tensorOf(e, (target) => target.set(data.subarray(e.begin, e.end))));
+  for (const e of header.entries)
+    tensors.set(
+      e.name,
+      tensorOf(e, (target) => target.set(data.subarray(e.begin, e.end))),
+    );
   return { tensors, metadata: header.metadata };
 }
 
@@ -215,7 +227,8 @@ function readExactly(fd: number, target: Uint8Array, position: number, file: str
   let done = 0;
   while (done < target.byteLength) {
     const n = fs.readSync(fd, target, done, target.byteLength - done, position + done);
-    if (n === 0) throw new ModelError(`'${file}': the file ended while reading ${what} (${done} of ${target.byteLength} bytes at offset ${position}); was it truncated?`);
+    if (n === 0)
+      throw new ModelError(`'${file}': the file ended while reading ${what} (${done} of ${target.byteLength} bytes at offset ${position}); was it truncated?`);
     done += n;
   }
 }
@@ -279,7 +292,11 @@ export function readSafetensors(file: string, options: ReadSafetensorsOptions = 
     options.check?.(header);
     const start = 8 + header.headerLength;
     const tensors = new Map<string, Tensor>();
-    for (const e of header.entries) tensors.set(e.name, tensorOf(e, (target) => readExactly(fd, target, start + e.begin, file, `tensor '${e.name}'`)));
+    for (const e of header.entries)
+      tensors.set(
+        e.name,
+        tensorOf(e, (target) => readExactly(fd, target, start + e.begin, file, `tensor '${e.name}'`)),
+      );
     return { tensors, metadata: header.metadata };
   });
 }

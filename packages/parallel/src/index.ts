@@ -10,10 +10,19 @@ export { ParallelError } from "./errors.js";
 export { sequenceShards, type SequenceShards, type SequenceOptions } from "./sequence-shards.js";
 export { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
 export { headRouting, checkHeads, type HeadRouting, type HeadRange } from "./head-routing.js";
-export { type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
+export type { ShardedAttention, ShardedAttentionForward, ShardedAttentionOptions } from "./sharded-attention.js";
 export { UlyssesAttention, type UlyssesContext } from "./ulysses-attention.js";
 export { seqAllToAll, seqToHeads, headsToSeq, type SeqAllToAllDirection, type SeqAllToAllPart, type SeqExchange, type HeadSet } from "./seq-all-to-all.js";
 export { AllGatherKVAttention, type AllGatherKVContext } from "./allgather-kv-attention.js";
 export { TensorPool } from "./tensor-pool.js";
-export { ParallelDims, parallelDimsProblems, validateParallelDims, SEQUENCE_PARALLEL_KINDS, type ParallelDimsOptions, type ParallelDimsNames, type ParallelShape, type SequenceParallelKind } from "./parallel-dims.js";
+export {
+  ParallelDims,
+  parallelDimsProblems,
+  validateParallelDims,
+  SEQUENCE_PARALLEL_KINDS,
+  type ParallelDimsOptions,
+  type ParallelDimsNames,
+  type ParallelShape,
+  type SequenceParallelKind,
+} from "./parallel-dims.js";
 export { parallelize, createShardedAttention, ParallelGpt, ParallelBlock, type ParallelGptContext, type ParallelBlockContext } from "./parallelize.js";

@@ -60,7 +60,9 @@ export function parallelDimsProblems(options: ParallelDimsOptions, shape: Parall
   if (!SEQUENCE_PARALLEL_KINDS.includes(attention)) problems.push(`${n.attention} must be ${SEQUENCE_PARALLEL_KINDS.join(" or ")}, got '${String(attention)}'`);
   if (sp * dp !== shape.worldSize) problems.push(`${n.sp} ${sp} x ${n.dp} ${dp} = ${sp * dp} ranks, but the world has ${shape.worldSize}`);
   if (attention === "ulysses" && shape.heads < sp) {
-    problems.push(`${n.heads} ${shape.heads} is smaller than ${n.sp} ${sp}: Ulysses gives every rank at least one attention head (use ${n.sp} <= ${n.heads}, or allgather attention)`);
+    problems.push(
+      `${n.heads} ${shape.heads} is smaller than ${n.sp} ${sp}: Ulysses gives every rank at least one attention head (use ${n.sp} <= ${n.heads}, or allgather attention)`,
+    );
   }
   if (shape.seqLength < sp) problems.push(`${n.seqLength} ${shape.seqLength} is too short for ${n.sp} ${sp}: every rank needs at least one token`);
   return problems;
@@ -69,7 +71,10 @@ export function parallelDimsProblems(options: ParallelDimsOptions, shape: Parall
 /** Throws one ParallelError naming every problem of the layout. */
 export function validateParallelDims(options: ParallelDimsOptions, shape: ParallelShape): void {
   const problems = parallelDimsProblems(options, shape);
-  if (problems.length > 0) throw new ParallelError(`parallel layout (world ${shape.worldSize}, sp ${options.sp}, dp ${options.dp ?? 1}, heads ${shape.heads}/${shape.kvHeads}, seq ${shape.seqLength}): ${problems.join("; ")}`);
+  if (problems.length > 0)
+    throw new ParallelError(
+      `parallel layout (world ${shape.worldSize}, sp ${options.sp}, dp ${options.dp ?? 1}, heads ${shape.heads}/${shape.kvHeads}, seq ${shape.seqLength}): ${problems.join("; ")}`,
+    );
 }
 
 export class ParallelDims {

@@ -15,7 +15,15 @@
  * 1000?). The wrapper sets them on a SequenceLayout for the duration of each
  * forward and backward; the attention adapter reads them from there.
  */
-import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext, type BlockContext, type BlockForwardOptions, type BlockGradients, type TransformerBlock } from "@ulysses/block";
+import {
+  LocalBlockAttention,
+  type BlockAttention,
+  type BlockAttentionContext,
+  type BlockContext,
+  type BlockForwardOptions,
+  type BlockGradients,
+  type TransformerBlock,
+} from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
 import type { Gpt, GptContext, GptConfig, ParameterStore } from "@ulysses/model";
@@ -65,7 +73,8 @@ class LayoutAttention implements BlockAttention {
 
   forward(q: F32, k: F32, v: F32, options: AttentionOptions) {
     const shards = this.layout.shards;
-    if (shards === null) throw new ParallelError(`${this.name}: called outside a parallel forward (run the block through ParallelBlock or the model through parallelize)`);
+    if (shards === null)
+      throw new ParallelError(`${this.name}: called outside a parallel forward (run the block through ParallelBlock or the model through parallelize)`);
     return this.sharded.forward(q, k, v, { ...options, seqSizes: shards.sizes });
   }
 
@@ -80,12 +89,19 @@ class LayoutAttention implements BlockAttention {
 
 /** The local kernel a block runs before parallelisation. */
 function localKernelOf(block: TransformerBlock, who: string): LocalAttention {
-  if (!(block.attention instanceof LocalBlockAttention)) throw new ParallelError(`${who}: the block's attention is ${block.attention.name}, not a one-device LocalBlockAttention (parallelised already?)`);
+  if (!(block.attention instanceof LocalBlockAttention))
+    throw new ParallelError(`${who}: the block's attention is ${block.attention.name}, not a one-device LocalBlockAttention (parallelised already?)`);
   return block.attention.local;
 }
 
 /** Swaps the attention of `blocks` (sharing one sharded wrapper per local kernel); returns the wrappers. */
-function shardBlocks(blocks: readonly TransformerBlock[], group: ProcessGroup, kind: SequenceParallelKind, layout: SequenceLayout, who: string): ShardedAttention[] {
+function shardBlocks(
+  blocks: readonly TransformerBlock[],
+  group: ProcessGroup,
+  kind: SequenceParallelKind,
+  layout: SequenceLayout,
+  who: string,
+): ShardedAttention[] {
   const byKernel = new Map<LocalAttention, LayoutAttention>();
   for (const block of blocks) {
     const local = localKernelOf(block, who);
@@ -188,7 +204,8 @@ export class ParallelGpt {
   /** tokens [b, s_r]: this rank's shard of sequences of `seqLength` tokens. */
   async forward(tokens: I32, sequence: { seqLength: number }): Promise<ParallelGptContext> {
     const { spGroup } = this.dims;
-    if (sequence.seqLength > this.config.maxSeq) throw new ParallelError(`ParallelGpt.forward: a sequence of ${sequence.seqLength} tokens exceeds maxSeq ${this.config.maxSeq}`);
+    if (sequence.seqLength > this.config.maxSeq)
+      throw new ParallelError(`ParallelGpt.forward: a sequence of ${sequence.seqLength} tokens exceeds maxSeq ${this.config.maxSeq}`);
     const shards = sequenceShards(tokens.shape[1]!, spGroup.rank, spGroup.size, sequence);
     const context = await this.layout.during(shards, () => this.model.forward(tokens, { positionOffset: shards.starts[spGroup.rank]! }));
     return Object.assign(context, { shards });

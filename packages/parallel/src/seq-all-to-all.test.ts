@@ -32,7 +32,10 @@ function numbered(shape: readonly number[], first: number): F32 {
 
 /** Heads `heads` of t [b, N, Hx, D], in that order, repeats included: [b, N, heads.length, D]. */
 function pickHeads(t: F32, heads: readonly number[]): F32 {
-  return concat(heads.map((h) => narrow(t, 2, h, 1)), 2);
+  return concat(
+    heads.map((h) => narrow(t, 2, h, 1)),
+    2,
+  );
 }
 
 /** t [b, s, Hx, D] with head h multiplied by copies[h]. */

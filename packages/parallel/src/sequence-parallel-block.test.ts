@@ -47,7 +47,13 @@ interface Case {
 const cases: Case[] = [
   { name: "MHA, LayerNorm, GELU, causal", config: { hidden: 16, heads: 4 }, batch: 2, seq: 12, ranks: [2, 3, 4] },
   { name: "MHA with biases, non-causal", config: { hidden: 16, heads: 4, bias: true, causal: false, mlpRatio: 2 }, batch: 1, seq: 8, ranks: [2, 4] },
-  { name: "GQA kv=2, RMSNorm, SwiGLU", config: { hidden: 32, heads: 8, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2 }, batch: 1, seq: 8, ranks: [2, 4] },
+  {
+    name: "GQA kv=2, RMSNorm, SwiGLU",
+    config: { hidden: 32, heads: 8, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2 },
+    batch: 1,
+    seq: 8,
+    ranks: [2, 4],
+  },
   { name: "uneven heads 6 on 4", config: { hidden: 24, heads: 6, mlpRatio: 2 }, batch: 1, seq: 8, ranks: [4] },
   { name: "uneven sequence N=1000 on 3", config: { hidden: 12, heads: 3, mlpRatio: 2, norm: "rmsnorm" }, batch: 1, seq: 1000, ranks: [3] },
 ];

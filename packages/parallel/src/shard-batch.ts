@@ -5,7 +5,7 @@
  * lives on the next rank, is already right when the shard is cut. Shards are
  * contiguous with sizes from `evenSplitSizes` (N not divisible by P is fine).
  */
-import { Tensor, evenSplitSizes, narrow } from "@ulysses/tensors";
+import { type Tensor, evenSplitSizes, narrow } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
 
 export interface Batch {

@@ -96,7 +96,11 @@ describe("communication accounting", () => {
     const c: Case = { name: "", batch: 1, seq: 32, heads: 8, kvHeads: 8, headDim: 4, causal: true, ranks: [] };
     const x = inputs(c, 7);
     for (const p of [2, 4]) {
-      const perRank = (await accounting("ulysses", c, x, p)).map((r) => ({ forward: r.forward.total.bytesSent, total: r.step.total.bytesSent, calls: r.step.byOp.allToAll.calls }));
+      const perRank = (await accounting("ulysses", c, x, p)).map((r) => ({
+        forward: r.forward.total.bytesSent,
+        total: r.step.total.bytesSent,
+        calls: r.step.byOp.allToAll.calls,
+      }));
       const expected = (4 * (p - 1) * (c.seq / p) * c.heads * c.headDim * 4) / p;
       for (const r of perRank) {
         expect(r.forward).toBe(expected);
@@ -123,7 +127,11 @@ describe("communication accounting", () => {
     const c: Case = { name: "", batch: 2, seq: 24, heads: 4, kvHeads: 2, headDim: 4, causal: true, ranks: [] };
     const x = inputs(c, 9);
     for (const p of [2, 3, 4]) {
-      const perRank = (await accounting("allgather", c, x, p)).map((r) => ({ forward: r.forward.byOp.allGather.bytesSent, backward: r.step.byOp.reduceScatter.bytesSent, total: r.step.total.bytesSent }));
+      const perRank = (await accounting("allgather", c, x, p)).map((r) => ({
+        forward: r.forward.byOp.allGather.bytesSent,
+        backward: r.step.byOp.reduceScatter.bytesSent,
+        total: r.step.total.bytesSent,
+      }));
       const kvBytes = (c.seq / p) * 2 * c.batch * c.kvHeads * c.headDim * 4;
       for (const r of perRank) {
         expect(r.forward).toBe((p - 1) * kvBytes);

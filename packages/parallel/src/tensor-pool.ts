@@ -35,7 +35,10 @@ export class TensorPool {
     for (const t of tensors) {
       if (t === undefined || !this.issued.has(t.data)) continue;
       let list = this.free.get(t.size);
-      if (list === undefined) this.free.set(t.size, (list = []));
+      if (list === undefined) {
+        list = [];
+        this.free.set(t.size, list);
+      }
       if (list.length < this.perSize && !list.includes(t.data)) list.push(t.data);
     }
   }

@@ -1,4 +1,3 @@
-import { blockWeightSpecs, initBlockWeights, resolveBlockConfig, TransformerBlock } from "@ulysses/block";
 /**
  * The block on the worker-threads backend (P = 2 and 4, shared-memory
  * collectives) against the same block on one local rank.

@@ -4,14 +4,7 @@
 // neighbour in that sorted table (ties to the even pattern).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import {
-  Tensor,
-  bfloat16BitsToFloat32,
-  float16BitsToFloat32,
-  float32ToBfloat16Bits,
-  float32ToFloat16Bits,
-  toDType,
-} from "@ulysses/tensors";
+import { Tensor, bfloat16BitsToFloat32, float16BitsToFloat32, float32ToBfloat16Bits, float32ToFloat16Bits, toDType } from "@ulysses/tensors";
 
 interface Format {
   mantissaBits: number;
@@ -27,7 +20,7 @@ function makeFormat(mantissaBits: number, exponentBits: number): Format {
   for (let p = 0; p <= infPattern; p++) {
     const exponent = Math.floor(p / 2 ** mantissaBits);
     const mantissa = p % 2 ** mantissaBits;
-    values.push(exponent === 0 ? mantissa * Math.pow(2, 1 - bias - mantissaBits) : (1 + mantissa / 2 ** mantissaBits) * Math.pow(2, exponent - bias));
+    values.push(exponent === 0 ? mantissa * 2 ** (1 - bias - mantissaBits) : (1 + mantissa / 2 ** mantissaBits) * 2 ** (exponent - bias));
   }
   return { mantissaBits, exponentBits, values };
 }

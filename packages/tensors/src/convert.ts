@@ -93,14 +93,14 @@ function roundNumberToBits(x: number, mantissaBits: number, exponentBits: number
 /** fp16 bits of `value`, rounded once to nearest even (any number, float64 included). */
 export function float32ToFloat16Bits(value: number): number {
   f32[0] = value;
-  if (value !== value || f32[0] === value) return float32BitsToFloat16Bits(u32[0]!);
+  if (Number.isNaN(value) || f32[0] === value) return float32BitsToFloat16Bits(u32[0]!);
   return roundNumberToBits(value, 10, 5);
 }
 
 /** bf16 bits of `value`, rounded once to nearest even (any number, float64 included). */
 export function float32ToBfloat16Bits(value: number): number {
   f32[0] = value;
-  if (value !== value || f32[0] === value) return float32BitsToBfloat16Bits(u32[0]!);
+  if (Number.isNaN(value) || f32[0] === value) return float32BitsToBfloat16Bits(u32[0]!);
   return roundNumberToBits(value, 7, 8);
 }
 
@@ -158,7 +158,9 @@ const INT32_MAX = 2147483647;
 function toInt32(value: number, index: number, from: DType): number {
   const truncated = Math.trunc(value);
   if (!(truncated >= INT32_MIN && truncated <= INT32_MAX)) {
-    throw new TensorError(`toDType ${from} -> int32: element ${index} is ${value}, which has no int32 value (NaN, ±Inf or outside [${INT32_MIN}, ${INT32_MAX}])`);
+    throw new TensorError(
+      `toDType ${from} -> int32: element ${index} is ${value}, which has no int32 value (NaN, ±Inf or outside [${INT32_MIN}, ${INT32_MAX}])`,
+    );
   }
   return truncated;
 }

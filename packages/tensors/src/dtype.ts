@@ -45,12 +45,7 @@ export function isDType(value: unknown): value is DType {
 }
 
 /** Allocates storage for `length` elements, on `buffer` (at `byteOffset`) when given. */
-export function allocateStorage<D extends DType>(
-  dtype: D,
-  length: number,
-  buffer?: ArrayBufferLike,
-  byteOffset = 0,
-): StorageByDType[D] {
+export function allocateStorage<D extends DType>(dtype: D, length: number, buffer?: ArrayBufferLike, byteOffset = 0): StorageByDType[D] {
   const make = (ctor: { new (b: ArrayBufferLike, o: number, l: number): Storage; new (l: number): Storage }) =>
     buffer === undefined ? new ctor(length) : new ctor(buffer, byteOffset, length);
   switch (dtype) {
@@ -86,11 +81,7 @@ export function dtypeOfStorage(data: Storage, hint?: "float16" | "bfloat16"): DT
 /** True when `a` and `b` share at least one byte of memory. */
 export function storageOverlaps(a: Storage, b: Storage): boolean {
   return (
-    a.buffer === b.buffer &&
-    a.byteLength > 0 &&
-    b.byteLength > 0 &&
-    a.byteOffset < b.byteOffset + b.byteLength &&
-    b.byteOffset < a.byteOffset + a.byteLength
+    a.buffer === b.buffer && a.byteLength > 0 && b.byteLength > 0 && a.byteOffset < b.byteOffset + b.byteLength && b.byteOffset < a.byteOffset + a.byteLength
   );
 }
 

@@ -43,18 +43,14 @@ const shapeAndAxes = arbShape.chain((shape) =>
 
 /** Sizes adding up to `total`, some of them zero. */
 function arbSizes(total: number): fc.Arbitrary<number[]> {
-  return fc
-    .array(fc.integer({ min: 0, max: total }), { minLength: 0, maxLength: 4 })
-    .map((cuts) => {
-      const points = [0, ...cuts.sort((a, b) => a - b), total];
-      return points.slice(1).map((p, i) => p - points[i]!);
-    });
+  return fc.array(fc.integer({ min: 0, max: total }), { minLength: 0, maxLength: 4 }).map((cuts) => {
+    const points = [0, ...cuts.sort((a, b) => a - b), total];
+    return points.slice(1).map((p, i) => p - points[i]!);
+  });
 }
 
 const shapeAxisSizes = arbShape.chain((shape) =>
-  fc.integer({ min: 0, max: shape.length - 1 }).chain((axis) =>
-    fc.tuple(fc.constant(shape), fc.constant(axis), arbSizes(shape[axis]!)),
-  ),
+  fc.integer({ min: 0, max: shape.length - 1 }).chain((axis) => fc.tuple(fc.constant(shape), fc.constant(axis), arbSizes(shape[axis]!))),
 );
 
 describe("layout properties", () => {

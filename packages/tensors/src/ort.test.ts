@@ -62,7 +62,11 @@ describe("onnxruntime-node sessions", () => {
     const f32 = (name: string, dims: (number | string)[] = n) => ({ name, elemType: ONNX_TYPE.float32, dims });
     const cast = (input: string, output: string, to: number) => ({ opType: "Cast", inputs: [input], outputs: [output], intAttributes: { to } });
     add = await ort.InferenceSession.create(
-      onnxModel({ nodes: [{ opType: "Add", inputs: ["x", "y"], outputs: ["z"] }], inputs: [f32("x", [2, "n"]), f32("y", [2, "n"])], outputs: [f32("z", [2, "n"])] }),
+      onnxModel({
+        nodes: [{ opType: "Add", inputs: ["x", "y"], outputs: ["z"] }],
+        inputs: [f32("x", [2, "n"]), f32("y", [2, "n"])],
+        outputs: [f32("z", [2, "n"])],
+      }),
       options,
     );
     castToHalf = await ort.InferenceSession.create(

@@ -19,9 +19,21 @@ function moments(values: ArrayLike<number>): { mean: number; variance: number } 
 describe("philox4x32-10", () => {
   // Known-answer vectors published with Random123 (Salmon et al. 2011), kat_vectors.
   it.each([
-    [[0, 0, 0, 0], [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]],
-    [[0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff], [0xffffffff, 0xffffffff], [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]],
-    [[0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0], [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]],
+    [
+      [0, 0, 0, 0],
+      [0, 0],
+      [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8],
+    ],
+    [
+      [0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff],
+      [0xffffffff, 0xffffffff],
+      [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd],
+    ],
+    [
+      [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+      [0xa4093822, 0x299f31d0],
+      [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1],
+    ],
   ])("known answer %#", (counter, key, expected) => {
     const out = new Uint32Array(4);
     philox4x32(counter, key, out);

@@ -91,11 +91,7 @@ export interface RngState {
 }
 
 function isWordPair(value: unknown): value is [number, number] {
-  return (
-    Array.isArray(value) &&
-    value.length === 2 &&
-    value.every((w) => typeof w === "number" && Number.isInteger(w) && w >= 0 && w <= 0xffffffff)
-  );
+  return Array.isArray(value) && value.length === 2 && value.every((w) => typeof w === "number" && Number.isInteger(w) && w >= 0 && w <= 0xffffffff);
 }
 
 const TWO_POW_32 = 0x100000000;

@@ -65,7 +65,9 @@ export class Tensor<D extends DType = DType> {
     const wantsBigint = dtype === "int64";
     const kind = values.length > 0 ? typeof values[0] : undefined;
     if (kind !== undefined && (kind === "bigint") !== wantsBigint) {
-      throw new TensorError(`Tensor.from(${dtype}): got ${kind} values (first: ${String(values[0])}); ${dtype} takes ${wantsBigint ? "bigint" : "number"} values`);
+      throw new TensorError(
+        `Tensor.from(${dtype}): got ${kind} values (first: ${String(values[0])}); ${dtype} takes ${wantsBigint ? "bigint" : "number"} values`,
+      );
     }
     (t.data as { set(v: ArrayLike<number> | ArrayLike<bigint>): void }).set(values);
     return t;

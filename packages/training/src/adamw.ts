@@ -67,15 +67,17 @@ export class AdamW {
     }
     this.step += 1;
     const { beta1, beta2, eps, m, v, decayMask } = this;
-    const c1 = 1 - Math.pow(beta1, this.step);
-    const c2 = 1 - Math.pow(beta2, this.step);
+    const c1 = 1 - beta1 ** this.step;
+    const c2 = 1 - beta2 ** this.step;
     const decay = lr * this.weightDecay;
     for (let i = 0; i < this.length; i++) {
       const g = grads[base + i]!;
       let p = params[base + i]!;
       if (decayMask === null || decayMask[i] === 1) p -= decay * p;
-      const mi = (m[i] = beta1 * m[i]! + (1 - beta1) * g);
-      const vi = (v[i] = beta2 * v[i]! + (1 - beta2) * g * g);
+      const mi = beta1 * m[i]! + (1 - beta1) * g;
+      const vi = beta2 * v[i]! + (1 - beta2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
       params[base + i] = p - (lr * (mi / c1)) / (Math.sqrt(vi / c2) + eps);
     }
   }

@@ -46,7 +46,11 @@ function craft(dir: string, name: string, config: unknown, tensors: CraftedTenso
 
 const paramsOf = (config: GptConfig): CraftedTensor[] => gptParamSpecs(config).map((s) => ({ name: s.name, shape: [...s.shape] }));
 const countOf = (config: GptConfig) => gptParamSpecs(config).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0);
-const withMoments = (config: GptConfig, n = countOf(config)): CraftedTensor[] => [...paramsOf(config), { name: "optimizer.m", shape: [n] }, { name: "optimizer.v", shape: [n] }];
+const withMoments = (config: GptConfig, n = countOf(config)): CraftedTensor[] => [
+  ...paramsOf(config),
+  { name: "optimizer.m", shape: [n] },
+  { name: "optimizer.v", shape: [n] },
+];
 
 /** Expects loadCheckpoint(file) to throw a TrainingError naming the file and matching `pattern`, in under 1 s and 100 MB of RSS. */
 /** Both readers (the whole file, and the header only) refuse `file` quickly and cheaply; returns loadCheckpoint's message. */
@@ -110,30 +114,49 @@ describe("loadCheckpoint from untrusted files", () => {
 
   it("refuses configs that are not objects or have values of the wrong type", () => {
     expectRefused(craft(dir, "config-array.safetensors", [1, 2], withMoments(TINY)), /metadata 'config' must be a JSON object/);
-    expectRefused(craft(dir, "config-ratio.safetensors", { ...TINY, mlpRatio: 1e9 }, withMoments(TINY)), /mlpRatio must be a number in \(0, 64\], got 1000000000/);
+    expectRefused(
+      craft(dir, "config-ratio.safetensors", { ...TINY, mlpRatio: 1e9 }, withMoments(TINY)),
+      /mlpRatio must be a number in \(0, 64\], got 1000000000/,
+    );
     expectRefused(craft(dir, "config-tied.safetensors", { ...TINY, tiedHead: "no" }, withMoments(TINY)), /tiedHead must be true or false, got "no"/);
-    expectRefused(craft(dir, "config-heads.safetensors", { ...TINY, heads: 3, kvHeads: 3 }, withMoments(TINY)), /hidden \(4\) must be divisible by heads \(3\)/);
+    expectRefused(
+      craft(dir, "config-heads.safetensors", { ...TINY, heads: 3, kvHeads: 3 }, withMoments(TINY)),
+      /hidden \(4\) must be divisible by heads \(3\)/,
+    );
   });
 
   it("refuses a config that does not match the file's tensors", () => {
     const bigger = { ...TINY, hidden: 8 };
     expectRefused(craft(dir, "mismatch.safetensors", bigger, withMoments(TINY)), /parameter 'embed.weight' should be float32 \[8, 8\], found float32 \[8, 4\]/);
     const deeper = { ...TINY, layers: 3000 };
-    expectRefused(craft(dir, "deeper.safetensors", deeper, withMoments(TINY)), /implies 30004 parameters, but 29990 are not in the file: 'blocks.1.norm1.gamma', .* and 29985 more/);
+    expectRefused(
+      craft(dir, "deeper.safetensors", deeper, withMoments(TINY)),
+      /implies 30004 parameters, but 29990 are not in the file: 'blocks.1.norm1.gamma', .* and 29985 more/,
+    );
     const f64 = paramsOf(TINY).map((t, i) => (i === 0 ? { ...t, dtype: "F64", shape: [8, 2] } : t));
     expectRefused(craft(dir, "dtype.safetensors", TINY, f64), /parameter 'embed.weight' should be float32 \[8, 4\], found float64 \[8, 2\]/);
   });
 
   it("refuses unknown extra tensors and moments of the wrong length", () => {
-    expectRefused(craft(dir, "extra.safetensors", TINY, [...withMoments(TINY), { name: "evil", shape: [2] }]), /1 tensors are not parameters of the model config .*: 'evil'/);
-    expectRefused(craft(dir, "moments.safetensors", TINY, withMoments(TINY, 5)), new RegExp(`'optimizer.m' should be float32 \\[${countOf(TINY)}\\] \\(the parameter count\\), found float32 \\[5\\]`));
-    expectRefused(craft(dir, "one-moment.safetensors", TINY, [...paramsOf(TINY), { name: "optimizer.m", shape: [countOf(TINY)] }]), /has 'optimizer.m' but not 'optimizer.v'/);
+    expectRefused(
+      craft(dir, "extra.safetensors", TINY, [...withMoments(TINY), { name: "evil", shape: [2] }]),
+      /1 tensors are not parameters of the model config .*: 'evil'/,
+    );
+    expectRefused(
+      craft(dir, "moments.safetensors", TINY, withMoments(TINY, 5)),
+      new RegExp(`'optimizer.m' should be float32 \\[${countOf(TINY)}\\] \\(the parameter count\\), found float32 \\[5\\]`),
+    );
+    expectRefused(
+      craft(dir, "one-moment.safetensors", TINY, [...paramsOf(TINY), { name: "optimizer.m", shape: [countOf(TINY)] }]),
+      /has 'optimizer.m' but not 'optimizer.v'/,
+    );
   });
 
   it("refuses aliased tensor ranges in a checkpoint", () => {
     const file = path.join(dir, "aliased.safetensors");
     const header: Record<string, unknown> = { __metadata__: { format: CHECKPOINT_FORMAT, step: "0", config: JSON.stringify(TINY) } };
-    for (const spec of gptParamSpecs(TINY)) header[spec.name] = { dtype: "F32", shape: spec.shape, data_offsets: [0, spec.shape.reduce((a, b) => a * b, 1) * 4] };
+    for (const spec of gptParamSpecs(TINY))
+      header[spec.name] = { dtype: "F32", shape: spec.shape, data_offsets: [0, spec.shape.reduce((a, b) => a * b, 1) * 4] };
     const json = new TextEncoder().encode(JSON.stringify(header));
     const out = new Uint8Array(8 + json.length + 8 * 4 * 4);
     new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);

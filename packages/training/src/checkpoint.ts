@@ -12,7 +12,16 @@
  */
 import { Tensor } from "@ulysses/tensors";
 import { TrainingError } from "./errors.js";
-import { gptParamSpecs, readSafetensors, readSafetensorsHeader, writeSafetensors, type GptConfig, type ParameterStore, type ParamSpec, type SafetensorsHeader } from "@ulysses/model";
+import {
+  gptParamSpecs,
+  readSafetensors,
+  readSafetensorsHeader,
+  writeSafetensors,
+  type GptConfig,
+  type ParameterStore,
+  type ParamSpec,
+  type SafetensorsHeader,
+} from "@ulysses/model";
 import type { Trainer } from "./train-step.js";
 
 export const CHECKPOINT_FORMAT = "ulysses-ts-checkpoint/1";
@@ -33,7 +42,8 @@ export type CheckpointSettings = Readonly<Record<string, string | number | boole
 function checkSettings(file: string, settings: CheckpointSettings): void {
   for (const [key, value] of Object.entries(settings)) {
     const ok = value === null || typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
-    if (!ok) throw new TrainingError(`checkpoint '${file}': setting '${key}' must be a plain value (string, finite number, boolean or null), got ${typeof value}`);
+    if (!ok)
+      throw new TrainingError(`checkpoint '${file}': setting '${key}' must be a plain value (string, finite number, boolean or null), got ${typeof value}`);
   }
 }
 
@@ -87,10 +97,12 @@ function parseJson(file: string, key: string, text: string | undefined): unknown
 const NAMES_SHOWN = 5;
 
 function listNames(names: readonly string[]): string {
-  const shown = names.slice(0, NAMES_SHOWN).map((n) => `'${n}'`).join(", ");
+  const shown = names
+    .slice(0, NAMES_SHOWN)
+    .map((n) => `'${n}'`)
+    .join(", ");
   return names.length > NAMES_SHOWN ? `${shown} and ${names.length - NAMES_SHOWN} more` : shown;
 }
-
 
 type CheckedHeader = Omit<CheckpointInfo, "file">;
 
@@ -108,10 +120,13 @@ function checkCheckpointHeader(file: string, header: SafetensorsHeader): Checked
     throw new TrainingError(`'${file}' is not a ulysses-ts checkpoint (format '${metadata.format ?? "missing"}', expected '${CHECKPOINT_FORMAT}')`);
   }
   const step = Number(metadata.step);
-  if (metadata.step === undefined || !Number.isSafeInteger(step) || step < 0) throw new TrainingError(`checkpoint '${file}': step '${metadata.step}' is not a non-negative integer`);
+  if (metadata.step === undefined || !Number.isSafeInteger(step) || step < 0)
+    throw new TrainingError(`checkpoint '${file}': step '${metadata.step}' is not a non-negative integer`);
   const config = parseJson(file, "config", metadata.config);
   if (config === null || typeof config !== "object" || Array.isArray(config)) {
-    throw new TrainingError(`checkpoint '${file}': metadata 'config' must be a JSON object describing the model, got ${metadata.config === undefined ? "nothing" : metadata.config.slice(0, 80)}`);
+    throw new TrainingError(
+      `checkpoint '${file}': metadata 'config' must be a JSON object describing the model, got ${metadata.config === undefined ? "nothing" : metadata.config.slice(0, 80)}`,
+    );
   }
   let specs: ParamSpec[];
   try {
@@ -130,26 +145,39 @@ function checkCheckpointHeader(file: string, header: SafetensorsHeader): Checked
       continue;
     }
     if (e.dtype !== "float32" || e.shape.join() !== spec.shape.join()) {
-      throw new TrainingError(`checkpoint '${file}': parameter '${spec.name}' should be float32 [${spec.shape.join(", ")}], found ${e.dtype} [${e.shape.join(", ")}]`);
+      throw new TrainingError(
+        `checkpoint '${file}': parameter '${spec.name}' should be float32 [${spec.shape.join(", ")}], found ${e.dtype} [${e.shape.join(", ")}]`,
+      );
     }
   }
   if (missing.length > 0) {
-    throw new TrainingError(`checkpoint '${file}': the model config (${describeConfig(config as GptConfig)}) implies ${specs.length} parameters, but ${missing.length} are not in the file: ${listNames(missing)}`);
+    throw new TrainingError(
+      `checkpoint '${file}': the model config (${describeConfig(config as GptConfig)}) implies ${specs.length} parameters, but ${missing.length} are not in the file: ${listNames(missing)}`,
+    );
   }
   const moments = MOMENTS.filter((name) => entries.has(name));
   if (moments.length === 1) throw new TrainingError(`checkpoint '${file}': has '${moments[0]}' but not '${MOMENTS.find((n) => n !== moments[0])}'`);
   for (const name of moments) {
     const e = entries.get(name)!;
     if (e.dtype !== "float32" || e.shape.length !== 1 || e.shape[0] !== parameters) {
-      throw new TrainingError(`checkpoint '${file}': optimizer moment '${name}' should be float32 [${parameters}] (the parameter count), found ${e.dtype} [${e.shape.join(", ")}]`);
+      throw new TrainingError(
+        `checkpoint '${file}': optimizer moment '${name}' should be float32 [${parameters}] (the parameter count), found ${e.dtype} [${e.shape.join(", ")}]`,
+      );
     }
   }
   const known = new Set<string>([...specs.map((s) => s.name), ...MOMENTS]);
   const extra = header.entries.map((e) => e.name).filter((name) => !known.has(name));
   if (extra.length > 0) {
-    throw new TrainingError(`checkpoint '${file}': ${extra.length} tensors are not parameters of the model config (${describeConfig(config as GptConfig)}): ${listNames(extra)}`);
+    throw new TrainingError(
+      `checkpoint '${file}': ${extra.length} tensors are not parameters of the model config (${describeConfig(config as GptConfig)}): ${listNames(extra)}`,
+    );
   }
-  return { step, config: modelConfig(config as GptConfig), rng: parseJson(file, "rng", metadata.rng), settings: parseJson(file, "settings", metadata.settings) };
+  return {
+    step,
+    config: modelConfig(config as GptConfig),
+    rng: parseJson(file, "rng", metadata.rng),
+    settings: parseJson(file, "settings", metadata.settings),
+  };
 }
 
 const MOMENTS = ["optimizer.m", "optimizer.v"] as const;
@@ -161,7 +189,9 @@ const MOMENTS = ["optimizer.m", "optimizer.v"] as const;
  */
 function modelConfig(config: GptConfig): GptConfig {
   const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm } = config;
-  return norm === undefined ? { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead } : { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm };
+  return norm === undefined
+    ? { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead }
+    : { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm };
 }
 
 function describeConfig(config: GptConfig): string {
@@ -200,7 +230,8 @@ export function restoreCheckpoint(trainer: Trainer, checkpoint: LoadedCheckpoint
   const a = JSON.stringify(trainer.model.config);
   const b = JSON.stringify(checkpoint.config);
   if (a !== b) throw new TrainingError(`checkpoint '${checkpoint.file}' was written for model ${b}, not ${a}`);
-  if (checkpoint.m === null || checkpoint.v === null) throw new TrainingError(`checkpoint '${checkpoint.file}' has no optimizer state; it cannot resume training`);
+  if (checkpoint.m === null || checkpoint.v === null)
+    throw new TrainingError(`checkpoint '${checkpoint.file}' has no optimizer state; it cannot resume training`);
   if (checkpoint.m.length !== trainer.model.params.size || checkpoint.v.length !== trainer.model.params.size) {
     throw new TrainingError(`checkpoint '${checkpoint.file}': optimizer moments have ${checkpoint.m.length} entries, the model ${trainer.model.params.size}`);
   }

@@ -9,7 +9,11 @@ import type { ProcessGroup } from "@ulysses/collectives";
 import { TrainingError } from "./errors.js";
 
 /** L2 norm of `grads[begin, end)`, summed over `group` when the slices are disjoint across it. */
-export async function globalGradNorm(grads: Float32Array, range: { begin: number; end: number } = { begin: 0, end: grads.length }, group: ProcessGroup | null = null): Promise<number> {
+export async function globalGradNorm(
+  grads: Float32Array,
+  range: { begin: number; end: number } = { begin: 0, end: grads.length },
+  group: ProcessGroup | null = null,
+): Promise<number> {
   let sum = 0;
   for (let i = range.begin; i < range.end; i++) sum += grads[i]! * grads[i]!;
   if (group && group.size > 1) {
@@ -21,7 +25,12 @@ export async function globalGradNorm(grads: Float32Array, range: { begin: number
 }
 
 /** Scales grads[begin, end) so the global norm is at most maxNorm; returns the norm before clipping. */
-export async function clipGradNorm(grads: Float32Array, maxNorm: number, range: { begin: number; end: number } = { begin: 0, end: grads.length }, group: ProcessGroup | null = null): Promise<number> {
+export async function clipGradNorm(
+  grads: Float32Array,
+  maxNorm: number,
+  range: { begin: number; end: number } = { begin: 0, end: grads.length },
+  group: ProcessGroup | null = null,
+): Promise<number> {
   const norm = await globalGradNorm(grads, range, group);
   if (!Number.isFinite(norm)) throw new TrainingError(`gradient norm is ${norm}: the loss diverged`);
   if (maxNorm > 0 && norm > maxNorm) {

@@ -13,4 +13,15 @@ export { recallBatch, recallVocabulary, recallMinSeq, validateRecallTask, type R
 export { ByteTextData, BYTE_VOCAB } from "./data/text-data.js";
 export { lossAndGradients, countCorrect, type LossResult, type TrainModel } from "./loss.js";
 export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
-export { saveCheckpoint, loadCheckpoint, inspectCheckpoint, restoreCheckpoint, loadWeightsInto, CHECKPOINT_FORMAT, type CheckpointExtras, type LoadedCheckpoint, type CheckpointInfo, type CheckpointSettings } from "./checkpoint.js";
+export {
+  saveCheckpoint,
+  loadCheckpoint,
+  inspectCheckpoint,
+  restoreCheckpoint,
+  loadWeightsInto,
+  CHECKPOINT_FORMAT,
+  type CheckpointExtras,
+  type LoadedCheckpoint,
+  type CheckpointInfo,
+  type CheckpointSettings,
+} from "./checkpoint.js";

@@ -41,7 +41,10 @@ export function countCorrect(logits: Tensor<"float32">, labels: Tensor<"int32">)
 }
 
 /** This rank's part of `batch` through the model: forward, and a backward closure. */
-async function run(model: TrainModel, batch: Batch): Promise<{ context: GptContext; labels: Tensor<"int32">; backward: (dLogits: Tensor<"float32">) => Promise<void>; release: () => void }> {
+async function run(
+  model: TrainModel,
+  batch: Batch,
+): Promise<{ context: GptContext; labels: Tensor<"int32">; backward: (dLogits: Tensor<"float32">) => Promise<void>; release: () => void }> {
   if (model instanceof ParallelGpt) {
     const shard = model.shard(batch);
     const context = await model.forward(shard.tokens, { seqLength: shard.seqLength });

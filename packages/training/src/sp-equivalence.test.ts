@@ -44,7 +44,11 @@ async function train(sp: number | null, options: Options = {}) {
   if (sp === null) return loop(new Trainer(model(), stepOptions));
   const results = await Promise.all(
     createLocalGroups(sp).map(async (world) => {
-      const dims = await ParallelDims.create(world, { sp, attention: options.attention ?? "ulysses" }, { heads: config.heads, kvHeads: config.kvHeads, seqLength: task.seq });
+      const dims = await ParallelDims.create(
+        world,
+        { sp, attention: options.attention ?? "ulysses" },
+        { heads: config.heads, kvHeads: config.kvHeads, seqLength: task.seq },
+      );
       return loop(new Trainer(parallelize(model(), dims), stepOptions));
     }),
   );

@@ -81,9 +81,16 @@ try {
     const expected = reference(q.data, k.data, v.data, dOut.data, dims, causal);
     const { out, logSumExp } = await attention.forward(q, k, v, { causal });
     const grads = await attention.backward(q, k, v, out, dOut, logSumExp, { causal });
-    const errors = { out: relativeError(out.data, expected.out), dq: relativeError(grads.dq.data, expected.dq), dk: relativeError(grads.dk.data, expected.dk), dv: relativeError(grads.dv.data, expected.dv) };
+    const errors = {
+      out: relativeError(out.data, expected.out),
+      dq: relativeError(grads.dq.data, expected.dq),
+      dk: relativeError(grads.dk.data, expected.dk),
+      dv: relativeError(grads.dv.data, expected.dv),
+    };
     for (const [name, error] of Object.entries(errors)) assert.ok(error < 1e-4, `causal ${causal}: ${name} relative error ${error} against float64`);
-    console.log(`fused-attention: installed alone, built at install; causal ${causal}: max relative error vs float64 ${Math.max(...Object.values(errors)).toExponential(2)}`);
+    console.log(
+      `fused-attention: installed alone, built at install; causal ${causal}: max relative error vs float64 ${Math.max(...Object.values(errors)).toExponential(2)}`,
+    );
   }
 } finally {
   attention.release();

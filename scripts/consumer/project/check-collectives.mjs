@@ -34,7 +34,9 @@ async function identities(worldSize, backend) {
 for (const worldSize of [2, 4]) {
   assert.equal(await identities(worldSize, "wrapped"), "wrapped");
   assert.equal(await identities(worldSize, here("./wrap-threads-backend.mjs").pathname), "wrapped-module");
-  console.log(`collectives: ${worldSize} ranks see size ${worldSize} and their own rank (entry-registered backend, module-path backend, init, createThreadsGroup)`);
+  console.log(
+    `collectives: ${worldSize} ranks see size ${worldSize} and their own rank (entry-registered backend, module-path backend, init, createThreadsGroup)`,
+  );
 }
 
 // errors keep their classes, in the ranks and here
@@ -66,7 +68,9 @@ for (const worldSize of [1, 2, 4]) {
       assert.ok((forwarded.allToAll ?? 0) > 0, `rank ${r}: the tracing backend forwarded no allToAll`);
     }
     const passed = perRank[0].results.filter((x) => x.status === "passed").length;
-    console.log(`collectives: the consumer's tracing backend passes the conformance suite at P=${worldSize} (${passed} checks passed on rank 0, no test runner)`);
+    console.log(
+      `collectives: the consumer's tracing backend passes the conformance suite at P=${worldSize} (${passed} checks passed on rank 0, no test runner)`,
+    );
   } finally {
     await world.shutdown();
   }

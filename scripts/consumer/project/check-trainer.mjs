@@ -30,11 +30,23 @@ assert.equal(trained.status, 0, `ulysses-train failed (${trained.status}):\n${tr
 for (const file of ["checkpoint.safetensors", "metrics.jsonl", "model.onnx", "config.json"]) {
   assert.ok(fs.statSync(path.join(out, file)).size > 0, `${file} is missing or empty`);
 }
-const rows = fs.readFileSync(path.join(out, "metrics.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line));
-assert.deepEqual(rows.map((r) => r.step), Array.from({ length: 20 }, (_, i) => i + 1));
-assert.ok(rows.every((r) => Number.isFinite(r.loss) && !Number.isNaN(Date.parse(r.time))), "every metrics row has a finite loss and an ISO time");
+const rows = fs
+  .readFileSync(path.join(out, "metrics.jsonl"), "utf8")
+  .trim()
+  .split("\n")
+  .map((line) => JSON.parse(line));
+assert.deepEqual(
+  rows.map((r) => r.step),
+  Array.from({ length: 20 }, (_, i) => i + 1),
+);
+assert.ok(
+  rows.every((r) => Number.isFinite(r.loss) && !Number.isNaN(Date.parse(r.time))),
+  "every metrics row has a finite loss and an ISO time",
+);
 
 const generated = run("ulysses-generate", ["--from", path.join(out, "model.onnx")]);
 assert.equal(generated.status, 0, `ulysses-generate failed (${generated.status}):\n${generated.stderr}`);
 assert.match(generated.stdout, /recall: \d+\/\d+ correct/);
-console.log(`trainer: ulysses-train ${version} trained 20 steps (loss ${rows[0].loss.toFixed(3)} -> ${rows.at(-1).loss.toFixed(3)}), wrote checkpoint, metrics and model.onnx; ulysses-generate answered from it`);
+console.log(
+  `trainer: ulysses-train ${version} trained 20 steps (loss ${rows[0].loss.toFixed(3)} -> ${rows.at(-1).loss.toFixed(3)}), wrote checkpoint, metrics and model.onnx; ulysses-generate answered from it`,
+);

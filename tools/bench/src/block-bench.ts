@@ -163,7 +163,9 @@ async function measure(p: number, jobs: Job[], f: Flags, results: Map<string, Ro
         kernelOpsMs: ranks.map((r) => Math.round(r.kernelOpsMs)),
       };
       results.set(keyOf(p, job), row);
-      console.error(`  P=${p} N=${seq} ${kind}${checkpoint ? " (checkpointing)" : ""}: ${stepMs.toFixed(0)} ms (per rank: attention kernel ${row.kernelAttentionMs.join("/")} ms, other ops ${row.kernelOpsMs.join("/")} ms)`);
+      console.error(
+        `  P=${p} N=${seq} ${kind}${checkpoint ? " (checkpointing)" : ""}: ${stepMs.toFixed(0)} ms (per rank: attention kernel ${row.kernelAttentionMs.join("/")} ms, other ops ${row.kernelOpsMs.join("/")} ms)`,
+      );
     }
   } finally {
     await world.shutdown();
@@ -199,45 +201,92 @@ async function main(): Promise<void> {
   const get = (p: number, n: number, kind: SequenceParallelKind, checkpoint = false) => results.get(keyOf(p, { seq: n, kind, checkpoint }))!;
   const strong = f.ranks.flatMap((p) => seqs.map((n) => ({ p, n, u: get(p, n, "ulysses"), a: get(p, n, "allgather") })));
   const commSplit = (r: Row) => `${ms(r.attentionCommMs + r.gradCommMs)}/${ms(r.computeMs)}`;
-  console.log(`\nTransformerBlock forward+backward, hidden ${f.hidden}, ${f.heads} heads, batch ${f.batch}, causal, threads backend + ONNX Runtime (${cpus().length} cores)`);
-  console.log("step = slowest rank; comm/compute = mean ms inside collectives (incl. waiting for peers) / the rest; attn MB = attention exchanges per rank (fwd+bwd), grad MB = weight-gradient all-reduce\n");
+  console.log(
+    `\nTransformerBlock forward+backward, hidden ${f.hidden}, ${f.heads} heads, batch ${f.batch}, causal, threads backend + ONNX Runtime (${cpus().length} cores)`,
+  );
+  console.log(
+    "step = slowest rank; comm/compute = mean ms inside collectives (incl. waiting for peers) / the rest; attn MB = attention exchanges per rank (fwd+bwd), grad MB = weight-gradient all-reduce\n",
+  );
   console.log(
     table(
-      ["P", "N", "Ulysses ms", "AG-KV ms", "AG/U time", "U tok/s", "AG tok/s", "U attn MB", "AG attn MB", "AG/U bytes", "U comm/compute", "AG comm/compute", "grad MB"],
+      [
+        "P",
+        "N",
+        "Ulysses ms",
+        "AG-KV ms",
+        "AG/U time",
+        "U tok/s",
+        "AG tok/s",
+        "U attn MB",
+        "AG attn MB",
+        "AG/U bytes",
+        "U comm/compute",
+        "AG comm/compute",
+        "grad MB",
+      ],
       strong.map(({ p, n, u, a }) => [
-        String(p), String(n), ms(u.stepMs), ms(a.stepMs), (a.stepMs / u.stepMs).toFixed(2), u.tokensPerSecond.toFixed(0), a.tokensPerSecond.toFixed(0),
-        mb(u.attentionBytesPerRank), mb(a.attentionBytesPerRank), (a.attentionBytesPerRank / u.attentionBytesPerRank).toFixed(2), commSplit(u), commSplit(a), mb(u.gradBytesPerRank),
+        String(p),
+        String(n),
+        ms(u.stepMs),
+        ms(a.stepMs),
+        (a.stepMs / u.stepMs).toFixed(2),
+        u.tokensPerSecond.toFixed(0),
+        a.tokensPerSecond.toFixed(0),
+        mb(u.attentionBytesPerRank),
+        mb(a.attentionBytesPerRank),
+        (a.attentionBytesPerRank / u.attentionBytesPerRank).toFixed(2),
+        commSplit(u),
+        commSplit(a),
+        mb(u.gradBytesPerRank),
       ]),
     ),
   );
-  const weak = f.weak ? f.weakRanks.map((p) => ({ p, n: f.weakPerRank * p, u: get(p, f.weakPerRank * p, "ulysses"), a: get(p, f.weakPerRank * p, "allgather") })) : [];
+  const weak = f.weak
+    ? f.weakRanks.map((p) => ({ p, n: f.weakPerRank * p, u: get(p, f.weakPerRank * p, "ulysses"), a: get(p, f.weakPerRank * p, "allgather") }))
+    : [];
   if (weak.length > 0) {
     console.log(`\nWeak scaling: N/P = ${f.weakPerRank} tokens per rank`);
     console.log(
       table(
         ["P", "N", "U attn MB/rank", "AG attn MB/rank", "U ms", "AG ms", "bytes = formula"],
         weak.map(({ p, n, u, a }) => [
-          String(p), String(n), mb(u.attentionBytesPerRank), mb(a.attentionBytesPerRank), ms(u.stepMs), ms(a.stepMs),
+          String(p),
+          String(n),
+          mb(u.attentionBytesPerRank),
+          mb(a.attentionBytesPerRank),
+          ms(u.stepMs),
+          ms(a.stepMs),
           String(u.attentionBytesPerRank === u.expectedAttentionBytes && a.attentionBytesPerRank === a.expectedAttentionBytes),
         ]),
       ),
     );
   }
-  const checkpointRows = f.checkpointSeq > 0 ? f.ranks.map((p) => ({ p, n: f.checkpointSeq, plain: get(p, f.checkpointSeq, "ulysses"), ckpt: get(p, f.checkpointSeq, "ulysses", true) })) : [];
+  const checkpointRows =
+    f.checkpointSeq > 0
+      ? f.ranks.map((p) => ({ p, n: f.checkpointSeq, plain: get(p, f.checkpointSeq, "ulysses"), ckpt: get(p, f.checkpointSeq, "ulysses", true) }))
+      : [];
   if (checkpointRows.length > 0) {
     console.log(`\nActivation checkpointing (Ulysses, N = ${f.checkpointSeq}): bytes kept for backward and traffic per rank`);
     console.log(
       table(
         ["P", "N", "saved MB", "saved MB (ckpt)", "saved ratio", "attn MB", "attn MB (ckpt)", "ms", "ms (ckpt)"],
         checkpointRows.map(({ p, n, plain, ckpt }) => [
-          String(p), String(n), mb(plain.savedBytesPerRank), mb(ckpt.savedBytesPerRank), (plain.savedBytesPerRank / ckpt.savedBytesPerRank).toFixed(1),
-          mb(plain.attentionBytesPerRank), mb(ckpt.attentionBytesPerRank), ms(plain.stepMs), ms(ckpt.stepMs),
+          String(p),
+          String(n),
+          mb(plain.savedBytesPerRank),
+          mb(ckpt.savedBytesPerRank),
+          (plain.savedBytesPerRank / ckpt.savedBytesPerRank).toFixed(1),
+          mb(plain.attentionBytesPerRank),
+          mb(ckpt.attentionBytesPerRank),
+          ms(plain.stepMs),
+          ms(ckpt.stepMs),
         ]),
       ),
     );
   }
   const mismatched = [...results.values()].filter((r) => r.attentionBytesPerRank !== r.expectedAttentionBytes);
-  for (const r of mismatched) console.log(`BYTES DIFFER from the formula: P=${r.ranks} N=${r.seq} ${r.kind}: ${r.attentionBytesPerRank} != ${r.expectedAttentionBytes}`);
+  for (const r of mismatched)
+    console.log(`BYTES DIFFER from the formula: P=${r.ranks} N=${r.seq} ${r.kind}: ${r.attentionBytesPerRank} != ${r.expectedAttentionBytes}`);
 
   const outDir = fileURLToPath(new URL("../../../bench-results/", import.meta.url));
   mkdirSync(outDir, { recursive: true });

@@ -35,7 +35,11 @@ describe("bench command lines", () => {
 
   it("an entry point prints its usage for --help (exit 0) and exits 2 on a bad flag", () => {
     const entry = fileURLToPath(new URL("./collectives-bench.ts", import.meta.url));
-    const run = (...args: string[]) => spawnSync(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", entry, ...args], { encoding: "utf8", env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" } });
+    const run = (...args: string[]) =>
+      spawnSync(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", entry, ...args], {
+        encoding: "utf8",
+        env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
+      });
     const help = run("--help");
     expect(help.status).toBe(0);
     expect(help.stdout).toMatch(/^Usage: pnpm bench:collectives \[flags\]/);

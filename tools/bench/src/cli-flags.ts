@@ -60,13 +60,15 @@ export function positiveInteger(flag: string, text: string): number {
 /** `text` as positive numbers separated by commas (e.g. sizes in MiB), or a UsageError naming `flag`. */
 export function positiveNumbers(flag: string, text: string): number[] {
   const values = text.split(",").map(Number);
-  if (text.trim() === "" || values.some((n) => !(n > 0) || !Number.isFinite(n))) throw new UsageError(`${flag}: expected positive numbers separated by commas, got '${text}'`);
+  if (text.trim() === "" || values.some((n) => !(n > 0) || !Number.isFinite(n)))
+    throw new UsageError(`${flag}: expected positive numbers separated by commas, got '${text}'`);
   return values;
 }
 
 /** `text` as positive integers separated by commas, or a UsageError naming `flag`. */
 export function positiveIntegers(flag: string, text: string): number[] {
   const values = text.split(",").map(Number);
-  if (text.trim() === "" || values.some((n) => !Number.isInteger(n) || n < 1)) throw new UsageError(`${flag}: expected positive integers separated by commas, got '${text}'`);
+  if (text.trim() === "" || values.some((n) => !Number.isInteger(n) || n < 1))
+    throw new UsageError(`${flag}: expected positive integers separated by commas, got '${text}'`);
   return values;
 }

@@ -13,7 +13,16 @@
 import { fileURLToPath } from "node:url";
 import { launch } from "@ulysses/collectives";
 import { parseFlags, positiveIntegers, positiveNumbers, readCommandLine } from "./cli-flags.js";
-import { measureMemcpy, measureMemcpyHot, printTable, summarize, writeResults, type BenchConfig, type BenchRow, type RankTiming } from "./collectives-measure.js";
+import {
+  measureMemcpy,
+  measureMemcpyHot,
+  printTable,
+  summarize,
+  writeResults,
+  type BenchConfig,
+  type BenchRow,
+  type RankTiming,
+} from "./collectives-measure.js";
 
 const HELP = `Usage: pnpm bench:collectives [flags]
 
@@ -32,7 +41,9 @@ const values = readCommandLine(HELP, process.argv.slice(2), (argv) => {
     ranks: { type: "string", default: "2,4" },
     sizes: { type: "string", default: "1,4,8,16,64" },
   });
-  return parsed === null ? null : { backend: parsed.backend, ranks: positiveIntegers("--ranks", parsed.ranks), sizesMiB: positiveNumbers("--sizes", parsed.sizes) };
+  return parsed === null
+    ? null
+    : { backend: parsed.backend, ranks: positiveIntegers("--ranks", parsed.ranks), sizesMiB: positiveNumbers("--sizes", parsed.sizes) };
 });
 const { sizesMiB } = values;
 const config: BenchConfig = { sizesMiB, ops: ["allToAll", "allReduce"] };
@@ -52,7 +63,9 @@ for (const worldSize of values.ranks) {
 printTable(rows);
 const target = rows.find((r) => r.ranks === 2 && r.op === "allToAll" && r.mib === 8);
 if (target) {
-  console.log(`target: all-to-all at P=2, 8 MiB reaches ${(target.perRankRatio * 100).toFixed(0)}% (per rank) / ${(target.aggregateRatio * 100).toFixed(0)}% (aggregate) of out-of-cache memcpy; goal >= 70%`);
+  console.log(
+    `target: all-to-all at P=2, 8 MiB reaches ${(target.perRankRatio * 100).toFixed(0)}% (per rank) / ${(target.aggregateRatio * 100).toFixed(0)}% (aggregate) of out-of-cache memcpy; goal >= 70%`,
+  );
 }
 const file = writeResults("collectives.json", { date: new Date().toISOString(), backend: values.backend, sizesMiB, rows });
 console.log(`wrote ${file}`);

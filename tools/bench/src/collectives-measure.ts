@@ -126,7 +126,13 @@ export function measureMemcpyHot(sizesMiB: number[], targetBytes = 128 * MiB, ro
 }
 
 /** Combines every rank's timings (index = rank) into table rows. */
-export function summarize(backend: string, perRank: RankTiming[][], memcpy: Map<number, number>, sizesMiB: number[], memcpyHot = new Map<number, number>()): BenchRow[] {
+export function summarize(
+  backend: string,
+  perRank: RankTiming[][],
+  memcpy: Map<number, number>,
+  sizesMiB: number[],
+  memcpyHot = new Map<number, number>(),
+): BenchRow[] {
   const ranks = perRank.length;
   return perRank[0]!.map((first, k) => {
     // slowest rank per round, fastest round
@@ -135,13 +141,37 @@ export function summarize(backend: string, perRank: RankTiming[][], memcpy: Map<
     const memcpyGBps = memcpy.get(mib) ?? NaN;
     const memcpyHotGBps = memcpyHot.get(mib) ?? NaN;
     const perRankGBps = first.bytes / seconds / 1e9;
-    return { backend, ranks, op: first.op, mib, msPerCall: seconds * 1000, perRankGBps, aggregateGBps: perRankGBps * ranks, memcpyGBps, memcpyHotGBps, perRankRatio: perRankGBps / memcpyGBps, aggregateRatio: (perRankGBps * ranks) / memcpyGBps };
+    return {
+      backend,
+      ranks,
+      op: first.op,
+      mib,
+      msPerCall: seconds * 1000,
+      perRankGBps,
+      aggregateGBps: perRankGBps * ranks,
+      memcpyGBps,
+      memcpyHotGBps,
+      perRankRatio: perRankGBps / memcpyGBps,
+      aggregateRatio: (perRankGBps * ranks) / memcpyGBps,
+    };
   });
 }
 
 export function printTable(rows: readonly BenchRow[]): void {
   const header = ["backend", "P", "op", "MiB/rank", "ms/call", "GB/s/rank", "GB/s aggr", "memcpy cold", "memcpy hot", "rank/memcpy", "aggr/memcpy"];
-  const lines = rows.map((r) => [r.backend, String(r.ranks), r.op, String(r.mib), r.msPerCall.toFixed(2), r.perRankGBps.toFixed(2), r.aggregateGBps.toFixed(2), r.memcpyGBps.toFixed(2), r.memcpyHotGBps.toFixed(2), `${(r.perRankRatio * 100).toFixed(0)}%`, `${(r.aggregateRatio * 100).toFixed(0)}%`]);
+  const lines = rows.map((r) => [
+    r.backend,
+    String(r.ranks),
+    r.op,
+    String(r.mib),
+    r.msPerCall.toFixed(2),
+    r.perRankGBps.toFixed(2),
+    r.aggregateGBps.toFixed(2),
+    r.memcpyGBps.toFixed(2),
+    r.memcpyHotGBps.toFixed(2),
+    `${(r.perRankRatio * 100).toFixed(0)}%`,
+    `${(r.aggregateRatio * 100).toFixed(0)}%`,
+  ]);
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
   const fmt = (cells: string[]) => `| ${cells.map((c, i) => c.padStart(widths[i]!)).join(" | ")} |`;
   console.log(fmt(header));

@@ -33,7 +33,8 @@ const values = readCommandLine(HELP, process.argv.slice(2), (argv) => {
     reduction: { type: "string", default: "ordered" },
   });
   if (parsed === null) return null;
-  if (!(REDUCTION_MODES as readonly string[]).includes(parsed.reduction)) throw new UsageError(`bench:collectives:mpi: --reduction must be one of ${REDUCTION_MODES.join(", ")}, got '${parsed.reduction}'`);
+  if (!(REDUCTION_MODES as readonly string[]).includes(parsed.reduction))
+    throw new UsageError(`bench:collectives:mpi: --reduction must be one of ${REDUCTION_MODES.join(", ")}, got '${parsed.reduction}'`);
   positiveNumbers("--sizes", parsed.sizes); // checked here; the ranks read the list themselves
   return { ranks: positiveIntegers("--ranks", parsed.ranks), sizes: parsed.sizes, reduction: parsed.reduction };
 });

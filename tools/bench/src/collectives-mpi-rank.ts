@@ -12,7 +12,10 @@ import { fileURLToPath } from "node:url";
 import { init, type ProcessGroup } from "@ulysses/collectives";
 import { measureMemcpy, measureMemcpyHot, measureRank, summarize, type BenchConfig, type BenchRow, type RankTiming } from "./collectives-measure.js";
 
-const sizesMiB = (process.argv[2] ?? "1,4,8,16,64").split(",").map(Number).filter((n) => n > 0);
+const sizesMiB = (process.argv[2] ?? "1,4,8,16,64")
+  .split(",")
+  .map(Number)
+  .filter((n) => n > 0);
 const reduction = process.argv[3] ?? "ordered";
 // the backend module by its package subpath (its TypeScript source under the workspace's source condition)
 const backendModule = fileURLToPath(import.meta.resolve("@ulysses/collectives-mpi/module"));
@@ -43,7 +46,11 @@ const mine = new TextEncoder().encode(JSON.stringify(timings));
 const lengths = Array.from((await world.allGather(Int32Array.from([mine.length]))).data as Int32Array);
 const gathered = (await world.allGather(mine, { sizes: lengths })).data as Uint8Array;
 let offset = 0;
-const perRank: RankTiming[][] = lengths.map((n) => JSON.parse(new TextDecoder().decode(gathered.subarray(offset, (offset += n)))) as RankTiming[]);
+const perRank: RankTiming[][] = lengths.map((n) => {
+  const text = new TextDecoder().decode(gathered.subarray(offset, offset + n));
+  offset += n;
+  return JSON.parse(text) as RankTiming[];
+});
 const small = new Float32Array(256); // 1 KiB per rank
 const tiny = new Float32Array(4);
 const latencies = {

@@ -9,7 +9,7 @@
  * = the (query, key) pairs attended (seq² non-causal, seq(seq+1)/2 causal).
  * The MatMul rate is @ulysses/measure's measureMatmulRate (best of 5 single runs here).
  */
-import { Tensor, randomUniform } from "@ulysses/tensors";
+import { type Tensor, randomUniform } from "@ulysses/tensors";
 import { SessionCache, createAttention, type AttentionImplementation } from "@ulysses/kernels";
 import { attentionFlops, fastestRound, measureMatmulRate } from "@ulysses/measure";
 import "@ulysses/fused-attention"; // registers attention implementation "fused"
@@ -79,10 +79,14 @@ async function attention(c: AttentionCase): Promise<CaseResult> {
   const shape = { seq: c.seq, width: c.heads * c.headDim, causal: c.causal };
   // the fastest of `repeats` single calls
   const forwardSeconds = await fastestRound(() => kernel.forward(q, k, v, options), c.repeats, 1);
-  const totalSeconds = await fastestRound(async () => {
-    const f = await kernel.forward(q, k, v, options);
-    await kernel.backward(q, k, v, f.out, dOut, f.logSumExp, options);
-  }, c.repeats, 1);
+  const totalSeconds = await fastestRound(
+    async () => {
+      const f = await kernel.forward(q, k, v, options);
+      await kernel.backward(q, k, v, f.out, dOut, f.logSumExp, options);
+    },
+    c.repeats,
+    1,
+  );
   const peakRss = process.resourceUsage().maxRSS * 1024;
   return {
     forwardSeconds,

@@ -64,7 +64,8 @@ function parseKernelArgs(argv: readonly string[]): Args | null {
   const values = parseFlags("bench:kernels", argv, FLAGS);
   if (values === null) return null;
   const implementation = values.impl ?? "ort";
-  if (!(IMPLEMENTATIONS as readonly string[]).includes(implementation)) throw new UsageError(`bench:kernels: --impl must be one of ${IMPLEMENTATIONS.join(", ")}, got '${implementation}'`);
+  if (!(IMPLEMENTATIONS as readonly string[]).includes(implementation))
+    throw new UsageError(`bench:kernels: --impl must be one of ${IMPLEMENTATIONS.join(", ")}, got '${implementation}'`);
   return {
     quick: values.quick === true,
     spin: values.spin === true,
@@ -97,7 +98,11 @@ async function runChild(c: BenchCase): Promise<CaseResult & { cpuSeconds: number
     });
     return JSON.parse(stdout.trim().split("\n").at(-1)!) as CaseResult & { cpuSeconds: number };
   } catch (cause) {
-    const stderr = String((cause as { stderr?: string }).stderr ?? "").trim().split("\n").slice(-6).join("\n");
+    const stderr = String((cause as { stderr?: string }).stderr ?? "")
+      .trim()
+      .split("\n")
+      .slice(-6)
+      .join("\n");
     throw new Error(`bench case ${JSON.stringify(c)} failed:\n${stderr || (cause as Error).message}`, { cause });
   }
 }
@@ -121,7 +126,9 @@ async function main(): Promise<void> {
   }
   const loadBefore = os.loadavg();
   const started = new Date().toISOString();
-  console.error(`kernels bench: impl ${args.implementation}, threads ${args.threads.join(", ")}, spinning ${args.spin ? "on" : "off"}${args.quick ? ", quick" : ""}; load ${loadBefore.map((l) => l.toFixed(2)).join(" ")}`);
+  console.error(
+    `kernels bench: impl ${args.implementation}, threads ${args.threads.join(", ")}, spinning ${args.spin ? "on" : "off"}${args.quick ? ", quick" : ""}; load ${loadBefore.map((l) => l.toFixed(2)).join(" ")}`,
+  );
   const matmul: Record<number, CaseResult> = {};
   const matmulRuns: Record<number, number[]> = {};
   const results: (AttentionCase & CaseResult & { matmulPercentForward: number; matmulPercentTotal: number; error?: string })[] = [];
@@ -134,7 +141,9 @@ async function main(): Promise<void> {
     for (const c of attentionCases(args, threads)) {
       const r = await runChild(c);
       rows.push({ ...c, ...r });
-      console.error(`  seq ${c.seq} ${c.causal ? "causal" : "non-causal"}, ${threads} thread(s): fwd ${r.forwardGflops.toFixed(1)}, fwd+bwd ${r.totalGflops!.toFixed(1)} GFLOP/s`);
+      console.error(
+        `  seq ${c.seq} ${c.causal ? "causal" : "non-causal"}, ${threads} thread(s): fwd ${r.forwardGflops.toFixed(1)}, fwd+bwd ${r.totalGflops!.toFixed(1)} GFLOP/s`,
+      );
     }
     const after = await runChild({ kind: "matmul", threads, spin: args.spin, size: 2048 });
     console.error(`  MatMul 2048^3, ${threads} thread(s), again: ${after.forwardGflops.toFixed(1)} GFLOP/s`);
@@ -146,7 +155,9 @@ async function main(): Promise<void> {
   const loadAfter = os.loadavg();
 
   const widths = [7, 6, 5, 10, 9, 6, 9, 6, 9, 9, 9, 9];
-  console.log(`\nAttention (${args.implementation}), batch 1, headDim 64. Useful GFLOP/s: fwd 4·h·pairs·d, fwd+bwd 12·h·pairs·d (bwd 8, recompute not counted).`);
+  console.log(
+    `\nAttention (${args.implementation}), batch 1, headDim 64. Useful GFLOP/s: fwd 4·h·pairs·d, fwd+bwd 12·h·pairs·d (bwd 8, recompute not counted).`,
+  );
   console.log(
     `Intra-op thread spinning ${args.spin ? "on (ONNX Runtime default)" : "off (--spin turns it on)"}. % = of ONNX Runtime MatMul 2048^3 at the same thread count ` +
       `(the faster of a run before and after that thread count's cases): ${args.threads.map((t) => `${t} thread(s) ${matmul[t]!.forwardGflops.toFixed(1)} GFLOP/s (runs ${matmulRuns[t]!.map((g) => g.toFixed(1)).join(", ")})`).join("; ")}.`,
@@ -155,12 +166,27 @@ async function main(): Promise<void> {
   for (const r of results) {
     console.log(
       row(
-        [r.threads, r.seq, r.heads, r.causal ? "causal" : "none", r.forwardGflops.toFixed(1), r.matmulPercentForward.toFixed(0), r.totalGflops!.toFixed(1), r.matmulPercentTotal.toFixed(0), r.forwardSeconds.toFixed(3), r.totalSeconds!.toFixed(3), (r.peakRss / MiB).toFixed(0), (r.addedRss / MiB).toFixed(0)],
+        [
+          r.threads,
+          r.seq,
+          r.heads,
+          r.causal ? "causal" : "none",
+          r.forwardGflops.toFixed(1),
+          r.matmulPercentForward.toFixed(0),
+          r.totalGflops!.toFixed(1),
+          r.matmulPercentTotal.toFixed(0),
+          r.forwardSeconds.toFixed(3),
+          r.totalSeconds!.toFixed(3),
+          (r.peakRss / MiB).toFixed(0),
+          (r.addedRss / MiB).toFixed(0),
+        ],
         widths,
       ),
     );
   }
-  console.log(`load average (1/5/15 min): before ${loadBefore.map((l) => l.toFixed(2)).join(" ")}, after ${loadAfter.map((l) => l.toFixed(2)).join(" ")}; ${os.availableParallelism()} cores`);
+  console.log(
+    `load average (1/5/15 min): before ${loadBefore.map((l) => l.toFixed(2)).join(" ")}, after ${loadAfter.map((l) => l.toFixed(2)).join(" ")}; ${os.availableParallelism()} cores`,
+  );
 
   const file = path.join(REPO_ROOT, "bench-results", "kernels.json");
   fs.mkdirSync(path.dirname(file), { recursive: true });
@@ -174,7 +200,9 @@ async function main(): Promise<void> {
     loadBefore,
     loadAfter,
     flopConvention: "useful FLOPs: forward 4*b*h*pairs*d, backward 8*b*h*pairs*d (recomputed QK^T not counted); pairs = attended (query, key) pairs",
-    matmul: Object.fromEntries(Object.entries(matmul).map(([t, r]) => [t, { size: 2048, gflops: r.forwardGflops, seconds: r.forwardSeconds, runs: matmulRuns[Number(t)] }])),
+    matmul: Object.fromEntries(
+      Object.entries(matmul).map(([t, r]) => [t, { size: 2048, gflops: r.forwardGflops, seconds: r.forwardSeconds, runs: matmulRuns[Number(t)] }]),
+    ),
     cases: results,
   };
   fs.writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);

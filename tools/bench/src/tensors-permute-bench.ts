@@ -76,5 +76,8 @@ for (const r of rows) {
 }
 const outDir = fileURLToPath(new URL("../../../bench-results/", import.meta.url));
 mkdirSync(outDir, { recursive: true });
-writeFileSync(`${outDir}tensors-permute.json`, JSON.stringify({ date: new Date().toISOString(), node: process.version, timing: "process CPU ms, median", rows }, null, 2));
+writeFileSync(
+  `${outDir}tensors-permute.json`,
+  JSON.stringify({ date: new Date().toISOString(), node: process.version, timing: "process CPU ms, median", rows }, null, 2),
+);
 console.log(`wrote ${outDir}tensors-permute.json`);

@@ -61,7 +61,14 @@ export function machineProfile(m: MachineMeasurements, source: string): Hardware
       interNode: { bandwidthGBs: 1e6, latencyUs: 0 },
       elementwiseNsPerTokenHidden: 0,
       perLayerOverheadUs: 0,
-      ...(m.attentionGflopsBySeq === undefined ? {} : { attentionEfficiencyBySeq: m.attentionGflopsBySeq.map((r) => ({ seqLen: r.seqLen, efficiency: Math.min(1, positive("attentionGflopsBySeq", r.gflops) / peak) })) }),
+      ...(m.attentionGflopsBySeq === undefined
+        ? {}
+        : {
+            attentionEfficiencyBySeq: m.attentionGflopsBySeq.map((r) => ({
+              seqLen: r.seqLen,
+              efficiency: Math.min(1, positive("attentionGflopsBySeq", r.gflops) / peak),
+            })),
+          }),
     },
     `machineProfile(${m.name})`,
   );
@@ -69,7 +76,18 @@ export function machineProfile(m: MachineMeasurements, source: string): Hardware
 
 /** One training step of `model` on P ranks of one machine (micro-batch 1, no ZeRO, no checkpointing; q, k, v in one all-to-all as @ulysses/block sends them). */
 export function machineRun(scheme: RunShape["scheme"], degree: number, seqLen: number, causal = true): RunShape {
-  return { scheme, devices: degree, degree, seqLen, microBatch: 1, globalBatchTokens: seqLen, zeroStage: 0, activationCheckpointing: false, causal, fusedQkv: true };
+  return {
+    scheme,
+    devices: degree,
+    degree,
+    seqLen,
+    microBatch: 1,
+    globalBatchTokens: seqLen,
+    zeroStage: 0,
+    activationCheckpointing: false,
+    causal,
+    fusedQkv: true,
+  };
 }
 
 export interface CalibrationPoint {
@@ -126,7 +144,8 @@ export interface RankRates {
 
 /** A rank's speed for the fixed costs: its GEMM rate with P ranks at once over one rank's alone, capped at 1. */
 export function rankSpeed(rankShapedMatmulGflops: number, soloShapedMatmulGflops: number): number {
-  if (!(rankShapedMatmulGflops > 0) || !(soloShapedMatmulGflops > 0)) throw new ProjectionError(`rankSpeed: GEMM rates must be positive, got ${rankShapedMatmulGflops} and ${soloShapedMatmulGflops}`);
+  if (!(rankShapedMatmulGflops > 0) || !(soloShapedMatmulGflops > 0))
+    throw new ProjectionError(`rankSpeed: GEMM rates must be positive, got ${rankShapedMatmulGflops} and ${soloShapedMatmulGflops}`);
   return Math.min(1, rankShapedMatmulGflops / soloShapedMatmulGflops);
 }
 
@@ -137,7 +156,14 @@ export function rankSpeed(rankShapedMatmulGflops: number, soloShapedMatmulGflops
  * speed, and `link` as both links. `soloShapedMatmulGflops`: the GEMM rate of
  * one rank alone, measured as `rates.shapedMatmulGflops` is.
  */
-export function rankProfile(core: HardwareProfile, degree: number, cores: number, link: LinkProfile, rates: RankRates, soloShapedMatmulGflops: number): HardwareProfile {
+export function rankProfile(
+  core: HardwareProfile,
+  degree: number,
+  cores: number,
+  link: LinkProfile,
+  rates: RankRates,
+  soloShapedMatmulGflops: number,
+): HardwareProfile {
   if (!Number.isInteger(degree) || degree < 1) throw new ProjectionError(`rankProfile: degree must be a positive integer, got ${degree}`);
   if (!Number.isInteger(cores) || cores < 1) throw new ProjectionError(`rankProfile: cores must be a positive integer, got ${cores}`);
   if (rates.attentionGflopsBySeq.length === 0) throw new ProjectionError(`rankProfile: rates.attentionGflopsBySeq is empty (degree ${degree})`);
@@ -147,7 +173,9 @@ export function rankProfile(core: HardwareProfile, degree: number, cores: number
     if (!(gflops > 0) || !Number.isFinite(gflops)) throw new ProjectionError(`rankProfile: ${name} must be a positive measured rate, got ${gflops}`);
     return Math.min(1, gflops / peak);
   };
-  const bySeq = rates.attentionGflopsBySeq.map((r) => ({ seqLen: r.seqLen, efficiency: efficiency(`attention rate at N = ${r.seqLen}`, r.gflops) })).sort((a, b) => a.seqLen - b.seqLen);
+  const bySeq = rates.attentionGflopsBySeq
+    .map((r) => ({ seqLen: r.seqLen, efficiency: efficiency(`attention rate at N = ${r.seqLen}`, r.gflops) }))
+    .sort((a, b) => a.seqLen - b.seqLen);
   return parseProfile(
     {
       ...core,
@@ -160,7 +188,9 @@ export function rankProfile(core: HardwareProfile, degree: number, cores: number
       interNode: { ...link },
       elementwiseNsPerTokenHidden: core.elementwiseNsPerTokenHidden / speed,
       perLayerOverheadUs: core.perLayerOverheadUs / speed,
-      ...(core.elementwiseNsByTokens === undefined ? {} : { elementwiseNsByTokens: core.elementwiseNsByTokens.map((r) => ({ tokens: r.tokens, nsPerTokenHidden: r.nsPerTokenHidden / speed })) }),
+      ...(core.elementwiseNsByTokens === undefined
+        ? {}
+        : { elementwiseNsByTokens: core.elementwiseNsByTokens.map((r) => ({ tokens: r.tokens, nsPerTokenHidden: r.nsPerTokenHidden / speed })) }),
     },
     `rankProfile(${degree})`,
   );
@@ -182,7 +212,12 @@ export interface CheckRow extends MeasuredStep {
 }
 
 /** Predicts each measured step with the rank profile of its degree and reports the error. */
-export function checkProjection(model: GptShape, measured: readonly MeasuredStep[], profileFor: (degree: number) => HardwareProfile, causal = true): CheckRow[] {
+export function checkProjection(
+  model: GptShape,
+  measured: readonly MeasuredStep[],
+  profileFor: (degree: number) => HardwareProfile,
+  causal = true,
+): CheckRow[] {
   return measured.map((m) => {
     const hw = profileFor(m.degree);
     const p = project(model, machineRun(m.scheme, m.degree, m.seqLen, causal), hw);

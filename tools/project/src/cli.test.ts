@@ -11,7 +11,20 @@ describe("pnpm project flags", () => {
   });
 
   it("reads every flag (the -- that pnpm passes through is skipped)", () => {
-    const options = parseOptions(["--", "--profile", "/p.json", "--out", "/o", "--devices", "8,16", "--zero-ulysses", "1", "--zero-megatron=0", "--global-batch-tokens", "1024"])!;
+    const options = parseOptions([
+      "--",
+      "--profile",
+      "/p.json",
+      "--out",
+      "/o",
+      "--devices",
+      "8,16",
+      "--zero-ulysses",
+      "1",
+      "--zero-megatron=0",
+      "--global-batch-tokens",
+      "1024",
+    ])!;
     expect(options).toEqual({ profile: "/p.json", out: "/o", devices: [8, 16], zeroUlysses: 1, zeroMegatron: 0, globalBatchTokens: 1024 });
     expect(parseOptions(["--help"])).toBeUndefined();
     expect(parseOptions(["-h"])).toBeUndefined();

@@ -62,7 +62,7 @@ const FLAGS = {
  * ProjectionError naming the flag and its value.
  */
 export function parseOptions(argv: readonly string[]): Options | undefined {
-  let values;
+  let values: ReturnType<typeof parseArgs<{ args: string[]; options: typeof FLAGS; strict: true; allowPositionals: false }>>["values"];
   try {
     ({ values } = parseArgs({ args: argv.filter((word) => word !== "--"), options: FLAGS, strict: true, allowPositionals: false }));
   } catch (cause) {
@@ -85,7 +85,8 @@ export function parseOptions(argv: readonly string[]): Options | undefined {
   let globalBatchTokens = 4 * 1024 * 1024;
   if (values["global-batch-tokens"] !== undefined) {
     globalBatchTokens = Number(values["global-batch-tokens"]);
-    if (!Number.isInteger(globalBatchTokens) || globalBatchTokens < 1) throw new ProjectionError(`--global-batch-tokens: expected a positive integer, got '${values["global-batch-tokens"]}'`);
+    if (!Number.isInteger(globalBatchTokens) || globalBatchTokens < 1)
+      throw new ProjectionError(`--global-batch-tokens: expected a positive integer, got '${values["global-batch-tokens"]}'`);
   }
   return {
     profile: values.profile === undefined ? path.join(here, "..", "profiles", "a100-40gb-nvlink-ib.json") : path.resolve(from, values.profile),

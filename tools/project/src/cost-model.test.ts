@@ -33,7 +33,17 @@ describe("cost model", () => {
   });
 
   it("model FLOPs of a step: 3 forwards per sequence, every replica, every micro-step", () => {
-    const run: RunShape = { scheme: "ulysses", devices: 4, degree: 2, seqLen: 2048, microBatch: 1, globalBatchTokens: 4 * 2048, zeroStage: 0, activationCheckpointing: true, causal: true };
+    const run: RunShape = {
+      scheme: "ulysses",
+      devices: 4,
+      degree: 2,
+      seqLen: 2048,
+      microBatch: 1,
+      globalBatchTokens: 4 * 2048,
+      zeroStage: 0,
+      activationCheckpointing: true,
+      causal: true,
+    };
     const p = project(gpt, run, hw);
     // 2 replicas x 1 sequence per micro-step, 2 micro-steps; recomputation (checkpointing) is not model FLOPs
     expect(p.accumulation).toBe(2);
@@ -54,7 +64,16 @@ describe("cost model", () => {
   });
 
   it("Ulysses sends 8·(P-1)/P·(N/P)·h·bytes per layer; Megatron-SP 8·(P-1)·(N/P)·h·bytes", () => {
-    const base: Omit<RunShape, "scheme"> = { devices: 4, degree: 4, seqLen: 4096, microBatch: 1, globalBatchTokens: 1, zeroStage: 0, activationCheckpointing: false, causal: true };
+    const base: Omit<RunShape, "scheme"> = {
+      devices: 4,
+      degree: 4,
+      seqLen: 4096,
+      microBatch: 1,
+      globalBatchTokens: 1,
+      zeroStage: 0,
+      activationCheckpointing: false,
+      causal: true,
+    };
     const u = project(gpt, { ...base, scheme: "ulysses" }, hw);
     const m = project(gpt, { ...base, scheme: "megatron" }, hw);
     const shard = (4096 / 4) * 1024 * 2;
@@ -65,7 +84,17 @@ describe("cost model", () => {
   });
 
   it("Ulysses bytes per device stay constant when N and P grow together", () => {
-    const run = (p: number): RunShape => ({ scheme: "ulysses", devices: p, degree: p, seqLen: 1024 * p, microBatch: 1, globalBatchTokens: 1, zeroStage: 0, activationCheckpointing: false, causal: true });
+    const run = (p: number): RunShape => ({
+      scheme: "ulysses",
+      devices: p,
+      degree: p,
+      seqLen: 1024 * p,
+      microBatch: 1,
+      globalBatchTokens: 1,
+      zeroStage: 0,
+      activationCheckpointing: false,
+      causal: true,
+    });
     const b2 = project(gpt, run(2), hw).parallelBytesPerDevice;
     const b4 = project(gpt, run(4), hw).parallelBytesPerDevice;
     // (P-1)/P grows from 1/2 to 3/4; the per-rank shard is fixed.
@@ -74,7 +103,17 @@ describe("cost model", () => {
 
   it("flags out-of-memory and validates degrees", () => {
     const tiny = parseProfile({ ...hw, memoryGiB: 0.001 });
-    const r: RunShape = { scheme: "ulysses", devices: 4, degree: 4, seqLen: 4096, microBatch: 1, globalBatchTokens: 1, zeroStage: 0, activationCheckpointing: true, causal: true };
+    const r: RunShape = {
+      scheme: "ulysses",
+      devices: 4,
+      degree: 4,
+      seqLen: 4096,
+      microBatch: 1,
+      globalBatchTokens: 1,
+      zeroStage: 0,
+      activationCheckpointing: true,
+      causal: true,
+    };
     expect(project(gpt, r, tiny).outOfMemory).toBe(true);
     expect(project(gpt, r, hw).outOfMemory).toBe(false);
     expect(() => project(gpt, { ...r, degree: 3 }, hw)).toThrow(/degree must divide devices/);
@@ -88,13 +127,26 @@ describe("cost model", () => {
 
   it("fused q, k, v (one all-to-all of 3x the bytes): the same bytes, half the latencies", () => {
     const slow = { ...hw, intraNode: { bandwidthGBs: 100, latencyUs: 50 } };
-    const run: RunShape = { scheme: "ulysses", devices: 4, degree: 4, seqLen: 8192, microBatch: 1, globalBatchTokens: 8192, zeroStage: 0, activationCheckpointing: false, causal: true };
+    const run: RunShape = {
+      scheme: "ulysses",
+      devices: 4,
+      degree: 4,
+      seqLen: 8192,
+      microBatch: 1,
+      globalBatchTokens: 8192,
+      zeroStage: 0,
+      activationCheckpointing: false,
+      causal: true,
+    };
     const three = project(gpt, run, slow);
     const one = project(gpt, { ...run, fusedQkv: true }, slow);
     expect(one.parallelBytesPerDevice).toBeCloseTo(three.parallelBytesPerDevice, 6);
     // 2 layers x (8 - 4) fewer all-to-alls x 50 µs
     expect(three.parallelCommSeconds - one.parallelCommSeconds).toBeCloseTo(2 * 4 * 50e-6, 12);
     const checkpointed = { ...run, activationCheckpointing: true };
-    expect(project(gpt, checkpointed, slow).parallelCommSeconds - project(gpt, { ...checkpointed, fusedQkv: true }, slow).parallelCommSeconds).toBeCloseTo(2 * 6 * 50e-6, 12);
+    expect(project(gpt, checkpointed, slow).parallelCommSeconds - project(gpt, { ...checkpointed, fusedQkv: true }, slow).parallelCommSeconds).toBeCloseTo(
+      2 * 6 * 50e-6,
+      12,
+    );
   });
 });

@@ -111,8 +111,7 @@ export function project(m: GptShape, r: RunShape, hw: HardwareProfile): Projecti
   const peak = hw.peakTflops * 1e12;
   const elementwise = passes * m.layers * b * (n / p) * h * elementwiseNsAt(hw, b * (n / p)) * 1e-9;
   const overhead = m.layers * hw.perLayerOverheadUs * 1e-6 * passes;
-  const computeSeconds =
-    matmulPerDevice / (peak * hw.matmulEfficiency) + attentionPerDevice / (peak * attentionEfficiencyAt(hw, n)) + elementwise + overhead;
+  const computeSeconds = matmulPerDevice / (peak * hw.matmulEfficiency) + attentionPerDevice / (peak * attentionEfficiencyAt(hw, n)) + elementwise + overhead;
 
   // Sequence/tensor-parallel communication per layer.
   const calls: { kind: CollectiveKind; localBytes: number; count: number }[] = [];

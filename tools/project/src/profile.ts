@@ -78,34 +78,50 @@ function interpolateLog2<T>(table: readonly T[], x: number, key: (row: T) => num
 export function attentionEfficiencyAt(profile: HardwareProfile, seqLen: number): number {
   const table = profile.attentionEfficiencyBySeq;
   if (table === undefined || table.length === 0) return profile.attentionEfficiency;
-  return interpolateLog2(table, seqLen, (r) => r.seqLen, (r) => r.efficiency);
+  return interpolateLog2(
+    table,
+    seqLen,
+    (r) => r.seqLen,
+    (r) => r.efficiency,
+  );
 }
 
 /** The memory-bound ops' ns per token per hidden unit at `tokens` per device: the table's (see `elementwiseNsByTokens`) or the single number. */
 export function elementwiseNsAt(profile: HardwareProfile, tokens: number): number {
   const table = profile.elementwiseNsByTokens;
   if (table === undefined || table.length === 0) return profile.elementwiseNsPerTokenHidden;
-  return interpolateLog2(table, tokens, (r) => r.tokens, (r) => r.nsPerTokenHidden);
+  return interpolateLog2(
+    table,
+    tokens,
+    (r) => r.tokens,
+    (r) => r.nsPerTokenHidden,
+  );
 }
 
 function nsTable(value: unknown, where: string): { tokens: number; nsPerTokenHidden: number }[] | undefined {
   if (value === undefined) return undefined;
-  if (!Array.isArray(value)) throw new ProjectionError(`${where}: 'elementwiseNsByTokens' must be an array of { tokens, nsPerTokenHidden }, got ${JSON.stringify(value)}`);
+  if (!Array.isArray(value))
+    throw new ProjectionError(`${where}: 'elementwiseNsByTokens' must be an array of { tokens, nsPerTokenHidden }, got ${JSON.stringify(value)}`);
   const rows = value.map((row: unknown, i) => {
     const r = (typeof row === "object" && row !== null ? row : {}) as Record<string, unknown>;
-    return { tokens: positive(`elementwiseNsByTokens[${i}].tokens`, r.tokens, where), nsPerTokenHidden: nonNegative(`elementwiseNsByTokens[${i}].nsPerTokenHidden`, r.nsPerTokenHidden, where) };
+    return {
+      tokens: positive(`elementwiseNsByTokens[${i}].tokens`, r.tokens, where),
+      nsPerTokenHidden: nonNegative(`elementwiseNsByTokens[${i}].nsPerTokenHidden`, r.nsPerTokenHidden, where),
+    };
   });
   return rows.sort((a, b) => a.tokens - b.tokens);
 }
 
 function efficiencyTable(value: unknown, where: string): { seqLen: number; efficiency: number }[] | undefined {
   if (value === undefined) return undefined;
-  if (!Array.isArray(value)) throw new ProjectionError(`${where}: 'attentionEfficiencyBySeq' must be an array of { seqLen, efficiency }, got ${JSON.stringify(value)}`);
+  if (!Array.isArray(value))
+    throw new ProjectionError(`${where}: 'attentionEfficiencyBySeq' must be an array of { seqLen, efficiency }, got ${JSON.stringify(value)}`);
   const rows = value.map((row: unknown, i) => {
     const r = (typeof row === "object" && row !== null ? row : {}) as Record<string, unknown>;
     const seqLen = positive(`attentionEfficiencyBySeq[${i}].seqLen`, r.seqLen, where);
     const efficiency = positive(`attentionEfficiencyBySeq[${i}].efficiency`, r.efficiency, where);
-    if (efficiency > 1) throw new ProjectionError(`${where}: 'attentionEfficiencyBySeq[${i}].efficiency' is a fraction of peak and must be <= 1, got ${efficiency}`);
+    if (efficiency > 1)
+      throw new ProjectionError(`${where}: 'attentionEfficiencyBySeq[${i}].efficiency' is a fraction of peak and must be <= 1, got ${efficiency}`);
     return { seqLen, efficiency };
   });
   return rows.sort((a, b) => a.seqLen - b.seqLen);

@@ -65,7 +65,11 @@ await check("allToAll uneven splits into a caller output", async () => {
   const inputSplits = Array.from({ length: P }, (_, j) => split(r, j));
   const outputSplits = Array.from({ length: P }, (_, j) => split(j, r));
   const output = Tensor.zeros("float32", [outputSplits.reduce((a, b) => a + b, 0), 2]);
-  const input = rows(r, inputSplits.reduce((a, b) => a + b, 0), 2);
+  const input = rows(
+    r,
+    inputSplits.reduce((a, b) => a + b, 0),
+    2,
+  );
   const out = await world.allToAll(input, { inputSplits, outputSplits, output });
   const expected: number[] = [];
   for (let src = 0; src < P; src++) {
@@ -89,10 +93,18 @@ await check("allReduce sum/max/mean over float32, int32, int64, float16", async 
   const f = Float32Array.from({ length: 5 }, (_, i) => r * 10 + i);
   await world.allReduce(f);
   const sumRanks = (P * (P - 1)) / 2;
-  expectEqual("float32 sum", Array.from(f), Array.from({ length: 5 }, (_, i) => 10 * sumRanks + P * i));
+  expectEqual(
+    "float32 sum",
+    Array.from(f),
+    Array.from({ length: 5 }, (_, i) => 10 * sumRanks + P * i),
+  );
   const m = Int32Array.from({ length: 7 }, (_, i) => (i === r ? 100 + r : -i));
   await world.allReduce(m, { op: "max" });
-  expectEqual("int32 max", Array.from(m), Array.from({ length: 7 }, (_, i) => (i < P ? 100 + i : -i)));
+  expectEqual(
+    "int32 max",
+    Array.from(m),
+    Array.from({ length: 7 }, (_, i) => (i < P ? 100 + i : -i)),
+  );
   const mean = new Tensor("float64", [3], Float64Array.from([r, 2 * r, 4]));
   await world.allReduce(mean, { op: "mean" });
   expectEqual("float64 mean", numbers(mean), [(P - 1) / 2, P - 1, 4]);
@@ -109,13 +121,28 @@ await check("allReduce sum/max/mean over float32, int32, int64, float16", async 
 await check("reduceScatter sum with sizes, and mean", async () => {
   const sizes = Array.from({ length: P }, (_, j) => (j % 2) + 1);
   const total = sizes.reduce((a, b) => a + b, 0);
-  const input = Tensor.from("float32", [total, 2], Array.from({ length: total * 2 }, (_, k) => k + r));
+  const input = Tensor.from(
+    "float32",
+    [total, 2],
+    Array.from({ length: total * 2 }, (_, k) => k + r),
+  );
   const out = await world.reduceScatter(input, { sizes });
   let start = 0;
   for (let j = 0; j < r; j++) start += sizes[j]!;
   const sumRanks = (P * (P - 1)) / 2;
-  expectEqual("sum", numbers(out), Array.from({ length: sizes[r]! * 2 }, (_, k) => P * (start * 2 + k) + sumRanks));
-  const meanOut = await world.reduceScatter(Tensor.from("float32", [P], Array.from({ length: P }, () => 2 * r)), { op: "mean" });
+  expectEqual(
+    "sum",
+    numbers(out),
+    Array.from({ length: sizes[r]! * 2 }, (_, k) => P * (start * 2 + k) + sumRanks),
+  );
+  const meanOut = await world.reduceScatter(
+    Tensor.from(
+      "float32",
+      [P],
+      Array.from({ length: P }, () => 2 * r),
+    ),
+    { op: "mean" },
+  );
   expectEqual("mean", numbers(meanOut), [P - 1]);
 });
 
@@ -149,7 +176,8 @@ await check("mismatched shapes reject on every rank with the same message; the g
   if (!message.includes("shapes differ")) throw new Error(`unexpected: ${message}`);
   const bytes = new TextEncoder().encode(message.padEnd(400).slice(0, 400));
   const all = await world.allGather(new Tensor("uint8", [1, 400], bytes));
-  for (let j = 0; j < P; j++) expectEqual(`rank ${j}'s message`, new TextDecoder().decode(all.data.subarray(j * 400, j * 400 + 400)), message.padEnd(400).slice(0, 400));
+  for (let j = 0; j < P; j++)
+    expectEqual(`rank ${j}'s message`, new TextDecoder().decode(all.data.subarray(j * 400, j * 400 + 400)), message.padEnd(400).slice(0, 400));
 });
 
 await check("newGroup in reverse order, collectives inside it, non-members get null", async () => {
@@ -160,7 +188,11 @@ await check("newGroup in reverse order, collectives inside it, non-members get n
   expectEqual("worldRanks", sub!.worldRanks, members);
   const t = Float32Array.from([r]);
   await sub!.allReduce(t);
-  expectEqual("sum of odd ranks", t[0], members.reduce((a, b) => a + b, 0));
+  expectEqual(
+    "sum of odd ranks",
+    t[0],
+    members.reduce((a, b) => a + b, 0),
+  );
   const gathered = await sub!.allGather(Int32Array.from([r]));
   expectEqual("order", numbers(gathered), members);
   await sub!.destroy();
@@ -181,7 +213,8 @@ await check("the event loop runs while a rank waits in MPI for a late peer", asy
 
 // mpirun forwards the ranks' output in raw chunks (one rank's line can be cut
 // by another's), so with a report folder each rank writes its own file
-const report = (name: string, line: string) => (reportDir ? appendFileSync(join(reportDir, `${name}-${r}.jsonl`), `${line}\n`) : console.log(`${name} ${line}`));
+const report = (name: string, line: string) =>
+  reportDir ? appendFileSync(join(reportDir, `${name}-${r}.jsonl`), `${line}\n`) : console.log(`${name} ${line}`);
 report("ULYSSES_CHECKS", JSON.stringify({ rank: r, size: P, reduction, passed, failed: failures.length, failures }));
 await runConformance(world, {
   onResult: (result) => report("ULYSSES_CONFORMANCE", JSON.stringify({ rank: r, size: P, result: { ...result, error: result.error?.slice(0, 1500) } })),

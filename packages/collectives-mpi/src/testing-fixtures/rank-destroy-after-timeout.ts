@@ -24,7 +24,11 @@ if (world.rank !== last) {
 } else {
   await new Promise((resolve) => setTimeout(resolve, 1500));
 }
-const destroyed = async (g: typeof world) => g.destroy().then(() => "resolved", (e: Error) => `${e.name}: ${e.message}`);
+const destroyed = async (g: typeof world) =>
+  g.destroy().then(
+    () => "resolved",
+    (e: Error) => `${e.name}: ${e.message}`,
+  );
 if (group !== world) console.log(`ULYSSES_DESTROY rank ${world.rank} sub-group: ${await destroyed(group)}`);
 console.log(`ULYSSES_DESTROY rank ${world.rank} world: ${await destroyed(world)}`);
 if (process.argv[3] === "exit") process.exit(0);

@@ -58,7 +58,14 @@ export function executePlan(plan: Plan, inputs: readonly (Tensor | null)[], outp
       });
     case "allReduce": {
       const result = allocateStorage(plan.dtype, plan.numel);
-      reduceInto(plan.dtype, plan.reduceOp, result, 0, inputs.map((t) => ({ data: t!.data, offset: 0 })), plan.numel);
+      reduceInto(
+        plan.dtype,
+        plan.reduceOp,
+        result,
+        0,
+        inputs.map((t) => ({ data: t!.data, offset: 0 })),
+        plan.numel,
+      );
       for (const t of inputs) copyElements(t!.data, 0, result, 0, plan.numel);
       return [...inputs];
     }

@@ -107,7 +107,9 @@ describe("local backend", () => {
     expect(performance.now() - start).toBeLessThan(500);
     const reasons = results.map((r) => (r as PromiseRejectedResult).reason as Error);
     for (const reason of reasons) expect(reason).toBeInstanceOf(CollectiveError);
-    expect(reasons[0]!.message).toBe("allToAll (call 1 on group of world ranks [0, 1]): rank 1: inputSplits must be an array of 2 non-negative integers (one per rank), got 2");
+    expect(reasons[0]!.message).toBe(
+      "allToAll (call 1 on group of world ranks [0, 1]): rank 1: inputSplits must be an array of 2 non-negative integers (one per rank), got 2",
+    );
     expect(reasons[1]!.message).toBe(reasons[0]!.message);
     await Promise.all(groups.map((g) => g.barrier()));
   });

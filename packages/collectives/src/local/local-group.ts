@@ -68,7 +68,10 @@ class LocalGroupState {
   }
 
   arrive(rank: number, arrival: Arrival, views: (rank: number, state: LocalGroupState) => ProcessGroup): void {
-    if (this.failure !== null) return arrival.reject(this.aborted());
+    if (this.failure !== null) {
+      arrival.reject(this.aborted());
+      return;
+    }
     const seq = arrival.header.seq;
     let rv = this.calls.get(seq);
     if (!rv) {

@@ -7,7 +7,11 @@ export default function setup({ rank, worldSize, group, ortThreads, args }: Rank
   return {
     info: () => ({ rank, worldSize, size: group.size, backend: group.backend, ortThreads }),
     async allToAll(rows: number, cols: number) {
-      const input = Tensor.from("float32", [rows, cols], Array.from({ length: rows * cols }, (_, i) => rank * 1000 + i));
+      const input = Tensor.from(
+        "float32",
+        [rows, cols],
+        Array.from({ length: rows * cols }, (_, i) => rank * 1000 + i),
+      );
       const out = await group.allToAll(input);
       return Array.from(out.data as Float32Array);
     },

@@ -35,7 +35,10 @@ async function allToAllCase(group: ProcessGroup, rowsTo: (src: number, dst: numb
     expectData(`allToAll ${dtype} rank ${r}`, out, dtype, [outRows, ...rowShape], expected);
     if (output) expectTrue(out === output, `allToAll ${dtype}: the caller's output was not returned`);
     const after = Array.from(input.data as ArrayLike<number | bigint>);
-    expectTrue(after.every((x, i) => x === before[i]), `allToAll ${dtype}: the input was modified`);
+    expectTrue(
+      after.every((x, i) => x === before[i]),
+      `allToAll ${dtype}: the input was modified`,
+    );
   }
 }
 
@@ -101,7 +104,13 @@ async function allReduceCase(group: ProcessGroup, numel: number): Promise<void> 
       const t = fill(dtype, [numel], (i) => reduceInput(r, i));
       const out = await group.allReduce(t, { op });
       expectTrue(out === t, `allReduce ${dtype}: did not resolve with the same tensor`);
-      expectData(`allReduce ${op} ${dtype} numel ${numel} rank ${r}`, t, dtype, [numel], Array.from({ length: numel }, (_, i) => reduceReference(op, P, i)));
+      expectData(
+        `allReduce ${op} ${dtype} numel ${numel} rank ${r}`,
+        t,
+        dtype,
+        [numel],
+        Array.from({ length: numel }, (_, i) => reduceReference(op, P, i)),
+      );
     }
   }
 }
@@ -113,7 +122,13 @@ async function broadcastCase(group: ProcessGroup): Promise<void> {
     for (const dtype of DATA_DTYPES) {
       const t = fill(dtype, [3, 2], (i) => value(r, i, 3));
       await group.broadcast(t, { root });
-      expectData(`broadcast ${dtype} root ${root} rank ${r}`, t, dtype, [3, 2], Array.from({ length: 6 }, (_, i) => value(root, i, 3)));
+      expectData(
+        `broadcast ${dtype} root ${root} rank ${r}`,
+        t,
+        dtype,
+        [3, 2],
+        Array.from({ length: 6 }, (_, i) => value(root, i, 3)),
+      );
     }
   }
 }

@@ -62,14 +62,18 @@ export function promptRejection(what: string, s: Settled, boundMs = BAD_CALL_BOU
   if (s.late) throw new Error(`${what}: did not reject within ${boundMs} ms`);
   if (s.error === null) throw new Error(`${what}: resolved, expected a CollectiveError`);
   const e = s.error as Error;
-  if (!(e instanceof CollectiveError)) throw new Error(`${what}: rejected with ${e?.name ?? typeof e} (${e?.message ?? String(e)}), expected a CollectiveError`);
+  if (!(e instanceof CollectiveError))
+    throw new Error(`${what}: rejected with ${e?.name ?? typeof e} (${e?.message ?? String(e)}), expected a CollectiveError`);
   return e.message;
 }
 
 async function groupStillWorks(group: ProcessGroup, what: string): Promise<void> {
   const t = Int32Array.from([1]);
   const s = await settleWithin(() => group.allReduce(t), BAD_CALL_BOUND_MS);
-  if (s.late || s.error !== null) throw new Error(`${what}: the allReduce after the bad call ${s.late ? `did not complete within ${BAD_CALL_BOUND_MS} ms` : `failed: ${(s.error as Error)?.message}`}`);
+  if (s.late || s.error !== null)
+    throw new Error(
+      `${what}: the allReduce after the bad call ${s.late ? `did not complete within ${BAD_CALL_BOUND_MS} ms` : `failed: ${(s.error as Error)?.message}`}`,
+    );
   expectTrue(t[0] === group.size, `${what}: allReduce after the bad call gave ${t[0]}, expected ${group.size}`);
 }
 
@@ -162,19 +166,40 @@ const twos = (P: number) => new Array<number>(P).fill(2);
 const COMMON: BadCall[] = DATA_OPS.flatMap((op): BadCall[] => [
   { name: `errors/${op}/not-a-tensor`, bad: oneRank(op, () => ({ shape: [2] })), mentions: () => [op, "rank 1", "Tensor"] },
   { name: `errors/${op}/unsupported-typed-array`, bad: oneRank(op, () => new Int16Array(6)), mentions: () => ["rank 1", "Int16Array"] },
-  { name: `errors/${op}/dtype-differs`, bad: (g) => callOp(g, op, goodInput(op, g.size, g.rank === BAD ? "float64" : "float32")), mentions: () => ["float32", "float64"] },
-  { name: `errors/${op}/shape-differs`, bad: (g) => callOp(g, op, goodInput(op, g.size, "float32", g.rank === BAD ? 4 : 3)), mentions: (P) => ["rank 1", `[${goodShape(op, P, 4).join(", ")}]`] },
+  {
+    name: `errors/${op}/dtype-differs`,
+    bad: (g) => callOp(g, op, goodInput(op, g.size, g.rank === BAD ? "float64" : "float32")),
+    mentions: () => ["float32", "float64"],
+  },
+  {
+    name: `errors/${op}/shape-differs`,
+    bad: (g) => callOp(g, op, goodInput(op, g.size, "float32", g.rank === BAD ? 4 : 3)),
+    mentions: (P) => ["rank 1", `[${goodShape(op, P, 4).join(", ")}]`],
+  },
   { name: `errors/${op}/options-not-an-object`, bad: oneRankOptions(op, () => 5), mentions: () => ["rank 1", "options"] },
 ]);
 
 /** Splits on rank BAD for the row-split ops (allToAll inputSplits, allGather and reduceScatter sizes). */
 function splitCases(op: "allToAll" | "allGather" | "reduceScatter", key: string): BadCall[] {
-  const bad = (splits: (P: number) => unknown) => oneRankOptions(op, (P) => ({ [key]: splits(P) }), (P) => ({ [key]: twos(P) }));
+  const bad = (splits: (P: number) => unknown) =>
+    oneRankOptions(
+      op,
+      (P) => ({ [key]: splits(P) }),
+      (P) => ({ [key]: twos(P) }),
+    );
   return [
     { name: `errors/${op}/${key}-not-an-array`, bad: bad(() => 4), mentions: () => ["rank 1", key, "array"] },
     { name: `errors/${op}/${key}-wrong-length`, bad: bad((P) => new Array<number>(P + 1).fill(1)), mentions: (P) => ["rank 1", key, `${P + 1}`] },
-    { name: `errors/${op}/${key}-negative`, bad: bad((P) => [-1, ...new Array<number>(P - 2).fill(2), op === "allGather" ? 2 : 5]), mentions: () => ["rank 1", key, "-1"] },
-    { name: `errors/${op}/${key}-fractional`, bad: bad((P) => [1.5, ...new Array<number>(P - 2).fill(2), op === "allGather" ? 2 : 2.5]), mentions: () => ["rank 1", key, "1.5"] },
+    {
+      name: `errors/${op}/${key}-negative`,
+      bad: bad((P) => [-1, ...new Array<number>(P - 2).fill(2), op === "allGather" ? 2 : 5]),
+      mentions: () => ["rank 1", key, "-1"],
+    },
+    {
+      name: `errors/${op}/${key}-fractional`,
+      bad: bad((P) => [1.5, ...new Array<number>(P - 2).fill(2), op === "allGather" ? 2 : 2.5]),
+      mentions: () => ["rank 1", key, "1.5"],
+    },
     { name: `errors/${op}/${key}-not-numbers`, bad: bad((P) => new Array<unknown>(P).fill("2")), mentions: () => ["rank 1", key] },
   ];
 }
@@ -191,7 +216,11 @@ const SPECIFIC: BadCall[] = [
   },
   {
     name: "errors/allToAll/outputSplits-wrong-sum-for-output",
-    bad: (g) => g.allToAll(goodInput("allToAll", g.size), { outputSplits: twos(g.size), output: new Tensor("float32", [g.rank === BAD ? 2 * g.size + 1 : 2 * g.size, 3]) }),
+    bad: (g) =>
+      g.allToAll(goodInput("allToAll", g.size), {
+        outputSplits: twos(g.size),
+        output: new Tensor("float32", [g.rank === BAD ? 2 * g.size + 1 : 2 * g.size, 3]),
+      }),
     mentions: (P) => ["rank 1", `${2 * P}`, `${2 * P + 1}`],
   },
   {
@@ -213,7 +242,11 @@ const SPECIFIC: BadCall[] = [
   { name: "errors/allToAll/scalar-input", bad: oneRank("allToAll", () => new Tensor("float32", [])), mentions: () => ["rank 1", "axis"] },
   {
     name: "errors/allGather/sizes-do-not-match-the-rows",
-    bad: oneRankOptions("allGather", (P) => ({ sizes: [3, ...new Array<number>(P - 1).fill(2)] }), (P) => ({ sizes: twos(P) })),
+    bad: oneRankOptions(
+      "allGather",
+      (P) => ({ sizes: [3, ...new Array<number>(P - 1).fill(2)] }),
+      (P) => ({ sizes: twos(P) }),
+    ),
     mentions: () => ["rank 1", "sizes"],
   },
   {
@@ -231,22 +264,62 @@ const SPECIFIC: BadCall[] = [
     bad: (g) => g.reduceScatter(goodInput("reduceScatter", g.size), { sizes: g.rank === BAD ? [1, 3, ...new Array<number>(g.size - 2).fill(2)] : undefined }),
     mentions: () => ["sizes", "rank 1"],
   },
-  { name: "errors/reduceScatter/rows-not-divisible-without-sizes", bad: (g) => g.reduceScatter(new Tensor("float32", [2 * g.size + 1, 3])), mentions: (P) => [`${2 * P + 1}`, "sizes"] },
+  {
+    name: "errors/reduceScatter/rows-not-divisible-without-sizes",
+    bad: (g) => g.reduceScatter(new Tensor("float32", [2 * g.size + 1, 3])),
+    mentions: (P) => [`${2 * P + 1}`, "sizes"],
+  },
   { name: "errors/reduceScatter/unknown-op", bad: oneRankOptions("reduceScatter", () => ({ op: "prod" })), mentions: () => ["rank 1", "prod"] },
   { name: "errors/reduceScatter/op-differs", bad: oneRankOptions("reduceScatter", () => ({ op: "max" })), mentions: () => ["sum", "max"] },
   { name: "errors/allReduce/unknown-op", bad: oneRankOptions("allReduce", () => ({ op: "min" })), mentions: () => ["rank 1", "min"] },
   { name: "errors/allReduce/op-not-a-string", bad: oneRankOptions("allReduce", () => ({ op: 1 })), mentions: () => ["rank 1", "reduce op"] },
   { name: "errors/allReduce/op-differs", bad: oneRankOptions("allReduce", () => ({ op: "mean" })), mentions: () => ["sum", "mean"] },
   { name: "errors/allReduce/mean-of-integers", bad: (g) => g.allReduce(new Int32Array(4), { op: "mean" }), mentions: () => ["mean", "int32"] },
-  { name: "errors/broadcast/root-out-of-range", bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? g.size : 0 }), mentions: (P) => ["rank 1", `root ${P}`] },
-  { name: "errors/broadcast/root-negative", bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? -1 : 0 }), mentions: () => ["rank 1", "root -1"] },
-  { name: "errors/broadcast/root-fractional", bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? 0.5 : 0 }), mentions: () => ["rank 1", "root 0.5"] },
-  { name: "errors/broadcast/root-NaN", bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? Number.NaN : 0 }), mentions: () => ["rank 1", "root NaN"] },
-  { name: "errors/broadcast/root-not-a-number", bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: (g.rank === BAD ? "0" : 0) as number }), mentions: () => ["rank 1", "root"] },
-  { name: "errors/broadcast/root-missing", bad: (g) => g.broadcast(goodInput("broadcast", g.size), (g.rank === BAD ? {} : { root: 0 }) as { root: number }), mentions: () => ["rank 1", "root"] },
-  { name: "errors/broadcast/root-differs", bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? 1 : 0 }), mentions: () => ["root", "rank 1"] },
-  { name: "errors/barrier/operation-differs", bad: (g) => (g.rank === BAD ? g.barrier() : g.broadcast(goodInput("broadcast", g.size), { root: 0 })), mentions: () => ["barrier", "broadcast"] },
-  { name: "errors/newGroup/ranks-not-an-array", bad: (g) => g.newGroup((g.rank === BAD ? "0,1" : [0, 1]) as unknown as number[]), mentions: () => ["rank 1", "ranks"] },
+  {
+    name: "errors/broadcast/root-out-of-range",
+    bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? g.size : 0 }),
+    mentions: (P) => ["rank 1", `root ${P}`],
+  },
+  {
+    name: "errors/broadcast/root-negative",
+    bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? -1 : 0 }),
+    mentions: () => ["rank 1", "root -1"],
+  },
+  {
+    name: "errors/broadcast/root-fractional",
+    bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? 0.5 : 0 }),
+    mentions: () => ["rank 1", "root 0.5"],
+  },
+  {
+    name: "errors/broadcast/root-NaN",
+    bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? Number.NaN : 0 }),
+    mentions: () => ["rank 1", "root NaN"],
+  },
+  {
+    name: "errors/broadcast/root-not-a-number",
+    bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: (g.rank === BAD ? "0" : 0) as number }),
+    mentions: () => ["rank 1", "root"],
+  },
+  {
+    name: "errors/broadcast/root-missing",
+    bad: (g) => g.broadcast(goodInput("broadcast", g.size), (g.rank === BAD ? {} : { root: 0 }) as { root: number }),
+    mentions: () => ["rank 1", "root"],
+  },
+  {
+    name: "errors/broadcast/root-differs",
+    bad: (g) => g.broadcast(goodInput("broadcast", g.size), { root: g.rank === BAD ? 1 : 0 }),
+    mentions: () => ["root", "rank 1"],
+  },
+  {
+    name: "errors/barrier/operation-differs",
+    bad: (g) => (g.rank === BAD ? g.barrier() : g.broadcast(goodInput("broadcast", g.size), { root: 0 })),
+    mentions: () => ["barrier", "broadcast"],
+  },
+  {
+    name: "errors/newGroup/ranks-not-an-array",
+    bad: (g) => g.newGroup((g.rank === BAD ? "0,1" : [0, 1]) as unknown as number[]),
+    mentions: () => ["rank 1", "ranks"],
+  },
   { name: "errors/newGroup/ranks-duplicated", bad: (g) => g.newGroup(g.rank === BAD ? [0, 0] : [0, 1]), mentions: () => ["rank 1", "[0, 0]"] },
   { name: "errors/newGroup/ranks-out-of-range", bad: (g) => g.newGroup(g.rank === BAD ? [0, g.size] : [0, 1]), mentions: (P) => ["rank 1", `[0, ${P}]`] },
   { name: "errors/newGroup/ranks-fractional", bad: (g) => g.newGroup(g.rank === BAD ? [0, 0.5] : [0, 1]), mentions: () => ["rank 1", "0.5"] },
@@ -263,7 +336,11 @@ async function textsOf(group: ProcessGroup, text: string): Promise<string[]> {
   const sizes = Array.from((await group.allGather(Int32Array.from([bytes.length]))).data as Int32Array);
   const all = (await group.allGather(bytes, { sizes })).data as Uint8Array;
   let at = 0;
-  return sizes.map((n) => new TextDecoder().decode(all.subarray(at, (at += n))));
+  return sizes.map((n) => {
+    const text = new TextDecoder().decode(all.subarray(at, at + n));
+    at += n;
+    return text;
+  });
 }
 
 /** Rank 0 sends to rank 1 with the given arguments; both must reject promptly with one message. */
@@ -278,7 +355,10 @@ function p2pCheck(name: string, send: () => [unknown, unknown], recv: () => [unk
         async () => {
           if (group.rank >= 2) return "";
           const [buffer, tag] = group.rank === 0 ? send() : recv();
-          const s = await settleWithin(() => (group.rank === 0 ? group.send(buffer as Tensor, 1, tag as number) : group.recv(buffer as Tensor, 0, tag as number)), BAD_CALL_BOUND_MS);
+          const s = await settleWithin(
+            () => (group.rank === 0 ? group.send(buffer as Tensor, 1, tag as number) : group.recv(buffer as Tensor, 0, tag as number)),
+            BAD_CALL_BOUND_MS,
+          );
           const message = promptRejection(`rank ${group.rank}: ${name} (${group.rank === 0 ? "send" : "recv"})`, s);
           for (const word of mentions) expectTrue(message.includes(word), `${name}: the message should mention "${word}": ${message}`);
           return message;
@@ -291,13 +371,48 @@ function p2pCheck(name: string, send: () => [unknown, unknown], recv: () => [unk
 }
 
 const P2P_CHECKS: ConformanceCheck[] = [
-  p2pCheck("errors/p2p/send-tag-fractional", () => [new Float32Array(4), 1.5], () => [new Float32Array(4), 0], ["rank 0", "1.5"]),
-  p2pCheck("errors/p2p/recv-tag-not-a-number", () => [new Float32Array(4), 0], () => [new Float32Array(4), "0"], ["rank 1", "tag"]),
-  p2pCheck("errors/p2p/send-not-a-tensor", () => [[1, 2, 3, 4], 0], () => [new Float32Array(4), 0], ["rank 0", "Tensor"]),
-  p2pCheck("errors/p2p/recv-not-a-tensor", () => [new Float32Array(4), 0], () => [null, 0], ["rank 1", "Tensor"]),
-  p2pCheck("errors/p2p/size-differs", () => [new Float32Array(4), 0], () => [new Float32Array(5), 0], ["[4]", "[5]"]),
-  p2pCheck("errors/p2p/dtype-differs", () => [new Float32Array(4), 0], () => [new Int32Array(4), 0], ["float32", "int32"]),
-  p2pCheck("errors/p2p/tag-differs", () => [new Float32Array(4), 3], () => [new Float32Array(4), 4], ["3", "4"]),
+  p2pCheck(
+    "errors/p2p/send-tag-fractional",
+    () => [new Float32Array(4), 1.5],
+    () => [new Float32Array(4), 0],
+    ["rank 0", "1.5"],
+  ),
+  p2pCheck(
+    "errors/p2p/recv-tag-not-a-number",
+    () => [new Float32Array(4), 0],
+    () => [new Float32Array(4), "0"],
+    ["rank 1", "tag"],
+  ),
+  p2pCheck(
+    "errors/p2p/send-not-a-tensor",
+    () => [[1, 2, 3, 4], 0],
+    () => [new Float32Array(4), 0],
+    ["rank 0", "Tensor"],
+  ),
+  p2pCheck(
+    "errors/p2p/recv-not-a-tensor",
+    () => [new Float32Array(4), 0],
+    () => [null, 0],
+    ["rank 1", "Tensor"],
+  ),
+  p2pCheck(
+    "errors/p2p/size-differs",
+    () => [new Float32Array(4), 0],
+    () => [new Float32Array(5), 0],
+    ["[4]", "[5]"],
+  ),
+  p2pCheck(
+    "errors/p2p/dtype-differs",
+    () => [new Float32Array(4), 0],
+    () => [new Int32Array(4), 0],
+    ["float32", "int32"],
+  ),
+  p2pCheck(
+    "errors/p2p/tag-differs",
+    () => [new Float32Array(4), 3],
+    () => [new Float32Array(4), 4],
+    ["3", "4"],
+  ),
   {
     name: "errors/p2p/peer-not-in-group",
     minSize: 2,
@@ -311,7 +426,7 @@ const P2P_CHECKS: ConformanceCheck[] = [
         ["send to peer 0.5", () => group.send(new Float32Array(2), 0.5)],
         [`recv from peer ${P}`, () => group.recv(new Float32Array(2), P)],
         ["recv from itself", () => group.recv(new Float32Array(2), group.rank)],
-        ["recv from peer \"1\"", () => group.recv(new Float32Array(2), "1" as unknown as number)],
+        ['recv from peer "1"', () => group.recv(new Float32Array(2), "1" as unknown as number)],
       ];
       for (const [what, fn] of cases) {
         const message = promptRejection(`rank ${group.rank}: ${what}`, await settleWithin(fn, BAD_CALL_BOUND_MS));

@@ -26,7 +26,13 @@ async function sendRecvRing(group: ProcessGroup): Promise<void> {
     await group.recv(got, prev, 7);
     await group.send(out, next, 7);
   }
-  expectData(`recv on rank ${r}`, got, "float64", [5], Array.from({ length: 5 }, (_, i) => value(prev, i, 4)));
+  expectData(
+    `recv on rank ${r}`,
+    got,
+    "float64",
+    [5],
+    Array.from({ length: 5 }, (_, i) => value(prev, i, 4)),
+  );
 }
 
 async function sendRecvMismatch(group: ProcessGroup): Promise<void> {
@@ -52,7 +58,10 @@ async function newGroups(group: ProcessGroup): Promise<void> {
   const members = r % 2 === 0 ? evens : odds;
   expectTrue(mine !== null && mine.size === members.length && mine.rank === members.indexOf(r), `rank ${r}: wrong sub-group rank/size`);
   const worldRanks = members.map((m) => group.worldRanks[m]!);
-  expectTrue(mine!.worldRanks.join(",") === worldRanks.join(","), `rank ${r}: sub-group worldRanks [${mine!.worldRanks.join(", ")}], expected [${worldRanks.join(", ")}]`);
+  expectTrue(
+    mine!.worldRanks.join(",") === worldRanks.join(","),
+    `rank ${r}: sub-group worldRanks [${mine!.worldRanks.join(", ")}], expected [${worldRanks.join(", ")}]`,
+  );
   const t = Int32Array.from([r, 1]);
   await mine!.allReduce(t);
   expectTrue(t[0] === sum(members) && t[1] === members.length, `rank ${r}: sub-group allReduce gave [${Array.from(t).join(", ")}]`);
@@ -71,12 +80,18 @@ async function splitWorldCheck(group: ProcessGroup): Promise<void> {
     const { sp: spGroup, dp: dpGroup } = await splitWorld(group, { sp, dp });
     const d = Math.floor(r / sp);
     const s = r % sp;
-    expectTrue(spGroup.size === sp && spGroup.rank === s && dpGroup.size === dp && dpGroup.rank === d, `splitWorld sp=${sp} dp=${dp}: rank ${r} got sp rank ${spGroup.rank}/${spGroup.size}, dp rank ${dpGroup.rank}/${dpGroup.size}`);
+    expectTrue(
+      spGroup.size === sp && spGroup.rank === s && dpGroup.size === dp && dpGroup.rank === d,
+      `splitWorld sp=${sp} dp=${dp}: rank ${r} got sp rank ${spGroup.rank}/${spGroup.size}, dp rank ${dpGroup.rank}/${dpGroup.size}`,
+    );
     const a = Float64Array.from([r]);
     await spGroup.allReduce(a);
     const b = Float64Array.from([r]);
     await dpGroup.allReduce(b);
-    expectTrue(a[0] === sum(ranksOf(sp).map((x) => d * sp + x)) && b[0] === sum(ranksOf(dp).map((x) => x * sp + s)), `splitWorld sp=${sp} dp=${dp}: sums ${a[0]}, ${b[0]} on rank ${r}`);
+    expectTrue(
+      a[0] === sum(ranksOf(sp).map((x) => d * sp + x)) && b[0] === sum(ranksOf(dp).map((x) => x * sp + s)),
+      `splitWorld sp=${sp} dp=${dp}: sums ${a[0]}, ${b[0]} on rank ${r}`,
+    );
   }
   let message = "";
   try {
@@ -84,7 +99,10 @@ async function splitWorldCheck(group: ProcessGroup): Promise<void> {
   } catch (e) {
     message = e instanceof CollectiveError ? e.message : `not a CollectiveError: ${String(e)}`;
   }
-  expectTrue(message.includes(`sp (${P + 1})`) && message.includes("dp (2)") && message.includes(`(${P})`), `splitWorld error should name sp, dp and the world size: "${message}"`);
+  expectTrue(
+    message.includes(`sp (${P + 1})`) && message.includes("dp (2)") && message.includes(`(${P})`),
+    `splitWorld error should name sp, dp and the world size: "${message}"`,
+  );
 }
 
 async function accounting(group: ProcessGroup): Promise<void> {
@@ -117,7 +135,10 @@ async function accounting(group: ProcessGroup): Promise<void> {
   const s = group.stats();
   const expect = (op: keyof typeof s.byOp, calls: number, sent: number, received: number, elements: number) => {
     const got = s.byOp[op];
-    expectTrue(got.calls === calls && got.bytesSent === sent && got.bytesReceived === received && got.elements === elements, `rank ${r} ${op} stats ${JSON.stringify(got)}, expected calls ${calls} sent ${sent} received ${received} elements ${elements}`);
+    expectTrue(
+      got.calls === calls && got.bytesSent === sent && got.bytesReceived === received && got.elements === elements,
+      `rank ${r} ${op} stats ${JSON.stringify(got)}, expected calls ${calls} sent ${sent} received ${received} elements ${elements}`,
+    );
     expectTrue(got.timeMs >= 0, `${op} timeMs ${got.timeMs}`);
   };
   expect("allToAll", 1, a2aSent, a2aRecv, inRows * 2);
@@ -133,7 +154,10 @@ async function accounting(group: ProcessGroup): Promise<void> {
     if (r === 0) await group.send(new Float32Array(3), 1);
     else await group.recv(new Float32Array(3), 0);
     const p2p = group.stats().byOp;
-    expectTrue(r === 0 ? p2p.send.bytesSent === 12 && p2p.send.calls === 1 : p2p.recv.bytesReceived === 12 && p2p.recv.calls === 1, `rank ${r} send/recv stats ${JSON.stringify(p2p)}`);
+    expectTrue(
+      r === 0 ? p2p.send.bytesSent === 12 && p2p.send.calls === 1 : p2p.recv.bytesReceived === 12 && p2p.recv.calls === 1,
+      `rank ${r} send/recv stats ${JSON.stringify(p2p)}`,
+    );
   }
   group.resetStats();
   expectTrue(group.stats().total.calls === 0, "resetStats did not clear the counters");
@@ -169,10 +193,34 @@ export const GROUP_CHECKS: readonly ConformanceCheck[] = [
   { name: "subGroups/newGroup", run: newGroups },
   { name: "subGroups/splitWorld", run: splitWorldCheck },
   { name: "accounting/exact", run: accounting },
-  errorCase("errors/dtype-mismatch", (g) => g.allReduce(g.rank === 1 ? new Float64Array(4) : new Float32Array(4)), () => ["rank 0 float32", "rank 1 float64"]),
-  errorCase("errors/shape-mismatch", (g) => g.allGather(new Tensor("float32", [2, g.rank === 1 ? 3 : 4])), () => ["[2, 4]", "[2, 3]"]),
-  errorCase("errors/split-sum", (g) => g.allToAll(new Tensor("float32", [g.size, 2]), { inputSplits: ranksOf(g.size).map((d) => (g.rank === 1 && d === 0 ? 2 : 1)) }), (P) => ["rank 1", `sum to ${P + 1}`, `${P} rows`]),
-  errorCase("errors/split-pairing", (g) => g.allToAll(new Tensor("float32", [g.size]), { outputSplits: ranksOf(g.size).map((s) => (g.rank === 0 && s === 1 ? 2 : 1)) }), () => ["rank 0 expects 2 rows from rank 1", "rank 1 sends 1"]),
-  errorCase("errors/operation-mismatch", (g) => (g.rank === 0 ? g.barrier() : g.allReduce(new Float32Array(1))), () => ["barrier", "allReduce"]),
-  errorCase("errors/caller-output-shape", (g) => g.allGather(new Float32Array(2), { output: new Tensor("float32", [g.rank === 0 ? 5 : 2 * g.size]) }), (P) => ["rank 0", "[5]", `[${2 * P}]`]),
+  errorCase(
+    "errors/dtype-mismatch",
+    (g) => g.allReduce(g.rank === 1 ? new Float64Array(4) : new Float32Array(4)),
+    () => ["rank 0 float32", "rank 1 float64"],
+  ),
+  errorCase(
+    "errors/shape-mismatch",
+    (g) => g.allGather(new Tensor("float32", [2, g.rank === 1 ? 3 : 4])),
+    () => ["[2, 4]", "[2, 3]"],
+  ),
+  errorCase(
+    "errors/split-sum",
+    (g) => g.allToAll(new Tensor("float32", [g.size, 2]), { inputSplits: ranksOf(g.size).map((d) => (g.rank === 1 && d === 0 ? 2 : 1)) }),
+    (P) => ["rank 1", `sum to ${P + 1}`, `${P} rows`],
+  ),
+  errorCase(
+    "errors/split-pairing",
+    (g) => g.allToAll(new Tensor("float32", [g.size]), { outputSplits: ranksOf(g.size).map((s) => (g.rank === 0 && s === 1 ? 2 : 1)) }),
+    () => ["rank 0 expects 2 rows from rank 1", "rank 1 sends 1"],
+  ),
+  errorCase(
+    "errors/operation-mismatch",
+    (g) => (g.rank === 0 ? g.barrier() : g.allReduce(new Float32Array(1))),
+    () => ["barrier", "allReduce"],
+  ),
+  errorCase(
+    "errors/caller-output-shape",
+    (g) => g.allGather(new Float32Array(2), { output: new Tensor("float32", [g.rank === 0 ? 5 : 2 * g.size]) }),
+    (P) => ["rank 0", "[5]", `[${2 * P}]`],
+  ),
 ];

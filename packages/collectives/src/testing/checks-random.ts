@@ -6,7 +6,7 @@
  * element for element. Values are small integers, so any summation order
  * gives the same result.
  */
-import { Rng, Tensor, type DType } from "@ulysses/tensors";
+import { Rng, type Tensor, type DType } from "@ulysses/tensors";
 import { createLocalGroups } from "../local/local-group.js";
 import type { ProcessGroup, ReduceOp } from "../types.js";
 import type { ConformanceCheck } from "./check.js";
@@ -44,7 +44,7 @@ function makeCase(seed: number, P: number): Case {
   const root = rand(P);
   // mean over P must be exact: inputs are multiples of P in that case
   const scale = reduceOp === "mean" && reducing ? P : 1;
-  const valueOf = (r: number, i: number) => ((((seed + 1) * 31 + r * 17 + i * 13) % 21) - 10) * scale;
+  const valueAt = (r: number, i: number) => ((((seed + 1) * 31 + r * 17 + i * 13) % 21) - 10) * scale;
   const shapeOf = (r: number): number[] => {
     switch (op) {
       case "allToAll":
@@ -57,7 +57,7 @@ function makeCase(seed: number, P: number): Case {
         return [numel];
     }
   };
-  return { op, dtype, reduceOp, rowShape, splits, numel, root, input: (r) => fill(dtype, shapeOf(r), (i) => valueOf(r, i)) };
+  return { op, dtype, reduceOp, rowShape, splits, numel, root, input: (r) => fill(dtype, shapeOf(r), (i) => valueAt(r, i)) };
 }
 
 function call(g: ProcessGroup, c: Case, input: Tensor): Promise<Tensor> {
@@ -84,7 +84,8 @@ async function randomAgainstLocal(group: ProcessGroup): Promise<void> {
     const reference = createLocalGroups(P);
     const expected = (await Promise.all(reference.map((g, r) => call(g, c, c.input(r)))))[group.rank]!;
     const describe = `case ${seed}: ${c.op} ${c.dtype} ${c.reduceOp} rows [${c.rowShape.join(", ")}] splits ${JSON.stringify(c.op === "allToAll" ? c.splits : c.splits[0])} on rank ${group.rank}`;
-    if (got.shape.join(",") !== expected.shape.join(",")) throw new Error(`${describe}: shape [${got.shape.join(", ")}], reference [${expected.shape.join(", ")}]`);
+    if (got.shape.join(",") !== expected.shape.join(","))
+      throw new Error(`${describe}: shape [${got.shape.join(", ")}], reference [${expected.shape.join(", ")}]`);
     const a = got.data as ArrayLike<number | bigint>;
     const b = expected.data as ArrayLike<number | bigint>;
     for (let i = 0; i < b.length; i++) if (a[i] !== b[i]) throw new Error(`${describe}: element ${i} is ${String(a[i])}, reference ${String(b[i])}`);

@@ -90,7 +90,14 @@ export async function expectSameOnAllRanks(group: ProcessGroup, what: string, te
   const lengths = await group.allGather(Int32Array.from([bytes.length]));
   const sizes = Array.from(lengths.data as Int32Array);
   const all = await group.allGather(bytes, { sizes });
-  const decoded = sizes.map((n, j) => new TextDecoder().decode((all.data as Uint8Array).subarray(sizes.slice(0, j).reduce((a, b) => a + b, 0), sizes.slice(0, j).reduce((a, b) => a + b, 0) + n)));
+  const decoded = sizes.map((n, j) =>
+    new TextDecoder().decode(
+      (all.data as Uint8Array).subarray(
+        sizes.slice(0, j).reduce((a, b) => a + b, 0),
+        sizes.slice(0, j).reduce((a, b) => a + b, 0) + n,
+      ),
+    ),
+  );
   const other = decoded.findIndex((t) => t !== text);
   if (other >= 0) throw new Error(`${what}: rank ${group.rank} got "${text}" but rank ${other} got "${decoded[other]}"`);
 }

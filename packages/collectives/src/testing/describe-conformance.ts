@@ -27,7 +27,11 @@ function failureText(perRank: readonly (CheckResult | undefined)[]): string | nu
   return failed.length ? failed.join("\n") : null;
 }
 
-export function describeConformance(name: string, makeWorld: (size: number) => ConformanceWorld | Promise<ConformanceWorld>, options: DescribeConformanceOptions = {}): void {
+export function describeConformance(
+  name: string,
+  makeWorld: (size: number) => ConformanceWorld | Promise<ConformanceWorld>,
+  options: DescribeConformanceOptions = {},
+): void {
   const checks = selectChecks(options.only);
   describe(name, () => {
     for (const size of options.sizes ?? [1, 2, 4]) {
@@ -48,7 +52,12 @@ export function describeConformance(name: string, makeWorld: (size: number) => C
             let perRank: (CheckResult | undefined)[];
             if (Array.isArray(world)) {
               const settled = await Promise.allSettled(world.map((g) => check.run(g)));
-              perRank = settled.map((s) => ({ name: check.name, status: s.status === "fulfilled" ? "passed" : "failed", error: s.status === "rejected" ? String((s.reason as Error)?.message ?? s.reason) : undefined, ms: 0 }));
+              perRank = settled.map((s) => ({
+                name: check.name,
+                status: s.status === "fulfilled" ? "passed" : "failed",
+                error: s.status === "rejected" ? String((s.reason as Error)?.message ?? s.reason) : undefined,
+                ms: 0,
+              }));
             } else {
               perRank = (await remote!).map((results) => results[index]);
             }

@@ -6,9 +6,9 @@
  * that a consumer compiling with `"types": ["node"]` and no DOM lib lacks, and
  * `Remote` reaches the public `LaunchedWorld.rank()`.
  */
-// @ts-ignore: the ESM build ships no declaration of its own (typed below)
+// @ts-expect-error: the ESM build ships no declaration of its own (typed below)
 import * as esm from "comlink/dist/esm/comlink.mjs";
-// @ts-ignore: as above
+// @ts-expect-error: as above
 import adapter from "comlink/dist/esm/node-adapter.mjs";
 
 /** A rank's Api seen from another thread: every method returns a Promise of its result. */

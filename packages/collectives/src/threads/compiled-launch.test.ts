@@ -49,7 +49,16 @@ async function install(pkg: string): Promise<void> {
   fs.copyFileSync(path.join(pkg, "package.json"), path.join(target, "package.json"));
   const config = path.join(root, `tsconfig.${path.basename(pkg)}.json`);
   const typeRoots = [path.dirname(path.dirname(require.resolve("@types/node/package.json")))]; // "types": ["node"], from a config outside the workspace
-  const compilerOptions = { rootDir: path.join(pkg, "src"), outDir: path.join(target, "dist"), noEmit: false, declaration: false, declarationMap: false, sourceMap: false, incremental: false, typeRoots };
+  const compilerOptions = {
+    rootDir: path.join(pkg, "src"),
+    outDir: path.join(target, "dist"),
+    noEmit: false,
+    declaration: false,
+    declarationMap: false,
+    sourceMap: false,
+    incremental: false,
+    typeRoots,
+  };
   const exclude = [path.join(pkg, "src/**/*.test.ts"), path.join(pkg, "src/testing-fixtures/**")];
   fs.writeFileSync(config, JSON.stringify({ extends: path.join(pkg, "tsconfig.json"), compilerOptions, include: [path.join(pkg, "src")], exclude }));
   await run(process.execPath, [require.resolve("typescript/bin/tsc"), "-p", config], { env });
@@ -97,7 +106,9 @@ describe("launch from the compiled package (plain node, no tsx)", () => {
   it("a plain .mjs entry shares the worker's module instance: its backend, the 2-rank world, CollectiveError", async () => {
     const out = await launchFromCompiled(path.join(app, "rank.mjs"), false, ["info", "mismatch", "unknownBackend", "sum"]);
     expect(out.error).toBeUndefined();
-    expect(out.info).toEqual([0, 1].map((rank) => ({ rank, worldSize: 2, groupRank: rank, groupSize: 2, threadsSize: 2, wrapped: 1, backends: ["threads", "wrapped"] })));
+    expect(out.info).toEqual(
+      [0, 1].map((rank) => ({ rank, worldSize: 2, groupRank: rank, groupSize: 2, threadsSize: 2, wrapped: 1, backends: ["threads", "wrapped"] })),
+    );
     const mismatch = out.mismatch as ErrorReport[];
     for (const report of mismatch) expect(report).toMatchObject({ collective: true, name: "CollectiveError" });
     expect(mismatch[0]!.message).toBe(mismatch[1]!.message);
@@ -120,7 +131,9 @@ describe("launch from the compiled package (plain node, no tsx)", () => {
   it("typescript: true without tsx reachable from the entry or the cwd names the option and the package", async () => {
     const out = await launchFromCompiled(path.join(app, "rank-typed.ts"), true, ["info"]);
     expect(out.error?.collective).toBe(true);
-    expect(out.error?.message).toMatch(/typescript: true registers tsx in every rank, but the package 'tsx' cannot be resolved from .*; install it \(npm i -D tsx\)/);
+    expect(out.error?.message).toMatch(
+      /typescript: true registers tsx in every rank, but the package 'tsx' cannot be resolved from .*; install it \(npm i -D tsx\)/,
+    );
   }, 40_000);
 
   it("@ulysses/collectives/testing imports without vitest; only /testing/vitest needs it", async () => {
@@ -130,7 +143,12 @@ describe("launch from the compiled package (plain node, no tsx)", () => {
       try { await import("@ulysses/collectives/testing/vitest"); vitest = "loaded"; } catch (e) { vitest = e.message; }
       console.log("RESULT " + JSON.stringify({ runConformance: typeof testing.runConformance, describeConformance: "describeConformance" in testing, vitest }));`;
     const { stdout } = await run(process.execPath, ["--input-type=module", "-e", probe], { cwd: app, env, timeout: 30_000 });
-    const out = JSON.parse(stdout.split("\n").find((l) => l.startsWith("RESULT "))!.slice(7)) as { runConformance: string; describeConformance: boolean; vitest: string };
+    const out = JSON.parse(
+      stdout
+        .split("\n")
+        .find((l) => l.startsWith("RESULT "))!
+        .slice(7),
+    ) as { runConformance: string; describeConformance: boolean; vitest: string };
     expect(out).toMatchObject({ runConformance: "function", describeConformance: false });
     expect(out.vitest).toMatch(/Cannot find package 'vitest'/);
   }, 40_000);

@@ -48,10 +48,22 @@ describe("threads backend failures", () => {
   it("during, P=4: after a good allReduce, a rank failing while the others wait in a barrier rejects them all; launch's call names it", async () => {
     const world = await start(4);
     expect(await world.all("allReduce", [1, 2])).toEqual(Array(4).fill([4, 8]));
-    const pending = [0, 2, 3].map((r) => world.rank(r).barrier().then(() => "resolved", (e: Error) => e.message));
+    const pending = [0, 2, 3].map((r) =>
+      world
+        .rank(r)
+        .barrier()
+        .then(
+          () => "resolved",
+          (e: Error) => e.message,
+        ),
+    );
     await expect(world.rank(1).fail("mid-collective")).rejects.toThrow("mid-collective");
-    for (const message of await Promise.all(pending)) expect(message).toMatch(/barrier \(call 2 .*aborted because rank 1 failed in fail: Error: mid-collective/);
-    const all = world.all("barrier").then(() => null, (e: unknown) => e);
+    for (const message of await Promise.all(pending))
+      expect(message).toMatch(/barrier \(call 2 .*aborted because rank 1 failed in fail: Error: mid-collective/);
+    const all = world.all("barrier").then(
+      () => null,
+      (e: unknown) => e,
+    );
     const error = (await all) as CollectiveError;
     expect(error).toBeInstanceOf(CollectiveError);
     expect(error.message).toContain("rank 1 failed in fail");
@@ -60,7 +72,13 @@ describe("threads backend failures", () => {
   it("during and after: a rank that exits mid-collective rejects the peer's pending and later calls; calls to it reject", async () => {
     const world = await start(2);
     await world.all("barrier");
-    const pending = world.rank(0).barrier().then(() => "resolved", (e: Error) => e.message);
+    const pending = world
+      .rank(0)
+      .barrier()
+      .then(
+        () => "resolved",
+        (e: Error) => e.message,
+      );
     await expect(world.rank(1).exit(3)).rejects.toThrow("rank 1 exited with code 3");
     expect(await pending).toMatch(/aborted because rank 1 exited with code 3/);
     await expect(world.rank(0).allToAll(2, 1)).rejects.toThrow(/rank 1 exited with code 3/);
@@ -70,7 +88,9 @@ describe("threads backend failures", () => {
 
   it("a rank that never calls makes the others reject after the timeout, naming it", async () => {
     const world = await start(2, 300);
-    await expect(world.rank(0).barrier()).rejects.toThrow(/barrier \(call 1 on group of world ranks \[0, 1\]\): world rank\(s\) 1 did not arrive within 300 ms/);
+    await expect(world.rank(0).barrier()).rejects.toThrow(
+      /barrier \(call 1 on group of world ranks \[0, 1\]\): world rank\(s\) 1 did not arrive within 300 ms/,
+    );
     // the group is broken from then on, on every rank
     await expect(world.rank(1).barrier()).rejects.toThrow(/aborted because .* did not arrive/);
   });
@@ -78,7 +98,13 @@ describe("threads backend failures", () => {
   it("a watchdog's abort rejects the peers' collectives naming its reason, and shutdown terminates a stuck rank at once", async () => {
     const world = await start(2);
     expect(await world.rank(1).spin()).toBe("spinning");
-    const pending = world.rank(0).barrier().then(() => "resolved", (e: Error) => e.message);
+    const pending = world
+      .rank(0)
+      .barrier()
+      .then(
+        () => "resolved",
+        (e: Error) => e.message,
+      );
     world.abort(1, "rank 1 did not finish step 3 within 5 s (stuck in compute?)");
     expect(await pending).toMatch(/aborted because rank 1 did not finish step 3 within 5 s \(stuck in compute\?\)/);
     expect(world.failure()).toEqual({ rank: 1, reason: "rank 1 did not finish step 3 within 5 s (stuck in compute?)" });

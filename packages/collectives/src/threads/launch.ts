@@ -132,7 +132,9 @@ function resolveTsxFrom(base: string): string | null {
   try {
     const require = createRequire(base);
     const manifest = require.resolve("tsx/package.json");
-    const api = (JSON.parse(readFileSync(manifest, "utf8")) as { exports?: Record<string, unknown> }).exports?.["./esm/api"] as { import?: string | { default?: string } } | undefined;
+    const api = (JSON.parse(readFileSync(manifest, "utf8")) as { exports?: Record<string, unknown> }).exports?.["./esm/api"] as
+      | { import?: string | { default?: string } }
+      | undefined;
     const file = typeof api?.import === "string" ? api.import : api?.import?.default;
     return pathToFileURL(file ? join(dirname(manifest), file) : require.resolve("tsx/esm/api")).href;
   } catch {
@@ -206,10 +208,14 @@ function planWorkers(entry: string, backend: string, typescript: boolean | undef
   if (fromSource) return { source: bootstrap(resolveFromHere("tsx/esm/api")), execArgv: sourceExecArgv() };
   if (!typescript) {
     if (TS_FILE.test(new URL(entry).pathname)) {
-      throw new CollectiveError(`launch: entry ${entry} is TypeScript, and the compiled @ulysses/collectives runs ranks with plain node; pass typescript: true (needs the 'tsx' package) or use a .js/.mjs entry`);
+      throw new CollectiveError(
+        `launch: entry ${entry} is TypeScript, and the compiled @ulysses/collectives runs ranks with plain node; pass typescript: true (needs the 'tsx' package) or use a .js/.mjs entry`,
+      );
     }
     if (TS_FILE.test(backend)) {
-      throw new CollectiveError(`launch: backend module '${backend}' is TypeScript, and the compiled @ulysses/collectives runs ranks with plain node; pass typescript: true (needs the 'tsx' package) or use a .js/.mjs module`);
+      throw new CollectiveError(
+        `launch: backend module '${backend}' is TypeScript, and the compiled @ulysses/collectives runs ranks with plain node; pass typescript: true (needs the 'tsx' package) or use a .js/.mjs module`,
+      );
     }
     return { source: bootstrap(null), execArgv: compiledExecArgv() };
   }
@@ -230,7 +236,8 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
   if (!Number.isInteger(worldSize) || worldSize < 1) throw new CollectiveError(`launch: worldSize ${worldSize} must be a positive integer`);
   const ortThreads = options.ortThreadsPerRank ?? Math.max(1, Math.floor(availableParallelism() / worldSize));
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  const entry = options.entry instanceof URL ? options.entry.href : options.entry.startsWith("file:") ? options.entry : pathToFileURL(resolve(options.entry)).href;
+  const entry =
+    options.entry instanceof URL ? options.entry.href : options.entry.startsWith("file:") ? options.entry : pathToFileURL(resolve(options.entry)).href;
   const plan = planWorkers(entry, backend, options.typescript);
   const world = WorldControl.create(worldSize);
   const ranks = Array.from({ length: worldSize }, (_, r) => r);
@@ -254,7 +261,16 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
     ports.push(channel.port1);
     Comlink.expose(coordinator, nodeEndpoint(channel.port1));
     const data: WorkerStartData & { coordinator: MessagePort } = {
-      rank, worldSize, entry, args: options.args, backend, timeoutMs, ortThreads, world: worldResources, backendOptions: options.backendOptions ?? {}, coordinator: channel.port2,
+      rank,
+      worldSize,
+      entry,
+      args: options.args,
+      backend,
+      timeoutMs,
+      ortThreads,
+      world: worldResources,
+      backendOptions: options.backendOptions ?? {},
+      coordinator: channel.port2,
     };
     const worker = new Worker(plan.source, {
       eval: true,
@@ -297,7 +313,10 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
           await workers[r]!.terminate();
           return;
         }
-        await withTimeout(race(r, controls[r]!.stop()).catch(() => undefined), patience);
+        await withTimeout(
+          race(r, controls[r]!.stop()).catch(() => undefined),
+          patience,
+        );
         if ((await withTimeout(exited[r]!, patience)) === "timeout") await workers[r]!.terminate();
       }),
     );
@@ -325,7 +344,9 @@ export async function launch<Api extends object, Args = unknown>(options: Launch
   return {
     worldSize,
     async all(method, ...args) {
-      const settled = await Promise.allSettled(ranks.map((r) => (apis[r] as unknown as Record<PropertyKey, (...a: unknown[]) => Promise<unknown>>)[method as PropertyKey]!(...args)));
+      const settled = await Promise.allSettled(
+        ranks.map((r) => (apis[r] as unknown as Record<PropertyKey, (...a: unknown[]) => Promise<unknown>>)[method as PropertyKey]!(...args)),
+      );
       const rejected = settled.flatMap((s, r) => (s.status === "rejected" ? [{ r, reason: s.reason as unknown }] : []));
       if (rejected.length === 0) return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as never;
       const failure = world.failure();

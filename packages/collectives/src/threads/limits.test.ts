@@ -25,10 +25,15 @@ describe("threads backend: headers larger than their shared-memory slots", () =>
     const [sender, receiver] = await world.all("p2p", 1000);
     expect(performance.now() - start).toBeLessThan(2000);
     expect(sender!.text).toBe(receiver!.text);
-    expect(sender!.text).toMatch(/^CollectiveError: send\/recv from rank 0 to rank 1 refused: sender rank 0: the send header of \d+ bytes \(a tensor of 1000 axes\) does not fit the threads backend's 1020-byte mailbox$/);
+    expect(sender!.text).toMatch(
+      /^CollectiveError: send\/recv from rank 0 to rank 1 refused: sender rank 0: the send header of \d+ bytes \(a tensor of 1000 axes\) does not fit the threads backend's 1020-byte mailbox$/,
+    );
     expect(await world.all("sum")).toEqual([2, 2]);
     // a header that fits still moves the data
-    expect(await world.all("p2p", 100)).toEqual([{ text: "resolved", value: 42 }, { text: "resolved", value: 42 }]);
+    expect(await world.all("p2p", 100)).toEqual([
+      { text: "resolved", value: 42 },
+      { text: "resolved", value: 42 },
+    ]);
   });
 
   it("a mismatch message longer than the mailbox reaches both sides clipped, identical", async () => {
@@ -41,7 +46,9 @@ describe("threads backend: headers larger than their shared-memory slots", () =>
   it("a collective header over its slot rejects on every rank with the same message naming the ranks", async () => {
     const [a, b] = await world.all("allReduce", 1000);
     expect(a!.text).toBe(b!.text);
-    expect(a!.text).toMatch(/allReduce \(call \d+ on group of world ranks \[0, 1\]\): rank 0: the call header of \d+ bytes does not fit the threads backend's 1148-byte header slot; rank 1: /);
+    expect(a!.text).toMatch(
+      /allReduce \(call \d+ on group of world ranks \[0, 1\]\): rank 0: the call header of \d+ bytes does not fit the threads backend's 1148-byte header slot; rank 1: /,
+    );
     expect(await world.all("sum")).toEqual([2, 2]);
   });
 });

@@ -46,7 +46,8 @@ export function stage(header: OpHeader, input: Tensor | null, outbox: SharedArra
   copyElements(view, end, input.data, end, input.size - end);
 }
 
-const viewOf = (like: Storage, sab: SharedArrayBuffer, elementOffset: number, count: number, bytes: number) => storageView(like, sab, elementOffset * bytes, count);
+const viewOf = (like: Storage, sab: SharedArrayBuffer, elementOffset: number, count: number, bytes: number) =>
+  storageView(like, sab, elementOffset * bytes, count);
 
 /**
  * Fills this rank's result of a one-phase plan (allToAll, allGather,
@@ -85,7 +86,9 @@ export function gather(plan: Plan, rank: number, input: Tensor, output: Tensor |
       const offset = rowOffset(plan.rows, rank) * plan.rowElements;
       const count = plan.rows[rank]! * plan.rowElements;
       if (count === 0) return out;
-      const sources: Source[] = outboxes.map((sab, j) => (j === rank ? { data: input.data, offset } : { data: viewOf(out.data, sab, offset, count, bytes), offset: 0 }));
+      const sources: Source[] = outboxes.map((sab, j) =>
+        j === rank ? { data: input.data, offset } : { data: viewOf(out.data, sab, offset, count, bytes), offset: 0 },
+      );
       reduceInto(plan.dtype, plan.reduceOp, out.data, 0, sources, count);
       return out;
     }
@@ -104,7 +107,9 @@ export function reduceOwnChunk(plan: Plan & { op: "allReduce" }, rank: number, t
   const count = chunks[rank]!;
   if (count === 0) return;
   const bytes = plan.elementBytes;
-  const sources: Source[] = outboxes.map((sab, j) => (j === rank ? { data: tensor.data, offset } : { data: viewOf(tensor.data, sab, offset, count, bytes), offset: 0 }));
+  const sources: Source[] = outboxes.map((sab, j) =>
+    j === rank ? { data: tensor.data, offset } : { data: viewOf(tensor.data, sab, offset, count, bytes), offset: 0 },
+  );
   reduceInto(plan.dtype, plan.reduceOp, viewOf(tensor.data, outboxes[rank]!, offset, count, bytes), 0, sources, count);
 }
 

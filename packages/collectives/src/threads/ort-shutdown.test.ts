@@ -22,7 +22,13 @@ describe("threads backend with ONNX Runtime in the ranks", () => {
       expect(await world.rank(0).finishBarrier()).toBe(true);
       expect(await world.all("compute", 1)).toEqual([3, 3]);
       // rank 0 loops over long runs; rank 1 fails; shutdown comes while rank 0 is still computing
-      const computing = world.rank(0).compute(100_000).then(() => "resolved", (e: Error) => e.message);
+      const _computing = world
+        .rank(0)
+        .compute(100_000)
+        .then(
+          () => "resolved",
+          (e: Error) => e.message,
+        );
       await expect(world.rank(1).failAfter(200)).rejects.toThrow("rank 1 gives up");
       expect(world.liveWorkers()).toBe(2);
     } finally {

@@ -172,7 +172,9 @@ export function ensureCapacity(buffer: SharedArrayBuffer, bytes: number): void {
   const sab = buffer as unknown as Growable;
   if (sab.byteLength >= bytes) return;
   if (bytes > sab.maxByteLength) {
-    throw new CollectiveError(`a message of ${bytes} bytes exceeds the threads backend's maxMessageBytes ${sab.maxByteLength}; pass a larger maxMessageBytes to launch`);
+    throw new CollectiveError(
+      `a message of ${bytes} bytes exceeds the threads backend's maxMessageBytes ${sab.maxByteLength}; pass a larger maxMessageBytes to launch`,
+    );
   }
   sab.grow(Math.min(sab.maxByteLength, align(bytes, 1 << 20)));
 }

@@ -103,7 +103,10 @@ export class ThreadsGroup extends GroupBase {
     const json = JSON.stringify(header);
     if (!writeText(control, slot, this.layout.slotBytes, json)) {
       // every rank learns why from this rank's header (never a silent drop)
-      const error = clipText(`the call header of ${utf8.encode(json).length} bytes does not fit the threads backend's ${this.layout.slotBytes - 4}-byte header slot`, 512);
+      const error = clipText(
+        `the call header of ${utf8.encode(json).length} bytes does not fit the threads backend's ${this.layout.slotBytes - 4}-byte header slot`,
+        512,
+      );
       writeText(control, slot, this.layout.slotBytes, JSON.stringify({ op: header.op, seq: header.seq, error }));
     }
     await this.arriveAndWait(what);
@@ -118,7 +121,10 @@ export class ThreadsGroup extends GroupBase {
         const index = plan.ranks.indexOf(this.rank);
         if (index < 0) return { plan, result: null, child: null };
         const key = `${this.resources.key}/${header.seq}`;
-        const resources = await this.runtime.joinGroup(key, plan.ranks.map((r) => this.worldRanks[r]!));
+        const resources = await this.runtime.joinGroup(
+          key,
+          plan.ranks.map((r) => this.worldRanks[r]!),
+        );
         const child: ProcessGroup = new ThreadsGroup(this.runtime, resources, index);
         return { plan, result: null, child };
       }
@@ -164,10 +170,16 @@ export class ThreadsGroup extends GroupBase {
       const error = `the send header of ${bytes} bytes (a tensor of ${header.shape.length} axes) does not fit the threads backend's ${this.mailboxText - 4}-byte mailbox`;
       json = JSON.stringify({ dtype: header.dtype, shape: [0], tag: header.tag, error: clipText(error, this.mailboxText / 2) } satisfies P2PHeader);
     }
-    if (!writeText(this.resources.control, box.text, this.mailboxText, json)) throw new Error(`threads backend: a p2p header of ${json.length} characters does not fit its mailbox`);
+    if (!writeText(this.resources.control, box.text, this.mailboxText, json))
+      throw new Error(`threads backend: a p2p header of ${json.length} characters does not fit its mailbox`);
     Atomics.store(box.words, SEND, seq);
     this.runtime.world.wake(this.worldRanks[peer]!);
-    await waitUntil(this.waitContext(what), () => Atomics.load(box.words, ACK) >= seq, () => [this.worldRanks[peer]!], "receive");
+    await waitUntil(
+      this.waitContext(what),
+      () => Atomics.load(box.words, ACK) >= seq,
+      () => [this.worldRanks[peer]!],
+      "receive",
+    );
     if (Atomics.load(box.words, STATUS) !== 0) throw new CollectiveError(readText(this.resources.control, box.text));
   }
 
@@ -176,7 +188,12 @@ export class ThreadsGroup extends GroupBase {
     this.checkAbort(what);
     const seq = ++this.received[peer]!;
     const box = this.mailbox(peer, this.rank);
-    await waitUntil(this.waitContext(what), () => Atomics.load(box.words, SEND) >= seq, () => [this.worldRanks[peer]!], "send");
+    await waitUntil(
+      this.waitContext(what),
+      () => Atomics.load(box.words, SEND) >= seq,
+      () => [this.worldRanks[peer]!],
+      "send",
+    );
     const text = readText(this.resources.control, box.text);
     let offered: P2PHeader;
     try {

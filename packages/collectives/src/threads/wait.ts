@@ -10,7 +10,12 @@ import { availableParallelism } from "node:os";
 import { CollectiveError } from "../errors.js";
 import type { WorldControl } from "./shared-layout.js";
 
-type WaitAsync = (words: Int32Array, index: number, value: number, timeoutMs?: number) => { async: false; value: string } | { async: true; value: Promise<string> };
+type WaitAsync = (
+  words: Int32Array,
+  index: number,
+  value: number,
+  timeoutMs?: number,
+) => { async: false; value: string } | { async: true; value: Promise<string> };
 const waitAsync = (Atomics as unknown as { waitAsync: WaitAsync }).waitAsync;
 
 /** Milliseconds to spin before sleeping when every rank can have its own core (none when ranks outnumber cores: spinning would steal a peer's core). */

@@ -8,7 +8,11 @@ import { Tensor } from "@ulysses/tensors";
 import { FusedAttention } from "../index.js";
 
 const { gate } = workerData as { gate: Int32Array };
-const q = new Tensor("float32", [1, 8, 2, 8], Float32Array.from({ length: 128 }, (_, i) => Math.sin(i)));
+const q = new Tensor(
+  "float32",
+  [1, 8, 2, 8],
+  Float32Array.from({ length: 128 }, (_, i) => Math.sin(i)),
+);
 Atomics.add(gate, 1, 1);
 Atomics.wait(gate, 0, 0);
 try {

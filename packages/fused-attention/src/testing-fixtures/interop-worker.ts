@@ -26,8 +26,16 @@ const { rounds, shape } = workerData as { rounds: number; shape: [number, number
 const x = Float32Array.from({ length: 8 }, (_, i) => i - 3);
 const session = await ort.InferenceSession.create(doubleModel(x.length), { intraOpNumThreads: 1 });
 const fused = new FusedAttention({ threads: 1 });
-const q = new Tensor("float32", shape, Float32Array.from({ length: shape.reduce((a, b) => a * b) }, (_, i) => Math.sin(i)));
-const k = new Tensor("float32", shape, Float32Array.from({ length: q.size }, (_, i) => Math.cos(i * 0.7)));
+const q = new Tensor(
+  "float32",
+  shape,
+  Float32Array.from({ length: shape.reduce((a, b) => a * b) }, (_, i) => Math.sin(i)),
+);
+const k = new Tensor(
+  "float32",
+  shape,
+  Float32Array.from({ length: q.size }, (_, i) => Math.cos(i * 0.7)),
+);
 const results: { doubled: number[]; out: number[] }[] = [];
 for (let r = 0; r < rounds; r++) {
   const { y } = await session.run({ x: new ort.Tensor("float32", x, [x.length]) });

@@ -29,7 +29,12 @@ function relativeError(a: Tensor<"float32">, b: Tensor<"float32">): number {
 
 /** logSumExp: -Infinity must match exactly; the finite entries compared like the others. */
 function lseError(a: Tensor<"float32">, b: Tensor<"float32">): number {
-  const finite = (t: Tensor<"float32">) => new Tensor("float32", [t.size], t.data.map((x) => (Number.isFinite(x) ? x : 0)));
+  const finite = (t: Tensor<"float32">) =>
+    new Tensor(
+      "float32",
+      [t.size],
+      t.data.map((x) => (Number.isFinite(x) ? x : 0)),
+    );
   for (let i = 0; i < a.size; i++) expect(Number.isFinite(a.data[i]!)).toBe(Number.isFinite(b.data[i]!));
   return relativeError(finite(a), finite(b));
 }
@@ -59,7 +64,17 @@ const cases: Case[] = [
   { name: "causal seqQ > seqK (queries without keys)", batch: 1, seqQ: 100, seqK: 37, heads: 2, kvHeads: 2, headDim: 16, causal: true },
   { name: "non-causal seqQ != seqK, custom scale", batch: 2, seqQ: 29, seqK: 71, heads: 2, kvHeads: 2, headDim: 16, causal: false, scale: 0.3 },
   ...[31, 32, 33].flatMap((n) =>
-    [false, true].map((causal) => ({ name: `${causal ? "causal" : "non-causal"} block boundary ${n}`, batch: 1, seqQ: n, seqK: n, heads: 2, kvHeads: 2, headDim: 16, causal, blockRows: 32 })),
+    [false, true].map((causal) => ({
+      name: `${causal ? "causal" : "non-causal"} block boundary ${n}`,
+      batch: 1,
+      seqQ: n,
+      seqK: n,
+      heads: 2,
+      kvHeads: 2,
+      headDim: 16,
+      causal,
+      blockRows: 32,
+    })),
   ),
   { name: "causal GQA 4:2 block boundary 65, 16-row blocks", batch: 1, seqQ: 65, seqK: 65, heads: 4, kvHeads: 2, headDim: 8, causal: true, blockRows: 32 },
   { name: "causal headDim 64, 700, default blocks", batch: 1, seqQ: 700, seqK: 700, heads: 2, kvHeads: 2, headDim: 64, causal: true, blockRows: "default" },
@@ -78,7 +93,8 @@ describe("OrtAttention matches ReferenceAttention (relative Frobenius error <= 1
   for (const c of cases) {
     it(c.name, async () => {
       const runtime = c.batch > 1 ? twoThreads : cache;
-      const attention = c.blockRows === "default" ? new OrtAttention({ cache: runtime }) : new OrtAttention({ cache: runtime, blockRows: c.blockRows ?? 32, tileKeys: 24 });
+      const attention =
+        c.blockRows === "default" ? new OrtAttention({ cache: runtime }) : new OrtAttention({ cache: runtime, blockRows: c.blockRows ?? 32, tileKeys: 24 });
       const q = randomTensor([c.batch, c.seqQ, c.heads, c.headDim], 1, 1.5);
       const k = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 2, 1.5);
       const v = randomTensor([c.batch, c.seqK, c.kvHeads, c.headDim], 3);

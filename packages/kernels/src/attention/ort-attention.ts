@@ -20,7 +20,17 @@ import { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
 import { SessionCache } from "../runtime/session-cache.js";
 import { buildBackwardGraph, buildForwardGraph, blockGraphKey, type BlockShape, type BlockVariant } from "./block-graphs.js";
-import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, swapMiddleAxes, keyTiles, type BlockPlan, type QueryBlock } from "./block-plan.js";
+import {
+  gatherQueries,
+  gatherRowValues,
+  planBlocks,
+  scatterQueries,
+  scatterRowValues,
+  swapMiddleAxes,
+  keyTiles,
+  type BlockPlan,
+  type QueryBlock,
+} from "./block-plan.js";
 import { defaultBackwardRows, defaultForwardRows, defaultTileKeys } from "./block-sizes.js";
 import { attentionDims, checkBackwardShapes, type AttentionDims } from "./shapes.js";
 import type { AttentionForwardResult, AttentionGradients, AttentionOptions, LocalAttention } from "./types.js";
@@ -72,13 +82,18 @@ export class OrtAttention implements LocalAttention {
 
   constructor(options: OrtAttentionOptions = {}) {
     if (options.cache !== undefined && options.threads !== undefined && options.threads !== options.cache.intraOpThreads) {
-      throw new KernelError(`OrtAttention: threads (${options.threads}) differs from the cache's intraOpThreads (${options.cache.intraOpThreads}); pass one of them`);
+      throw new KernelError(
+        `OrtAttention: threads (${options.threads}) differs from the cache's intraOpThreads (${options.cache.intraOpThreads}); pass one of them`,
+      );
     }
     this.ownsCache = options.cache === undefined;
     this.cache = options.cache ?? new SessionCache({ intraOpThreads: options.threads });
     this.blockRows = options.blockRows;
     this.tileKeys = options.tileKeys;
-    for (const [name, value] of [["blockRows", this.blockRows], ["tileKeys", this.tileKeys]] as const) {
+    for (const [name, value] of [
+      ["blockRows", this.blockRows],
+      ["tileKeys", this.tileKeys],
+    ] as const) {
       if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
         throw new KernelError(`OrtAttention: ${name} must be a positive integer, got ${value}`);
       }

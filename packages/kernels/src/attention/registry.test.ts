@@ -123,7 +123,9 @@ describe("release() of the built-in implementations", () => {
     await owning.release();
     expect(owning.cache.size).toBe(0);
     await owning.release();
-    expect(() => new OrtAttention({ cache: new SessionCache({ intraOpThreads: 1 }), threads: 2 })).toThrow(/threads \(2\) differs from the cache's intraOpThreads \(1\)/);
+    expect(() => new OrtAttention({ cache: new SessionCache({ intraOpThreads: 1 }), threads: 2 })).toThrow(
+      /threads \(2\) differs from the cache's intraOpThreads \(1\)/,
+    );
   });
 
   it("ReferenceAttention's is a no-op and it keeps working", async () => {

@@ -34,11 +34,26 @@ describe("attentionDims and checkBackwardShapes", () => {
 
   it("names the call and the offending tensor in KernelErrors", () => {
     const cases: [() => unknown, RegExp][] = [
-      [() => attentionDims(new Tensor("float64", [2, 3, 4, 8]), k, k, { causal: false }, "Test.forward"), /^Test\.forward: q must be float32, got float64 \[2, 3, 4, 8\]$/],
-      [() => attentionDims(q, new Tensor("float32", [2, 5, 16]), k, { causal: false }, "Test.forward"), /^Test\.forward: k must be \[batch, seq, heads, headDim\], got float32 \[2, 5, 16\]$/],
-      [() => attentionDims(q, new Tensor("float32", [2, 5, 2, 4]), k, { causal: false }, "Test.forward"), /k float32 \[2, 5, 2, 4\] does not match q float32 \[2, 3, 4, 8\] in batch or headDim/],
-      [() => attentionDims(q, k, new Tensor("float32", [2, 6, 2, 8]), { causal: false }, "Test.forward"), /v float32 \[2, 6, 2, 8\] does not match k float32 \[2, 5, 2, 8\]/],
-      [() => attentionDims(q, new Tensor("float32", [2, 5, 3, 8]), new Tensor("float32", [2, 5, 3, 8]), { causal: false }, "Test.forward"), /heads \(4\) must be a multiple of kvHeads \(3\)/],
+      [
+        () => attentionDims(new Tensor("float64", [2, 3, 4, 8]), k, k, { causal: false }, "Test.forward"),
+        /^Test\.forward: q must be float32, got float64 \[2, 3, 4, 8\]$/,
+      ],
+      [
+        () => attentionDims(q, new Tensor("float32", [2, 5, 16]), k, { causal: false }, "Test.forward"),
+        /^Test\.forward: k must be \[batch, seq, heads, headDim\], got float32 \[2, 5, 16\]$/,
+      ],
+      [
+        () => attentionDims(q, new Tensor("float32", [2, 5, 2, 4]), k, { causal: false }, "Test.forward"),
+        /k float32 \[2, 5, 2, 4\] does not match q float32 \[2, 3, 4, 8\] in batch or headDim/,
+      ],
+      [
+        () => attentionDims(q, k, new Tensor("float32", [2, 6, 2, 8]), { causal: false }, "Test.forward"),
+        /v float32 \[2, 6, 2, 8\] does not match k float32 \[2, 5, 2, 8\]/,
+      ],
+      [
+        () => attentionDims(q, new Tensor("float32", [2, 5, 3, 8]), new Tensor("float32", [2, 5, 3, 8]), { causal: false }, "Test.forward"),
+        /heads \(4\) must be a multiple of kvHeads \(3\)/,
+      ],
       [() => attentionDims(q, k, k, { causal: false, scale: NaN }, "Test.forward"), /scale must be finite, got NaN/],
     ];
     for (const [call, message] of cases) {

@@ -52,7 +52,11 @@ export function attentionDims(
   who: string,
   error: AttentionErrorFactory = kernelError,
 ): AttentionDims {
-  for (const [name, t] of [["q", q], ["k", k], ["v", v]] as const) {
+  for (const [name, t] of [
+    ["q", q],
+    ["k", k],
+    ["v", v],
+  ] as const) {
     if (t.dtype !== "float32") throw error(`${who}: ${name} must be float32, got ${describeTensor(t)}`);
     if (t.rank !== 4) throw error(`${who}: ${name} must be [batch, seq, heads, headDim], got ${describeTensor(t)}`);
   }
@@ -84,7 +88,10 @@ export function checkBackwardShapes(
   who: string,
   error: AttentionErrorFactory = kernelError,
 ): void {
-  for (const [name, t] of [["out", out], ["dOut", dOut]] as const) {
+  for (const [name, t] of [
+    ["out", out],
+    ["dOut", dOut],
+  ] as const) {
     if (t.dtype !== "float32" || !sameShape(t.shape, q.shape)) {
       throw error(`${who}: ${name} must be float32 with q's shape [${q.shape.join(", ")}], got ${describeTensor(t)}`);
     }

@@ -9,6 +9,8 @@
  *
  * Causal masking aligns the last query with the last key (bottom-right, as in
  * FlashAttention 2): query i attends key j when j <= i + (seqK - seqQ).
+ * Document masking (`documents`) further restricts query i to the keys of
+ * its own document (packed variable-length sequences).
  *
  * logSumExp is [batch, heads, seqQ]: log(sum_j exp(scale * q_i . k_j)) over the
  * keys query i attends. Backward recomputes the probabilities from it.
@@ -19,10 +21,27 @@
  */
 import type { Tensor } from "@ulysses/tensors";
 
+/**
+ * Packed documents: the document (segment) of every query and key position,
+ * per batch row, as int32 ids that never decrease along a row. A query
+ * attends only the keys of its own document (and, when causal, not after
+ * it). Every query must see at least one key: its own position is among the
+ * keys when the keys hold the whole sequence (one device, Ulysses) or the
+ * sequence up to the query (all-gather-KV).
+ */
+export interface AttentionDocuments {
+  /** [batch * seqQ] */
+  query: Int32Array;
+  /** [batch * seqK] */
+  key: Int32Array;
+}
+
 export interface AttentionOptions {
   causal: boolean;
   /** Score scale; default 1 / sqrt(headDim). */
   scale?: number;
+  /** Document masking of packed sequences; absent: one document per row. */
+  documents?: AttentionDocuments;
 }
 
 export interface AttentionForwardResult {

@@ -101,8 +101,10 @@ registerGradient("MatMul", (t, node, [dy], wants) => {
 // y = op(a) op(b) + c, op = transpose when the flag is set (alpha = beta = 1)
 registerGradient("Gemm", (t, node, [dy], wants) => {
   const [a, b, c] = node.inputs;
-  if (intAttribute(node, "alpha", 1) !== 1 || intAttribute(node, "beta", 1) !== 1) throw new KernelError("gradient of Gemm: only alpha = beta = 1 is supported");
-  const ta = intAttribute(node, "transA", 0) === 1, tb = intAttribute(node, "transB", 0) === 1;
+  if (intAttribute(node, "alpha", 1) !== 1 || intAttribute(node, "beta", 1) !== 1)
+    throw new KernelError("gradient of Gemm: only alpha = beta = 1 is supported");
+  const ta = intAttribute(node, "transA", 0) === 1,
+    tb = intAttribute(node, "transB", 0) === 1;
   // d op(a) = dy op(b)^T ; d op(b) = op(a)^T dy
   const da = !wants[0] ? null : ta ? matmul(t, b!, dy!, tb, true) : matmul(t, dy!, b!, false, !tb);
   const db = !wants[1] ? null : tb ? matmul(t, dy!, a!, true, ta) : matmul(t, a!, dy!, !ta, false);
@@ -148,7 +150,8 @@ function castLike(t: Tape, v: TapeValue, like: TapeValue): TapeValue {
 registerGradient("LayerNormalization", (t, node, outputGrads, wants) => {
   const dy = only("LayerNormalization", outputGrads);
   const [x, scale, bias] = node.inputs as [TapeValue, TapeValue, Maybe];
-  const mean = castLike(t, node.outputs[1]!, x), rstd = castLike(t, node.outputs[2]!, x);
+  const mean = castLike(t, node.outputs[1]!, x),
+    rstd = castLike(t, node.outputs[2]!, x);
   const axes = t.int64s(normalizedAxes(node));
   const keep = { keepdims: attr.int(1) };
   const xhat = mul(t, sub(t, x, mean), rstd);

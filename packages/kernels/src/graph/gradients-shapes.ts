@@ -66,7 +66,15 @@ const same: ShapeFn = (inputs, _a, op) => [{ dims: [...need(op, inputs, 0).dims]
 
 const broadcast =
   (type?: ElementType): ShapeFn =>
-  (inputs, _a, op) => [{ dims: broadcastDims(op, inputs.map((v, i) => need(op, inputs, i).dims)), type: type ?? need(op, inputs, 0).type }];
+  (inputs, _a, op) => [
+    {
+      dims: broadcastDims(
+        op,
+        inputs.map((_v, i) => need(op, inputs, i).dims),
+      ),
+      type: type ?? need(op, inputs, 0).type,
+    },
+  ];
 
 const reduce: ShapeFn = (inputs, attrs, op) => {
   const x = need(op, inputs, 0);
@@ -89,26 +97,55 @@ const normalization =
   };
 
 const SHAPES: Record<string, ShapeFn> = {
-  Identity: same, Neg: same, Tanh: same, Sigmoid: same, Exp: same, Log: same, Sqrt: same, Reciprocal: same,
-  Abs: same, Relu: same, Erf: same, Gelu: same, Softmax: same, LogSoftmax: same,
-  Add: broadcast(), Sub: broadcast(), Mul: broadcast(), Div: broadcast(), Pow: (inputs, _a, op) => [{ dims: broadcastDims(op, [need(op, inputs, 0).dims, need(op, inputs, 1).dims]), type: need(op, inputs, 0).type }],
-  Equal: broadcast("bool"), Less: broadcast("bool"), Greater: broadcast("bool"),
-  Where: (inputs, _a, op) => [{ dims: broadcastDims(op, [0, 1, 2].map((i) => need(op, inputs, i).dims)), type: need(op, inputs, 1).type }],
+  Identity: same,
+  Neg: same,
+  Tanh: same,
+  Sigmoid: same,
+  Exp: same,
+  Log: same,
+  Sqrt: same,
+  Reciprocal: same,
+  Abs: same,
+  Relu: same,
+  Erf: same,
+  Gelu: same,
+  Softmax: same,
+  LogSoftmax: same,
+  Add: broadcast(),
+  Sub: broadcast(),
+  Mul: broadcast(),
+  Div: broadcast(),
+  Pow: (inputs, _a, op) => [{ dims: broadcastDims(op, [need(op, inputs, 0).dims, need(op, inputs, 1).dims]), type: need(op, inputs, 0).type }],
+  Equal: broadcast("bool"),
+  Less: broadcast("bool"),
+  Greater: broadcast("bool"),
+  Where: (inputs, _a, op) => [
+    {
+      dims: broadcastDims(
+        op,
+        [0, 1, 2].map((i) => need(op, inputs, i).dims),
+      ),
+      type: need(op, inputs, 1).type,
+    },
+  ],
   Cast: (inputs, attrs, op) => {
     const to = CAST_TYPES[intAttr(attrs, "to", 0)];
     if (!to) throw new KernelError(`${op}: unsupported 'to' ${intAttr(attrs, "to", 0)}`);
     return [{ dims: [...need(op, inputs, 0).dims], type: to }];
   },
   MatMul: (inputs, _a, op) => {
-    const a = need(op, inputs, 0), b = need(op, inputs, 1);
-    if (a.dims.length < 2 || b.dims.length < 2) throw new KernelError(`${op}: operands must have rank >= 2, got [${a.dims.join(", ")}] and [${b.dims.join(", ")}]`);
+    const a = need(op, inputs, 0),
+      b = need(op, inputs, 1);
+    if (a.dims.length < 2 || b.dims.length < 2)
+      throw new KernelError(`${op}: operands must have rank >= 2, got [${a.dims.join(", ")}] and [${b.dims.join(", ")}]`);
     const [m, k] = a.dims.slice(-2) as [number, number];
     const [k2, n] = b.dims.slice(-2) as [number, number];
     if (k !== k2) throw new KernelError(`${op}: inner dimensions differ: [${a.dims.join(", ")}] @ [${b.dims.join(", ")}]`);
     return [{ dims: [...broadcastDims(op, [a.dims.slice(0, -2), b.dims.slice(0, -2)]), m, n], type: a.type }];
   },
   Gemm: (inputs, attrs, op) => {
-    const a = need(op, inputs, 0), b = need(op, inputs, 1);
+    const a = need(op, inputs, 0),
+      b = need(op, inputs, 1);
     if (a.dims.length !== 2 || b.dims.length !== 2) throw new KernelError(`${op}: operands must be 2-D`);
     const [m, k] = intAttr(attrs, "transA", 0) ? [a.dims[1]!, a.dims[0]!] : [a.dims[0]!, a.dims[1]!];
     const [k2, n] = intAttr(attrs, "transB", 0) ? [b.dims[1]!, b.dims[0]!] : [b.dims[0]!, b.dims[1]!];
@@ -116,7 +153,10 @@ const SHAPES: Record<string, ShapeFn> = {
     if (inputs[2]) broadcastDims(op, [[m, n], inputs[2].dims]);
     return [{ dims: [m, n], type: a.type }];
   },
-  ReduceSum: reduce, ReduceMean: reduce, ReduceMax: reduce, ReduceLogSumExp: reduce,
+  ReduceSum: reduce,
+  ReduceMean: reduce,
+  ReduceMax: reduce,
+  ReduceLogSumExp: reduce,
   LayerNormalization: normalization(2),
   SimplifiedLayerNormalization: normalization(1),
   Split: (inputs, attrs, op) => {
@@ -129,7 +169,7 @@ const SHAPES: Record<string, ShapeFn> = {
   Concat: (inputs, attrs, op) => {
     const first = need(op, inputs, 0);
     const ax = axis(op, intAttr(attrs, "axis", 0), first.dims.length);
-    const total = inputs.reduce((sum, v, i) => sum + need(op, inputs, i).dims[ax]!, 0);
+    const total = inputs.reduce((sum, _v, i) => sum + need(op, inputs, i).dims[ax]!, 0);
     return [{ dims: first.dims.map((d, i) => (i === ax ? total : d)), type: first.type }];
   },
   Reshape: (inputs, _a, op) => {
@@ -148,7 +188,8 @@ const SHAPES: Record<string, ShapeFn> = {
     return [{ dims: perm.map((p) => x.dims[p]!), type: x.type }];
   },
   Gather: (inputs, attrs, op) => {
-    const data = need(op, inputs, 0), indices = need(op, inputs, 1);
+    const data = need(op, inputs, 0),
+      indices = need(op, inputs, 1);
     const ax = axis(op, intAttr(attrs, "axis", 0), data.dims.length);
     return [{ dims: [...data.dims.slice(0, ax), ...indices.dims, ...data.dims.slice(ax + 1)], type: data.type }];
   },

@@ -42,16 +42,35 @@ const CASES: Case[] = [
   { op: "MatMul", name: "matmul batched x 2-D", inputs: { a: [2, 3, 4], b: [4, 3] }, build: (t, { a, b }) => t.op("MatMul", [a!, b!]) },
   { op: "MatMul", name: "matmul broadcast batch", inputs: { a: [2, 3, 4], b: [1, 4, 2] }, build: (t, { a, b }) => t.op("MatMul", [a!, b!]) },
   { op: "Gemm", name: "gemm + bias", inputs: { a: [3, 4], b: [4, 5], c: [5] }, build: (t, { a, b, c }) => t.op("Gemm", [a!, b!, c!]) },
-  { op: "Gemm", name: "gemm transA transB", inputs: { a: [4, 3], b: [5, 4] }, build: (t, { a, b }) => t.op("Gemm", [a!, b!], { transA: int(1), transB: int(1) }) },
-  { op: "Gemm", name: "gemm transB", inputs: { a: [3, 4], b: [5, 4], c: [3, 1] }, build: (t, { a, b, c }) => t.op("Gemm", [a!, b!, c!], { transB: int(1) }) },
-  { op: "ReduceSum", name: "reduceSum keepdims 0", inputs: { a: [2, 3, 4] }, build: (t, { a }) => t.op("ReduceSum", [a!, t.int64s([0, 2])], { keepdims: int(0) }) },
-  { op: "ReduceMean", name: "reduceMean keepdims 1", inputs: { a: [2, 3, 4] }, build: (t, { a }) => t.op("ReduceMean", [a!, t.int64s([-1])], { keepdims: int(1) }) },
   {
-    op: "LayerNormalization", name: "layerNorm", inputs: { x: [3, 5], g: [5], b: [5] },
+    op: "Gemm",
+    name: "gemm transA transB",
+    inputs: { a: [4, 3], b: [5, 4] },
+    build: (t, { a, b }) => t.op("Gemm", [a!, b!], { transA: int(1), transB: int(1) }),
+  },
+  { op: "Gemm", name: "gemm transB", inputs: { a: [3, 4], b: [5, 4], c: [3, 1] }, build: (t, { a, b, c }) => t.op("Gemm", [a!, b!, c!], { transB: int(1) }) },
+  {
+    op: "ReduceSum",
+    name: "reduceSum keepdims 0",
+    inputs: { a: [2, 3, 4] },
+    build: (t, { a }) => t.op("ReduceSum", [a!, t.int64s([0, 2])], { keepdims: int(0) }),
+  },
+  {
+    op: "ReduceMean",
+    name: "reduceMean keepdims 1",
+    inputs: { a: [2, 3, 4] },
+    build: (t, { a }) => t.op("ReduceMean", [a!, t.int64s([-1])], { keepdims: int(1) }),
+  },
+  {
+    op: "LayerNormalization",
+    name: "layerNorm",
+    inputs: { x: [3, 5], g: [5], b: [5] },
     build: (t, { x, g, b }) => t.ops("LayerNormalization", [x!, g!, b!], { axis: int(-1), epsilon: attr.float(1e-5) })[0]!,
   },
   {
-    op: "SimplifiedLayerNormalization", name: "rmsNorm", inputs: { x: [3, 5], g: [5] },
+    op: "SimplifiedLayerNormalization",
+    name: "rmsNorm",
+    inputs: { x: [3, 5], g: [5] },
     build: (t, { x, g }) => t.ops("SimplifiedLayerNormalization", [x!, g!], { axis: int(-1), epsilon: attr.float(1e-5) })[0]!,
   },
   { op: "Gelu", name: "gelu (tanh)", inputs: { a: [7] }, build: (t, { a }) => t.op("Gelu", [a!], { approximate: attr.string("tanh") }) },
@@ -60,7 +79,9 @@ const CASES: Case[] = [
   { op: "Reshape", name: "reshape", inputs: { a: [2, 6] }, build: (t, { a }) => t.op("Reshape", [a!, t.int64s([3, -1])]) },
   { op: "Transpose", name: "transpose", inputs: { a: [2, 3, 4] }, build: (t, { a }) => t.op("Transpose", [a!], { perm: attr.ints([1, 2, 0]) }) },
   {
-    op: "Mul", name: "shared input accumulates (a * tanh(a))", inputs: { a: [4] },
+    op: "Mul",
+    name: "shared input accumulates (a * tanh(a))",
+    inputs: { a: [4] },
     build: (t, { a }) => t.op("Mul", [a!, t.op("Tanh", [a!])]),
   },
 ];
@@ -82,7 +103,12 @@ describe("gradient rules vs finite differences (float64 in ONNX Runtime)", () =>
       const feeds: Record<string, Tensor<"float64">> = {};
       for (const [name, dims] of Object.entries(c.inputs)) {
         feeds[name] = randomTensor64(dims, random);
-        if (c.positive?.includes(name)) feeds[name] = new Tensor("float64", dims, feeds[name].data.map((v) => 1.25 + 0.75 * v));
+        if (c.positive?.includes(name))
+          feeds[name] = new Tensor(
+            "float64",
+            dims,
+            feeds[name].data.map((v) => 1.25 + 0.75 * v),
+          );
       }
       const forward = () => {
         const { t, y } = tapeFor(c);
@@ -92,7 +118,12 @@ describe("gradient rules vs finite differences (float64 in ONNX Runtime)", () =>
       const backward = () => {
         const { t, xs, y } = tapeFor(c);
         const names = Object.keys(xs);
-        const grads = gradients(t, [y], [t.input("dy", "float64", y.dims)], names.map((n) => xs[n]!));
+        const grads = gradients(
+          t,
+          [y],
+          [t.input("dy", "float64", y.dims)],
+          names.map((n) => xs[n]!),
+        );
         grads.forEach((g, i) => t.output(g, `d_${names[i]}`));
         return t.encode();
       };

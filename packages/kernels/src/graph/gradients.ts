@@ -54,4 +54,3 @@ export function gradients(tape: Tape, ys: readonly TapeValue[], dys: readonly Ta
   }
   return xs.map((x) => grads.get(x.id) ?? tape.op("Expand", [tape.scalar(0, x), tape.int64s(x.dims)]));
 }
-

@@ -9,7 +9,9 @@ import { decodeModel } from "../graph/decode.js";
 import * as graphs from "./ort-graphs.js";
 
 function opTypes(bytes: Uint8Array): string[] {
-  return decodeModel(bytes).graph!.node!.map((n) => n.opType!).filter((op) => op !== "Identity");
+  return decodeModel(bytes)
+    .graph!.node!.map((n) => n.opType!)
+    .filter((op) => op !== "Identity");
 }
 
 function inputs(bytes: Uint8Array): string[] {

@@ -24,9 +24,16 @@ function close(actual: Tensor<"float32">, expected: Tensor<"float32">, what: str
 }
 
 describe("OrtOps vs ReferenceOps", () => {
-  for (const [shape, inF, outF] of [[[5], 3, 7], [[2, 3], 17, 9], [[1], 1, 1]] as [number[], number, number][]) {
+  for (const [shape, inF, outF] of [
+    [[5], 3, 7],
+    [[2, 3], 17, 9],
+    [[1], 1, 1],
+  ] as [number[], number, number][]) {
     it(`linear ${[...shape, inF].join("x")} -> ${outF}, with and without bias`, async () => {
-      const x = rand([...shape, inF]), w = rand([inF, outF]), b = rand([outF]), dy = rand([...shape, outF]);
+      const x = rand([...shape, inF]),
+        w = rand([inF, outF]),
+        b = rand([outF]),
+        dy = rand([...shape, outF]);
       close(await ort.linearForward(x, w, b), await ref.linearForward(x, w, b), "y (bias)");
       close(await ort.linearForward(x, w), await ref.linearForward(x, w), "y");
       const [o, r] = [await ort.linearBackward(x, w, dy, true), await ref.linearBackward(x, w, dy, true)];
@@ -39,10 +46,16 @@ describe("OrtOps vs ReferenceOps", () => {
     });
   }
 
-  for (const shape of [[3, 7], [2, 3, 33]]) {
+  for (const shape of [
+    [3, 7],
+    [2, 3, 33],
+  ]) {
     it(`layerNorm ${shape.join("x")}`, async () => {
       const h = shape[shape.length - 1]!;
-      const x = rand(shape, 3), gamma = rand([h]), beta = rand([h]), dy = rand(shape);
+      const x = rand(shape, 3),
+        gamma = rand([h]),
+        beta = rand([h]),
+        dy = rand(shape);
       const [o, r] = [await ort.layerNormForward(x, gamma, beta, 1e-5), await ref.layerNormForward(x, gamma, beta, 1e-5)];
       close(o.y, r.y, "y");
       close(o.mean, r.mean, "mean");
@@ -55,7 +68,9 @@ describe("OrtOps vs ReferenceOps", () => {
 
     it(`rmsNorm ${shape.join("x")}`, async () => {
       const h = shape[shape.length - 1]!;
-      const x = rand(shape, 3), gamma = rand([h]), dy = rand(shape);
+      const x = rand(shape, 3),
+        gamma = rand([h]),
+        dy = rand(shape);
       const [o, r] = [await ort.rmsNormForward(x, gamma, 1e-6), await ref.rmsNormForward(x, gamma, 1e-6)];
       close(o.y, r.y, "y");
       close(o.rstd, r.rstd, "rstd");
@@ -67,7 +82,9 @@ describe("OrtOps vs ReferenceOps", () => {
 
   for (const shape of [[7], [3, 5, 11]]) {
     it(`gelu and swiglu ${shape.join("x")}`, async () => {
-      const x = rand(shape, 5), up = rand(shape, 2), dy = rand(shape);
+      const x = rand(shape, 5),
+        up = rand(shape, 2),
+        dy = rand(shape);
       close(await ort.geluForward(x), await ref.geluForward(x), "gelu y");
       close(await ort.geluBackward(x, dy), await ref.geluBackward(x, dy), "gelu dx");
       close(await ort.swigluForward(x, up), await ref.swigluForward(x, up), "swiglu y");
@@ -77,9 +94,13 @@ describe("OrtOps vs ReferenceOps", () => {
     });
   }
 
-  for (const [dims, offset, base] of [[[2, 5, 3, 8], 0, 10000], [[1, 3, 2, 6], 17, 500]] as [number[], number, number][]) {
+  for (const [dims, offset, base] of [
+    [[2, 5, 3, 8], 0, 10000],
+    [[1, 3, 2, 6], 17, 500],
+  ] as [number[], number, number][]) {
     it(`rope ${dims.join("x")} offset ${offset} base ${base}`, async () => {
-      const x = rand(dims), dy = rand(dims);
+      const x = rand(dims),
+        dy = rand(dims);
       close(await ort.ropeForward(x, offset, base), await ref.ropeForward(x, offset, base), "y");
       close(await ort.ropeBackward(dy, offset, base), await ref.ropeBackward(dy, offset, base), "dx");
     });
@@ -90,7 +111,11 @@ describe("OrtOps vs ReferenceOps", () => {
     const whole = await ort.ropeForward(x, 0);
     const wholeBack = await ort.ropeBackward(x, 0);
     const parts: Tensor<"float32">[] = [];
-    for (const [start, length] of [[0, 4], [4, 3], [7, 2]] as [number, number][]) {
+    for (const [start, length] of [
+      [0, 4],
+      [4, 3],
+      [7, 2],
+    ] as [number, number][]) {
       // x[:, start:start+length] (copied to fresh contiguous memory)
       const slice = narrow(x, 1, start, length);
       const y = await ort.ropeForward(slice, start);
@@ -138,7 +163,8 @@ describe("OrtOps vs ReferenceOps", () => {
 
   it("reuses one session per op and shape, and rejects bad shapes with the values", async () => {
     const ops = createOrtOps(cache);
-    const x = rand([4, 6]), gamma = rand([6]);
+    const x = rand([4, 6]),
+      gamma = rand([6]);
     await ops.rmsNormForward(x, gamma, 1e-6);
     const before = cache.size;
     await ops.rmsNormForward(rand([4, 6]), gamma, 1e-6);

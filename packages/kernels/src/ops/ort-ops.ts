@@ -63,7 +63,11 @@ export class OrtOps implements BlockOps {
     expectShape("layerNormForward", "gamma", gamma, [h]);
     expectShape("layerNormForward", "beta", beta, [h]);
     // x [..., h] -> [rows, h]
-    const out = await this.run(`layerNorm.fwd ${rows}x${h} eps=${eps}`, () => graphs.layerNormForwardGraph(rows, h, eps), { x: x.reshape([rows, h]), gamma, beta });
+    const out = await this.run(`layerNorm.fwd ${rows}x${h} eps=${eps}`, () => graphs.layerNormForwardGraph(rows, h, eps), {
+      x: x.reshape([rows, h]),
+      gamma,
+      beta,
+    });
     // mean, rstd [rows, 1] -> [rows]
     return { y: out.y!.reshape(x.shape), mean: out.mean!.reshape([rows]), rstd: out.rstd!.reshape([rows]) };
   }
@@ -194,9 +198,11 @@ export class OrtOps implements BlockOps {
     const h = dy.shape[dy.rank - 1]!;
     expectSize("embeddingBackward", "dy (ids.size * hidden)", dy, ids.size * h);
     const grad = new Tensor("float32", [vocab, h]);
-    const g = grad.data, d = dy.data;
+    const g = grad.data,
+      d = dy.data;
     for (let r = 0; r < ids.size; r++) {
-      const to = ids.data[r]! * h, from = r * h;
+      const to = ids.data[r]! * h,
+        from = r * h;
       for (let i = 0; i < h; i++) g[to + i] += d[from + i]!;
     }
     return grad;

@@ -8,6 +8,9 @@ import type { Tensor } from "@ulysses/tensors";
 
 type F32 = Tensor<"float32">;
 
+/** A first position (token t at offset + t), or every token's position, int32 [batch * seq]. */
+export type RopePositions = number | Int32Array;
+
 export interface LayerNormSaved {
   /** [rows] */
   mean: F32;
@@ -47,11 +50,13 @@ export interface BlockOps {
   /**
    * Rotary embedding on x [batch, seq, heads, headDim] (headDim even), rotating
    * pairs (i, i + headDim/2) (the GPT-NeoX / LLaMA "rotate half" layout) by
-   * angle pos * base^(-2i/headDim), where pos = positionOffset + token index.
+   * angle pos * base^(-2i/headDim). `positions` is the position of the first
+   * token (pos = positions + token index), or every token's position as int32
+   * [batch * seq] (packed documents: positions restart at each document).
    */
-  ropeForward(x: F32, positionOffset: number, base?: number): Promise<F32>;
+  ropeForward(x: F32, positions: RopePositions, base?: number): Promise<F32>;
   /** The gradient: rotation by the negative angle. */
-  ropeBackward(dy: F32, positionOffset: number, base?: number): Promise<F32>;
+  ropeBackward(dy: F32, positions: RopePositions, base?: number): Promise<F32>;
 
   /** ids int32 [rows] -> table rows [rows, hidden] */
   embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32>;

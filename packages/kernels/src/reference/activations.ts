@@ -54,7 +54,9 @@ export function swigluBackward64(gate: Real, up: Real, dy: Real): { dGate: F64; 
   const dGate = zeros64(gate.shape);
   const dUp = zeros64(gate.shape);
   for (let i = 0; i < gate.size; i++) {
-    const g = gate.data[i]!, s = sigmoid(g), d = dy.data[i]!;
+    const g = gate.data[i]!,
+      s = sigmoid(g),
+      d = dy.data[i]!;
     // d silu / dg = s (1 + g (1 - s))
     dGate.data[i] = d * up.data[i]! * s * (1 + g * (1 - s));
     dUp.data[i] = d * g * s;

@@ -14,7 +14,16 @@ function randoms(n: number, seed: number): Float64Array {
   return out;
 }
 
-function dimsOf(batch: number, seqQ: number, seqK: number, heads: number, kvHeads: number, headDim: number, causal: boolean, scale = 1 / Math.sqrt(headDim)): AttentionDims {
+function dimsOf(
+  batch: number,
+  seqQ: number,
+  seqK: number,
+  heads: number,
+  kvHeads: number,
+  headDim: number,
+  causal: boolean,
+  scale = 1 / Math.sqrt(headDim),
+): AttentionDims {
   return { batch, seqQ, seqK, heads, kvHeads, headDim, group: heads / kvHeads, scale, causal, offset: seqK - seqQ };
 }
 
@@ -90,7 +99,11 @@ describe("reference attention (float64)", () => {
       const step = 1e-6;
       let worst = 0;
       let largest = 0;
-      for (const [which, analytic] of [[0, grads.dq], [1, grads.dk], [2, grads.dv]] as const) {
+      for (const [which, analytic] of [
+        [0, grads.dq],
+        [1, grads.dk],
+        [2, grads.dv],
+      ] as const) {
         const inputs = [q, k, v].map((x) => x.slice());
         const x = inputs[which]!;
         for (let i = 0; i < x.length; i++) {

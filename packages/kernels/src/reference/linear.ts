@@ -9,7 +9,9 @@ export function linearForward64(x: Real, w: Real, b?: Real): F64 {
   const { rows, inF, outF } = linearShapes("linearForward", x, w, b);
   // y: [...x.shape[:-1], out]
   const y = zeros64([...x.shape.slice(0, -1), outF]);
-  const xd = x.data, wd = w.data, yd = y.data;
+  const xd = x.data,
+    wd = w.data,
+    yd = y.data;
   for (let r = 0; r < rows; r++) {
     const yRow = r * outF;
     if (b) for (let o = 0; o < outF; o++) yd[yRow + o] = b.data[o]!;
@@ -26,7 +28,9 @@ export function linearBackward64(x: Real, w: Real, dy: Real, withBias: boolean):
   const { rows, inF, outF } = linearShapes("linearBackward", x, w);
   const dx = zeros64(x.shape);
   const dw = zeros64(w.shape);
-  const xd = x.data, wd = w.data, gd = dy.data;
+  const xd = x.data,
+    wd = w.data,
+    gd = dy.data;
   for (let r = 0; r < rows; r++) {
     for (let i = 0; i < inF; i++) {
       const xv = xd[r * inF + i]!;

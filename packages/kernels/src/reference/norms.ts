@@ -40,8 +40,10 @@ export function layerNormBackward64(x: Real, gamma: Real, mean: Real, rstd: Real
   const g = new Float64Array(h);
   for (let r = 0; r < rows; r++) {
     const o = r * h;
-    const m = mean.data[r]!, s = rstd.data[r]!;
-    let meanG = 0, meanGx = 0;
+    const m = mean.data[r]!,
+      s = rstd.data[r]!;
+    let meanG = 0,
+      meanGx = 0;
     for (let i = 0; i < h; i++) {
       xhat[i] = (x.data[o + i]! - m) * s;
       g[i] = dy.data[o + i]! * gamma.data[i]!;

@@ -19,7 +19,9 @@ const random = seededRandom(1234);
 
 describe("reference backward vs finite differences (float64)", () => {
   it("linear (odd sizes, leading axes, bias)", () => {
-    const x = randomTensor64([2, 3, 5], random), w = randomTensor64([5, 7], random), b = randomTensor64([7], random);
+    const x = randomTensor64([2, 3, 5], random),
+      w = randomTensor64([5, 7], random),
+      b = randomTensor64([7], random);
     const probe = randomTensor64([2, 3, 7], random);
     const loss = () => dot(linearForward64(x, w, b), probe);
     const g = linearBackward64(x, w, probe, true);
@@ -30,7 +32,9 @@ describe("reference backward vs finite differences (float64)", () => {
   });
 
   it("layerNorm", () => {
-    const x = randomTensor64([3, 7], random, 2), gamma = randomTensor64([7], random), beta = randomTensor64([7], random);
+    const x = randomTensor64([3, 7], random, 2),
+      gamma = randomTensor64([7], random),
+      beta = randomTensor64([7], random);
     const probe = randomTensor64([3, 7], random);
     const loss = () => dot(layerNormForward64(x, gamma, beta, 1e-5).y, probe);
     const { mean, rstd } = layerNormForward64(x, gamma, beta, 1e-5);
@@ -41,7 +45,8 @@ describe("reference backward vs finite differences (float64)", () => {
   });
 
   it("rmsNorm", () => {
-    const x = randomTensor64([4, 5], random, 2), gamma = randomTensor64([5], random);
+    const x = randomTensor64([4, 5], random, 2),
+      gamma = randomTensor64([5], random);
     const probe = randomTensor64([4, 5], random);
     const loss = () => dot(rmsNormForward64(x, gamma, 1e-6).y, probe);
     const g = rmsNormBackward64(x, gamma, rmsNormForward64(x, gamma, 1e-6).rstd, probe);
@@ -50,8 +55,15 @@ describe("reference backward vs finite differences (float64)", () => {
   });
 
   it("gelu and swiglu", () => {
-    const x = randomTensor64([3, 5], random, 4), up = randomTensor64([3, 5], random, 2), probe = randomTensor64([3, 5], random);
-    expect(maxRelativeError(geluBackward64(x, probe), numericalGradient(() => dot(geluForward64(x), probe), x))).toBeLessThan(TOL);
+    const x = randomTensor64([3, 5], random, 4),
+      up = randomTensor64([3, 5], random, 2),
+      probe = randomTensor64([3, 5], random);
+    expect(
+      maxRelativeError(
+        geluBackward64(x, probe),
+        numericalGradient(() => dot(geluForward64(x), probe), x),
+      ),
+    ).toBeLessThan(TOL);
     const loss = () => dot(swigluForward64(x, up), probe);
     const g = swigluBackward64(x, up, probe);
     expect(maxRelativeError(g.dGate, numericalGradient(loss, x))).toBeLessThan(TOL);
@@ -59,7 +71,8 @@ describe("reference backward vs finite differences (float64)", () => {
   });
 
   it("rope (backward is the inverse rotation)", () => {
-    const x = randomTensor64([2, 3, 2, 6], random), probe = randomTensor64([2, 3, 2, 6], random);
+    const x = randomTensor64([2, 3, 2, 6], random),
+      probe = randomTensor64([2, 3, 2, 6], random);
     const loss = () => dot(ropeRotate64(x, 5, 10000, 1), probe);
     expect(maxRelativeError(ropeRotate64(probe, 5, 10000, -1), numericalGradient(loss, x))).toBeLessThan(TOL);
     // The rotation is orthogonal: backward(forward(x)) = x.
@@ -68,9 +81,15 @@ describe("reference backward vs finite differences (float64)", () => {
 
   it("embedding (repeated ids accumulate)", () => {
     const ids = Tensor.from("int32", [5], [2, 0, 2, 3, 2]);
-    const table = randomTensor64([4, 3], random), probe = randomTensor64([5, 3], random);
+    const table = randomTensor64([4, 3], random),
+      probe = randomTensor64([5, 3], random);
     const g = embeddingBackward64(ids, probe, 4);
-    expect(maxRelativeError(g, numericalGradient(() => dot(embeddingForward64(ids, table), probe), table))).toBeLessThan(TOL);
+    expect(
+      maxRelativeError(
+        g,
+        numericalGradient(() => dot(embeddingForward64(ids, table), probe), table),
+      ),
+    ).toBeLessThan(TOL);
     expect(Array.from(g.data.subarray(3, 6))).toEqual([0, 0, 0]);
   });
 
@@ -90,7 +109,14 @@ describe("reference backward vs finite differences (float64)", () => {
 describe("reference values", () => {
   it("GELU tanh approximation at hand-computed points", () => {
     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated independently.
-    const points: [number, number][] = [[0, 0], [1, 0.8411919906082768], [-1, -0.15880800939172324], [2, 1.954597694087775], [0.5, 0.34571400982514394], [-3, -0.0036373920817729943]];
+    const points: [number, number][] = [
+      [0, 0],
+      [1, 0.8411919906082768],
+      [-1, -0.15880800939172324],
+      [2, 1.954597694087775],
+      [0.5, 0.34571400982514394],
+      [-3, -0.0036373920817729943],
+    ];
     for (const [x, y] of points) expect(geluScalar(x)).toBeCloseTo(y, 14);
     expect(geluDerivative(0)).toBe(0.5);
   });

@@ -8,7 +8,7 @@ import { zeros64, type F64, type Real } from "./float64.js";
 
 /** The rotation angle of pair `i` at `position` for head dimension `headDim`. */
 export function ropeAngle(position: number, i: number, headDim: number, base: number): number {
-  return position * Math.pow(base, (-2 * i) / headDim);
+  return position * base ** ((-2 * i) / headDim);
 }
 
 /** Rotates x [b, s, h, d] by sign * angle (sign 1: forward, -1: backward). */
@@ -19,11 +19,13 @@ export function ropeRotate64(x: Real, positionOffset: number, base: number, sign
   for (let t = 0; t < s; t++) {
     for (let i = 0; i < half; i++) {
       const angle = sign * ropeAngle(positionOffset + t, i, d, base);
-      const c = Math.cos(angle), sn = Math.sin(angle);
+      const c = Math.cos(angle),
+        sn = Math.sin(angle);
       for (let bi = 0; bi < b; bi++) {
         for (let hi = 0; hi < h; hi++) {
           const o = ((bi * s + t) * h + hi) * d;
-          const x1 = x.data[o + i]!, x2 = x.data[o + i + half]!;
+          const x1 = x.data[o + i]!,
+            x2 = x.data[o + i + half]!;
           y.data[o + i] = x1 * c - x2 * sn;
           y.data[o + i + half] = x2 * c + x1 * sn;
         }

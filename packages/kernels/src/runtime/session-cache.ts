@@ -97,7 +97,9 @@ export class SessionCache {
     try {
       result = outputs ? await session.run(ortFeeds, [...outputs]) : await session.run(ortFeeds);
     } catch (cause) {
-      const shapes = Object.entries(feeds).map(([n, t]) => `${n}: ${t}`).join(", ");
+      const shapes = Object.entries(feeds)
+        .map(([n, t]) => `${n}: ${t}`)
+        .join(", ");
       throw new KernelError(`running '${key}' failed (${shapes}): ${(cause as Error).message ?? cause}`, { cause });
     }
     const out: Record<string, Tensor> = {};

@@ -1,4 +1,4 @@
-import { blockWeightSpecs, initBlockWeights, resolveBlockConfig, TransformerBlock } from "@ulysses/block";
+import { initBlockWeights, resolveBlockConfig } from "@ulysses/block";
 /**
  * Worker entry for this package's threads-backend tests (loaded by
  * `launch` in threads-block.test.ts; not built or exported): each rank builds the

@@ -49,8 +49,10 @@ export function recallMinSeq(pairs: number, queries: number): number {
 export function validateRecallTask(options: RecallTaskOptions): RecallVocabulary {
   const v = recallVocabulary(options.vocab);
   const { seq, pairs, queries } = options;
-  if (!Number.isInteger(pairs) || pairs < 1 || pairs > v.keys) throw new TrainingError(`recall task: pairs must be in [1, ${v.keys}] for vocab ${options.vocab}, got ${pairs}`);
-  if (!Number.isInteger(queries) || queries < 1 || queries > pairs) throw new TrainingError(`recall task: queries must be in [1, pairs = ${pairs}], got ${queries}`);
+  if (!Number.isInteger(pairs) || pairs < 1 || pairs > v.keys)
+    throw new TrainingError(`recall task: pairs must be in [1, ${v.keys}] for vocab ${options.vocab}, got ${pairs}`);
+  if (!Number.isInteger(queries) || queries < 1 || queries > pairs)
+    throw new TrainingError(`recall task: queries must be in [1, pairs = ${pairs}], got ${queries}`);
   if (seq < recallMinSeq(pairs, queries)) {
     throw new TrainingError(`recall task: seq ${seq} is too short for ${pairs} pairs and ${queries} queries (needs at least ${recallMinSeq(pairs, queries)})`);
   }

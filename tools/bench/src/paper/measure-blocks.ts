@@ -75,10 +75,11 @@ export function plannedRows(f: PaperFlags): Map<number, { seq: number; kind: Seq
     plan.get(p)!.set(rowKey(p, seq, kind), { seq, kind });
   };
   if (!f.skip.has("comm")) {
-    for (const p of f.scaleRanks) for (const kind of KINDS) {
-      add(p, f.weakPerRank * p, kind);
-      add(p, f.strongSeq, kind);
-    }
+    for (const p of f.scaleRanks)
+      for (const kind of KINDS) {
+        add(p, f.weakPerRank * p, kind);
+        add(p, f.strongSeq, kind);
+      }
   }
   if (!f.skip.has("throughput") || !f.skip.has("projection")) for (const p of f.ranks) for (const seq of f.seqs) for (const kind of KINDS) add(p, seq, kind);
   if (!f.skip.has("projection")) for (const seq of f.calibrationSeqs) add(1, seq, "ulysses");
@@ -88,7 +89,12 @@ export function plannedRows(f: PaperFlags): Map<number, { seq: number; kind: Seq
 
 export async function measureBlocks(f: PaperFlags, log: (line: string) => void): Promise<BlockMeasurements> {
   const out: BlockMeasurements = { rows: [], allToAll: [], maxSeq: [], worldRates: [] };
-  const config = (kind: SequenceParallelKind): BlockConfig & { attention: SequenceParallelKind } => ({ hidden: f.hidden, heads: f.heads, attention: kind, causal: true });
+  const config = (kind: SequenceParallelKind): BlockConfig & { attention: SequenceParallelKind } => ({
+    hidden: f.hidden,
+    heads: f.heads,
+    attention: kind,
+    causal: true,
+  });
   for (const [p, rows] of plannedRows(f)) {
     const world = await PaperWorld.start(p);
     try {
@@ -97,7 +103,8 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
       if (rates !== null) out.worldRates.push(rates);
       for (const [i, { seq, kind }] of rows.entries()) {
         // The attention rate at N just before the rows at N: the same conditions on a shared machine.
-        if (rates !== null && rateSeqs.includes(seq) && !rates.attention.some((a) => a.seq === seq)) rates.attention.push(await measureAttentionRate(world, p, seq, f, log));
+        if (rates !== null && rateSeqs.includes(seq) && !rates.attention.some((a) => a.seq === seq))
+          rates.attention.push(await measureAttentionRate(world, p, seq, f, log));
         // The first row of a world warms twice (JIT, ONNX Runtime arenas); every row reports the median of `timedSteps`
         // (the machine is shared), the P = 1 rows (the projection's calibration) the median of 5.
         const warmups = seq > f.warmupMaxSeq ? 0 : i === 0 ? 2 : 1;
@@ -110,9 +117,19 @@ export async function measureBlocks(f: PaperFlags, log: (line: string) => void):
         const big = await world.allToAll(bytes, 5);
         const tiny = await world.allToAll(p * 16 * 4, 9);
         const loaded = await world.loadedLatency({ rows: 1024, hidden: f.hidden, iters: 16 });
-        const rate = { ranks: p, bytes, seconds: big.seconds, bytesSent: big.bytesSent, bandwidthGBs: big.bytesSent / big.seconds / 1e9, latencyUs: loaded * 1e6, idleLatencyUs: tiny.seconds * 1e6 };
+        const rate = {
+          ranks: p,
+          bytes,
+          seconds: big.seconds,
+          bytesSent: big.bytesSent,
+          bandwidthGBs: big.bytesSent / big.seconds / 1e9,
+          latencyUs: loaded * 1e6,
+          idleLatencyUs: tiny.seconds * 1e6,
+        };
         out.allToAll.push(rate);
-        log(`  P=${p} all-to-all ${(bytes / 2 ** 20).toFixed(1)} MiB per rank: ${(big.seconds * 1e3).toFixed(2)} ms, ${rate.bandwidthGBs.toFixed(2)} GB/s sent per rank; tiny: ${rate.idleLatencyUs.toFixed(0)} µs idle, ${rate.latencyUs.toFixed(0)} µs between GEMMs`);
+        log(
+          `  P=${p} all-to-all ${(bytes / 2 ** 20).toFixed(1)} MiB per rank: ${(big.seconds * 1e3).toFixed(2)} ms, ${rate.bandwidthGBs.toFixed(2)} GB/s sent per rank; tiny: ${rate.idleLatencyUs.toFixed(0)} µs idle, ${rate.latencyUs.toFixed(0)} µs between GEMMs`,
+        );
       }
       if (f.searchRanks.includes(p) && !f.skip.has("maxseq")) {
         for (const kind of KINDS) out.maxSeq.push(await searchMaxSeq(world, p, kind, config(kind), f, log));
@@ -131,7 +148,13 @@ async function measureGemmRate(world: PaperWorld, p: number, f: PaperFlags, log:
   return { ranks: p, gemmRows: f.rateRows, gemmGflops, attention: [] };
 }
 
-async function measureAttentionRate(world: PaperWorld, p: number, seq: number, f: PaperFlags, log: (line: string) => void): Promise<WorldRates["attention"][number]> {
+async function measureAttentionRate(
+  world: PaperWorld,
+  p: number,
+  seq: number,
+  f: PaperFlags,
+  log: (line: string) => void,
+): Promise<WorldRates["attention"][number]> {
   const heads = Math.ceil(f.heads / p);
   const headDim = f.hidden / f.heads;
   const seconds = await world.kernelSeconds("attentionRate", { seq, heads, headDim, causal: true, repeats: 3 });
@@ -140,7 +163,14 @@ async function measureAttentionRate(world: PaperWorld, p: number, seq: number, f
   return { seq, heads, seconds, gflops };
 }
 
-async function searchMaxSeq(world: PaperWorld, p: number, kind: SequenceParallelKind, config: BlockConfig & { attention: SequenceParallelKind }, f: PaperFlags, log: (line: string) => void): Promise<MaxSeqResult> {
+async function searchMaxSeq(
+  world: PaperWorld,
+  p: number,
+  kind: SequenceParallelKind,
+  config: BlockConfig & { attention: SequenceParallelKind },
+  f: PaperFlags,
+  log: (line: string) => void,
+): Promise<MaxSeqResult> {
   const capBytes = f.capMiB * 2 ** 20;
   const probes: MaxSeqResult["probes"] = [];
   const accounts = new Map<number, MemoryAccount>();
@@ -155,6 +185,8 @@ async function searchMaxSeq(world: PaperWorld, p: number, kind: SequenceParallel
     f.searchStep * p,
     1 << 20,
   );
-  log(`  P=${p} ${kind}: max N under ${f.capMiB} MiB/rank = ${search.best} (${probes.length} probes: ${probes.map((q) => `${q.seq}${q.ok ? "+" : "-"}`).join(" ")})`);
+  log(
+    `  P=${p} ${kind}: max N under ${f.capMiB} MiB/rank = ${search.best} (${probes.length} probes: ${probes.map((q) => `${q.seq}${q.ok ? "+" : "-"}`).join(" ")})`,
+  );
   return { ranks: p, kind, capBytes, best: search.best, firstFailure: search.firstFailure, account: accounts.get(search.best) ?? null, probes };
 }

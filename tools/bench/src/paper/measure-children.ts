@@ -58,7 +58,17 @@ export async function measureKernelRates(f: PaperFlags, log: (line: string) => v
   const attention: KernelRates["attention"] = [];
   for (const seq of f.attentionSeqs) {
     // The case warms its sessions on N = 1024 first; best of 2 up to 8192 (the first run also grows ONNX Runtime's buffers), one run beyond.
-    const r = await run<{ totalGflops: number; totalSeconds: number }>({ kind: "attention", threads: 1, implementation: "ort", seq, heads: 2, headDim: f.hidden / f.heads, causal: true, repeats: seq <= 8192 ? 2 : 1, spin: true });
+    const r = await run<{ totalGflops: number; totalSeconds: number }>({
+      kind: "attention",
+      threads: 1,
+      implementation: "ort",
+      seq,
+      heads: 2,
+      headDim: f.hidden / f.heads,
+      causal: true,
+      repeats: seq <= 8192 ? 2 : 1,
+      spin: true,
+    });
     attention.push({ seq, seconds: r.totalSeconds, gflops: r.totalGflops });
   }
   const rates: KernelRates = {
@@ -70,7 +80,9 @@ export async function measureKernelRates(f: PaperFlags, log: (line: string) => v
     attentionGflops: attention.at(-1)!.gflops,
     attention,
   };
-  log(`  MatMul 2048^3: ${rates.matmulGflops.toFixed(1)} GFLOP/s (${threads} threads), ${rates.matmulOneThreadGflops.toFixed(1)} (1 thread); one thread: block GEMMs ${rates.gemmGflops.toFixed(1)}, attention (2 heads) ${attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")} GFLOP/s`);
+  log(
+    `  MatMul 2048^3: ${rates.matmulGflops.toFixed(1)} GFLOP/s (${threads} threads), ${rates.matmulOneThreadGflops.toFixed(1)} (1 thread); one thread: block GEMMs ${rates.gemmGflops.toFixed(1)}, attention (2 heads) ${attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")} GFLOP/s`,
+  );
   return rates;
 }
 
@@ -89,7 +101,10 @@ export function machineMatmulGflops(rates: KernelRates): number {
  * rate is only ever lowered by other work, so the best is the machine's).
  */
 export function bestRates(a: KernelRates, b: KernelRates): KernelRates {
-  const attention = a.attention.map((x, i) => { const y = b.attention[i]; return y !== undefined && y.gflops > x.gflops ? y : x; });
+  const attention = a.attention.map((x, i) => {
+    const y = b.attention[i];
+    return y !== undefined && y.gflops > x.gflops ? y : x;
+  });
   return {
     ...a,
     matmulGflops: Math.max(a.matmulGflops, b.matmulGflops),
@@ -125,7 +140,13 @@ export async function measureConvergence(f: PaperFlags, outDir: string, log: (li
       .map((l) => JSON.parse(l) as { loss: number; tokensPerSec: number });
     const tail = metrics.slice(1);
     const tokensPerSec = tail.length > 0 ? tail.reduce((n, m) => n + m.tokensPerSec, 0) / tail.length : metrics[0]!.tokensPerSec;
-    runs.push({ sp, losses: metrics.map((m) => m.loss), tokensPerSec, wallSeconds, command: `pnpm train ${args.join(" ").replace(dir, path.relative(REPO_ROOT, dir))}` });
+    runs.push({
+      sp,
+      losses: metrics.map((m) => m.loss),
+      tokensPerSec,
+      wallSeconds,
+      command: `pnpm train ${args.join(" ").replace(dir, path.relative(REPO_ROOT, dir))}`,
+    });
     log(`  SP=${sp}: ${metrics.length} steps, loss ${metrics[0]!.loss.toFixed(4)} -> ${metrics.at(-1)!.loss.toFixed(4)}, ${wallSeconds.toFixed(0)} s`);
   }
   return runs;

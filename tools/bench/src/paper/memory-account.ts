@@ -126,6 +126,7 @@ export interface MemoryAccount {
 }
 
 export function memoryAccount(parts: Omit<MemoryAccount, "peakBytes">): MemoryAccount {
-  const peakBytes = parts.savedBytes + parts.exchangeBytes + parts.kernelBackwardBytes + parts.attentionGradientBytes + parts.upstreamGradientBytes + parts.weightBytes;
+  const peakBytes =
+    parts.savedBytes + parts.exchangeBytes + parts.kernelBackwardBytes + parts.attentionGradientBytes + parts.upstreamGradientBytes + parts.weightBytes;
   return { ...parts, peakBytes };
 }

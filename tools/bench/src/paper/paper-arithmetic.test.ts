@@ -38,8 +38,28 @@ describe("bench:paper arithmetic", () => {
 describe("bestRates", () => {
   it("keeps the better measurement of every rate", async () => {
     const { bestRates } = await import("./measure-children.js");
-    const base = { threads: 2, matmulGflops: 100, matmulOneThreadGflops: 60, gemmGflops: 30, gemmRows: 4096, attention: [{ seq: 2048, seconds: 1, gflops: 10 }, { seq: 4096, seconds: 2, gflops: 20 }], attentionGflops: 20 };
-    const other = { ...base, matmulGflops: 90, matmulOneThreadGflops: 70, attention: [{ seq: 2048, seconds: 0.5, gflops: 20 }, { seq: 4096, seconds: 3, gflops: 15 }], attentionGflops: 15 };
+    const base = {
+      threads: 2,
+      matmulGflops: 100,
+      matmulOneThreadGflops: 60,
+      gemmGflops: 30,
+      gemmRows: 4096,
+      attention: [
+        { seq: 2048, seconds: 1, gflops: 10 },
+        { seq: 4096, seconds: 2, gflops: 20 },
+      ],
+      attentionGflops: 20,
+    };
+    const other = {
+      ...base,
+      matmulGflops: 90,
+      matmulOneThreadGflops: 70,
+      attention: [
+        { seq: 2048, seconds: 0.5, gflops: 20 },
+        { seq: 4096, seconds: 3, gflops: 15 },
+      ],
+      attentionGflops: 15,
+    };
     const best = bestRates(base, other);
     expect([best.matmulGflops, best.matmulOneThreadGflops, best.gemmGflops]).toEqual([100, 70, 30]);
     expect(best.attention.map((a) => a.gflops)).toEqual([20, 20]);
@@ -70,6 +90,8 @@ describe("bench:paper flags", () => {
     expect(parseRerender(["--rerender", "/runs/paper.json"], "/repo")).toBe("/runs/paper.json");
     expect(parseRerender(["--rerender", "--help"], "/repo")).toBeNull();
     expect(() => parsePaperFlags(["--rerender"])).toThrow("Unknown option '--rerender'");
-    expect(() => parseRerender(["--rerender", "a.json", "b.json"], "/repo")).toThrow("--rerender takes at most one FILE and no other flag, got '--rerender a.json b.json'");
+    expect(() => parseRerender(["--rerender", "a.json", "b.json"], "/repo")).toThrow(
+      "--rerender takes at most one FILE and no other flag, got '--rerender a.json b.json'",
+    );
   });
 });

@@ -32,7 +32,13 @@ async function attempt<T>(failures: string[], section: string, fn: () => Promise
     return await fn();
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
-    failures.push(`${section}: ${message.split("\n").filter((l) => l.trim() !== "").slice(0, 4).join(" / ")}`);
+    failures.push(
+      `${section}: ${message
+        .split("\n")
+        .filter((l) => l.trim() !== "")
+        .slice(0, 4)
+        .join(" / ")}`,
+    );
     log(`${section} FAILED: ${message}`);
     return null;
   }
@@ -42,7 +48,9 @@ async function attempt<T>(failures: string[], section: string, fn: () => Promise
 async function writePaper(data: PaperData, f: PaperFlags, outDir: string): Promise<void> {
   const check: ProjectionCheck | null = f.skip.has("projection")
     ? null
-    : await attempt(data.failures, "projection check", () => runProjectionCheck(f, data.machine, data.rates, data.blocks.rows, data.blocks.allToAll, data.blocks.worldRates ?? [], data.command));
+    : await attempt(data.failures, "projection check", () =>
+        runProjectionCheck(f, data.machine, data.rates, data.blocks.rows, data.blocks.allToAll, data.blocks.worldRates ?? [], data.command),
+      );
   const charts = paperCharts(f, data.blocks.rows, data.blocks.maxSeq, data.convergence, check);
   for (const [name, svg] of Object.entries(charts)) fs.writeFileSync(path.join(outDir, name), svg);
   const markdown = renderPaper(data, f, check);

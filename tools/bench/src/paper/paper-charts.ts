@@ -19,7 +19,13 @@ const KINDS: { kind: SequenceParallelKind; name: string }[] = [
 ];
 const kFormat = (x: number) => (x >= 1024 ? `${x / 1024}K` : String(x));
 
-export function paperCharts(f: PaperFlags, rows: readonly BlockRow[], maxSeq: readonly MaxSeqResult[], runs: readonly ConvergenceRun[], check: ProjectionCheck | null): Record<string, string> {
+export function paperCharts(
+  f: PaperFlags,
+  rows: readonly BlockRow[],
+  maxSeq: readonly MaxSeqResult[],
+  runs: readonly ConvergenceRun[],
+  check: ProjectionCheck | null,
+): Record<string, string> {
   const charts: Record<string, string> = {};
   const get = (p: number, n: number, kind: SequenceParallelKind) => rows.find((r) => r.ranks === p && r.seq === n && r.kind === kind);
   if (!f.skip.has("comm")) {
@@ -27,20 +33,47 @@ export function paperCharts(f: PaperFlags, rows: readonly BlockRow[], maxSeq: re
       { name: `${name} measured`, points: f.scaleRanks.map((p) => ({ x: p, y: (get(p, f.weakPerRank * p, kind)?.forwardBytes ?? NaN) / 2 ** 20 })) },
       { name: `${name} formula`, dash: "6 3", points: f.scaleRanks.map((p) => ({ x: p, y: formulaForwardBytes(kind, p, f.weakPerRank * p, f) / 2 ** 20 })) },
     ]);
-    charts["paper-comm-weak.svg"] = lineChart(series, { title: `Bytes sent per rank per block forward, N/P = ${f.weakPerRank}`, xLabel: "P (ranks)", yLabel: "MiB", logX: true });
+    charts["paper-comm-weak.svg"] = lineChart(series, {
+      title: `Bytes sent per rank per block forward, N/P = ${f.weakPerRank}`,
+      xLabel: "P (ranks)",
+      yLabel: "MiB",
+      logX: true,
+    });
   }
   if (!f.skip.has("throughput")) {
     const series: Series[] = f.ranks.flatMap((p) =>
-      KINDS.map(({ kind, name }) => ({ name: `${name} P=${p}`, dash: kind === "allgather" ? "6 3" : undefined, points: f.seqs.map((n) => ({ x: n, y: ((r) => (r === undefined ? null : n / (r.stepMs / 1000)))(get(p, n, kind)) })) })),
+      KINDS.map(({ kind, name }) => ({
+        name: `${name} P=${p}`,
+        dash: kind === "allgather" ? "6 3" : undefined,
+        points: f.seqs.map((n) => ({ x: n, y: ((r) => (r === undefined ? null : n / (r.stepMs / 1000)))(get(p, n, kind)) })),
+      })),
     );
-    charts["paper-throughput.svg"] = lineChart(series, { title: `Block forward+backward throughput (hidden ${f.hidden}, ${f.heads} heads)`, xLabel: "sequence length N", yLabel: "tokens/s", logX: true, formatX: kFormat });
+    charts["paper-throughput.svg"] = lineChart(series, {
+      title: `Block forward+backward throughput (hidden ${f.hidden}, ${f.heads} heads)`,
+      xLabel: "sequence length N",
+      yLabel: "tokens/s",
+      logX: true,
+      formatX: kFormat,
+    });
   }
   if (!f.skip.has("maxseq") && maxSeq.length > 0) {
-    const series: Series[] = KINDS.map(({ kind, name }) => ({ name, points: f.searchRanks.map((p) => ({ x: p, y: maxSeq.find((m) => m.ranks === p && m.kind === kind)?.best ?? null })) }));
-    charts["paper-max-seq.svg"] = lineChart(series, { title: `Longest N under ${f.capMiB} MiB per rank (one block step)`, xLabel: "P (ranks)", yLabel: "tokens", logX: true });
+    const series: Series[] = KINDS.map(({ kind, name }) => ({
+      name,
+      points: f.searchRanks.map((p) => ({ x: p, y: maxSeq.find((m) => m.ranks === p && m.kind === kind)?.best ?? null })),
+    }));
+    charts["paper-max-seq.svg"] = lineChart(series, {
+      title: `Longest N under ${f.capMiB} MiB per rank (one block step)`,
+      xLabel: "P (ranks)",
+      yLabel: "tokens",
+      logX: true,
+    });
   }
   if (!f.skip.has("convergence") && runs.length > 0) {
-    const series: Series[] = runs.map((r, i) => ({ name: `SP=${r.sp}`, dash: i === 0 ? undefined : ["6 3", "2 3", "8 2 2 2"][(i - 1) % 3], points: r.losses.map((y, x) => ({ x: x + 1, y })) }));
+    const series: Series[] = runs.map((r, i) => ({
+      name: `SP=${r.sp}`,
+      dash: i === 0 ? undefined : ["6 3", "2 3", "8 2 2 2"][(i - 1) % 3],
+      points: r.losses.map((y, x) => ({ x: x + 1, y })),
+    }));
     charts["paper-convergence.svg"] = lineChart(series, { title: "Training loss, default model, same seed and global batch", xLabel: "step", yLabel: "loss" });
   }
   if (check !== null && check.rows.length > 0) {
@@ -52,7 +85,13 @@ export function paperCharts(f: PaperFlags, rows: readonly BlockRow[], maxSeq: re
         { name: `predicted P=${p}`, dash: "6 3", points: mine.map((r) => ({ x: r.seqLen, y: r.predictedSeconds })) },
       ];
     });
-    charts["paper-projection-check.svg"] = lineChart(series, { title: "Ulysses block step: cost model vs measurement", xLabel: "sequence length N", yLabel: "seconds", logX: true, formatX: kFormat });
+    charts["paper-projection-check.svg"] = lineChart(series, {
+      title: "Ulysses block step: cost model vs measurement",
+      xLabel: "sequence length N",
+      yLabel: "seconds",
+      logX: true,
+      formatX: kFormat,
+    });
   }
   return charts;
 }

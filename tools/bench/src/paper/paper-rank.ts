@@ -27,7 +27,14 @@ import { TransformerBlock, type BlockConfig } from "@ulysses/block";
 import { AllGatherKVAttention, ParallelBlock, UlyssesAttention, type SequenceParallelKind } from "@ulysses/parallel";
 import { evenSplitSizes, randomUniform, Rng, Tensor } from "@ulysses/tensors";
 import { blockGemm, warmUp } from "./block-gemm.js";
-import { memoryAccount, recordingGroup, RecordingLocalAttention, RecordingShardedAttention, type ExchangeRecord, type MemoryAccount } from "./memory-account.js";
+import {
+  memoryAccount,
+  recordingGroup,
+  RecordingLocalAttention,
+  RecordingShardedAttention,
+  type ExchangeRecord,
+  type MemoryAccount,
+} from "./memory-account.js";
 
 export interface BlockStepArgs {
   config: BlockConfig & { attention?: SequenceParallelKind };

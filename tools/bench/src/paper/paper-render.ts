@@ -121,7 +121,9 @@ export function renderPaper(data: PaperData, f: PaperFlags, check: ProjectionChe
         `${mappingText(info.cores)} Calibration, P = 1: ${check.calibrationPoints.map((p, i) => `N = ${p.seqLen}: step ${(p.seconds * 1000).toFixed(0)} ms, attention kernel ${p.attentionSeconds === undefined ? "?" : (p.attentionSeconds * 1000).toFixed(0)} ms, residual ${(check.calibration.residuals[i]! * 1000).toFixed(0)} ms`).join("; ")}; ` +
         `elementwiseNsByTokens ${check.calibration.elementwiseNsByTokens.map((r) => `${r.tokens}: ${r.nsPerTokenHidden.toFixed(1)}`).join(", ")}. ` +
         `Profiles: ${[["P=1 (one rank alone)", check.machine] as const, ...Object.entries(check.profiles).map(([p, hw]) => [`P=${p} (s = ${check.speeds[Number(p)]!.toFixed(3)})`, hw] as const)].map(([label, hw]) => `${label}: matmulEfficiency ${hw.matmulEfficiency.toFixed(3)}, attentionEfficiencyBySeq ${(hw.attentionEfficiencyBySeq ?? []).map((r) => `${r.seqLen}: ${r.efficiency.toFixed(3)}`).join(", ")}`).join("; ")} (peak ${(check.machine.peakTflops * 1000).toFixed(1)} GFLOP/s). ` +
-        `All-to-all: ${Object.values(check.profiles).map((p) => `P=${p.devicesPerNode} ${p.intraNode.bandwidthGBs.toFixed(2)} GB/s, ${p.intraNode.latencyUs.toFixed(0)} µs`).join("; ")}. ` +
+        `All-to-all: ${Object.values(check.profiles)
+          .map((p) => `P=${p.devicesPerNode} ${p.intraNode.bandwidthGBs.toFixed(2)} GB/s, ${p.intraNode.latencyUs.toFixed(0)} µs`)
+          .join("; ")}. ` +
         `The all-gather-KV rows are not predicted (the cost model has Ulysses and Megatron-SP, not all-gather-KV). Largest |error|: **${worst.toFixed(1)}%**.`,
       "",
       projectionTable(check),

@@ -44,15 +44,36 @@ export function commTable(f: PaperFlags, rows: readonly BlockRow[]): string {
       const fu = formulaForwardBytes("ulysses", p, n, f);
       const fa = formulaForwardBytes("allgather", p, n, f);
       body.push([
-        s.name, String(p), String(n), String(n / p),
-        MiB(u.forwardBytes), MiB(fu), MiB(a.forwardBytes), MiB(fa),
-        MiB(u.stepBytes), MiB(a.stepBytes), u.stepBytes === 0 ? "-" : (a.stepBytes / u.stepBytes).toFixed(2),
+        s.name,
+        String(p),
+        String(n),
+        String(n / p),
+        MiB(u.forwardBytes),
+        MiB(fu),
+        MiB(a.forwardBytes),
+        MiB(fa),
+        MiB(u.stepBytes),
+        MiB(a.stepBytes),
+        u.stepBytes === 0 ? "-" : (a.stepBytes / u.stepBytes).toFixed(2),
         String(u.forwardBytes === fu && a.forwardBytes === fa && u.stepBytes === 2 * fu && a.stepBytes === 2 * fa),
       ]);
     }
   }
   return table(
-    ["scaling", "P", "N", "N/P", "U fwd MiB (measured)", "U fwd MiB (formula)", "AG fwd MiB (measured)", "AG fwd MiB (formula)", "U fwd+bwd MiB", "AG fwd+bwd MiB", "AG/U", "measured = formula"],
+    [
+      "scaling",
+      "P",
+      "N",
+      "N/P",
+      "U fwd MiB (measured)",
+      "U fwd MiB (formula)",
+      "AG fwd MiB (measured)",
+      "AG fwd MiB (formula)",
+      "U fwd+bwd MiB",
+      "AG fwd+bwd MiB",
+      "AG/U",
+      "measured = formula",
+    ],
     body,
   );
 }
@@ -71,7 +92,17 @@ export function throughputTable(f: PaperFlags, rows: readonly BlockRow[], rates:
         if (r === undefined) continue;
         const seconds = r.stepMs / 1000;
         const mfu = blockStepFlops(f, n) / seconds / (machineMatmulGflops(rates) * 1e9);
-        body.push([String(p), String(n), NAMES[kind], r.stepMs.toFixed(0), (n / seconds).toFixed(0), (100 * mfu).toFixed(1), r.commMs.toFixed(0), MiB(r.stepBytes), `${r.warmups > 0 ? "warm" : "no warm-up"}, ${r.iters === 1 ? "1 step" : `median of ${r.iters}`}`]);
+        body.push([
+          String(p),
+          String(n),
+          NAMES[kind],
+          r.stepMs.toFixed(0),
+          (n / seconds).toFixed(0),
+          (100 * mfu).toFixed(1),
+          r.commMs.toFixed(0),
+          MiB(r.stepBytes),
+          `${r.warmups > 0 ? "warm" : "no warm-up"}, ${r.iters === 1 ? "1 step" : `median of ${r.iters}`}`,
+        ]);
       }
     }
   }
@@ -86,11 +117,33 @@ export function maxSeqTable(f: PaperFlags, results: readonly MaxSeqResult[]): st
     if (u === undefined || a === undefined) continue;
     const peak = (r: MaxSeqResult) => (r.account === null ? "-" : MiB(r.account.peakBytes));
     const parts = (r: MaxSeqResult) =>
-      r.account === null ? "-" : `${MiB(r.account.savedBytes)} / ${MiB(r.account.exchangeBytes)} / ${MiB(r.account.kernelBackwardBytes + r.account.attentionGradientBytes)}`;
-    body.push([String(p), String(u.best), String(a.best), a.best === 0 ? "-" : (u.best / a.best).toFixed(2), peak(u), peak(a), parts(u), parts(a), `${u.probes.length} + ${a.probes.length}`]);
+      r.account === null
+        ? "-"
+        : `${MiB(r.account.savedBytes)} / ${MiB(r.account.exchangeBytes)} / ${MiB(r.account.kernelBackwardBytes + r.account.attentionGradientBytes)}`;
+    body.push([
+      String(p),
+      String(u.best),
+      String(a.best),
+      a.best === 0 ? "-" : (u.best / a.best).toFixed(2),
+      peak(u),
+      peak(a),
+      parts(u),
+      parts(a),
+      `${u.probes.length} + ${a.probes.length}`,
+    ]);
   }
   return table(
-    ["P", "Ulysses max N", "all-gather-KV max N", "U/AG", "U peak MiB/rank", "AG peak MiB/rank", "U saved / exchange / attn grads MiB", "AG saved / exchange / attn grads MiB", "probes (U + AG)"],
+    [
+      "P",
+      "Ulysses max N",
+      "all-gather-KV max N",
+      "U/AG",
+      "U peak MiB/rank",
+      "AG peak MiB/rank",
+      "U saved / exchange / attn grads MiB",
+      "AG saved / exchange / attn grads MiB",
+      "probes (U + AG)",
+    ],
     body,
   );
 }
@@ -101,7 +154,15 @@ export function convergenceTable(runs: readonly ConvergenceRun[]): { markdown: s
   const body = runs.map((r) => {
     const diff = maxRelativeDifference(reference.losses, r.losses);
     worst = Math.max(worst, diff);
-    return [String(r.sp), String(r.losses.length), r.losses[0]!.toFixed(6), r.losses.at(-1)!.toFixed(6), diff.toExponential(2), r.tokensPerSec.toFixed(0), r.wallSeconds.toFixed(0)];
+    return [
+      String(r.sp),
+      String(r.losses.length),
+      r.losses[0]!.toFixed(6),
+      r.losses.at(-1)!.toFixed(6),
+      diff.toExponential(2),
+      r.tokensPerSec.toFixed(0),
+      r.wallSeconds.toFixed(0),
+    ];
   });
   return { markdown: table(["SP", "steps", "first loss", "last loss", "max rel. diff vs SP=1", "tokens/s", "wall s"], body), maxRelDiff: worst };
 }
@@ -109,7 +170,29 @@ export function convergenceTable(runs: readonly ConvergenceRun[]): { markdown: s
 export function projectionTable(check: ProjectionCheck): string {
   const ms = (s: number) => (s * 1000).toFixed(0);
   return table(
-    ["P", "N", "measured ms", "predicted ms", "error %", "matmul ms", "attention ms", "fixed ms", "all-to-all ms", "attention kernel in the step ms (measured, not used)"],
-    check.rows.map((r, i) => [String(r.degree), String(r.seqLen), ms(r.seconds), ms(r.predictedSeconds), `${r.errorPercent >= 0 ? "+" : ""}${r.errorPercent.toFixed(1)}`, ms(r.terms.matmul), ms(r.terms.attention), ms(r.terms.fixed), ms(r.terms.communication), Number.isFinite(check.measuredAttentionSeconds[i]) ? ms(check.measuredAttentionSeconds[i]!) : "-"]),
+    [
+      "P",
+      "N",
+      "measured ms",
+      "predicted ms",
+      "error %",
+      "matmul ms",
+      "attention ms",
+      "fixed ms",
+      "all-to-all ms",
+      "attention kernel in the step ms (measured, not used)",
+    ],
+    check.rows.map((r, i) => [
+      String(r.degree),
+      String(r.seqLen),
+      ms(r.seconds),
+      ms(r.predictedSeconds),
+      `${r.errorPercent >= 0 ? "+" : ""}${r.errorPercent.toFixed(1)}`,
+      ms(r.terms.matmul),
+      ms(r.terms.attention),
+      ms(r.terms.fixed),
+      ms(r.terms.communication),
+      Number.isFinite(check.measuredAttentionSeconds[i]) ? ms(check.measuredAttentionSeconds[i]!) : "-",
+    ]),
   );
 }

@@ -42,7 +42,14 @@ export interface ProjectionCheck {
 }
 
 export function blockShape(f: PaperFlags): GptShape {
-  return { name: `TransformerBlock (hidden ${f.hidden}, ${f.heads} heads, MLP 4h, no vocabulary)`, layers: 1, hidden: f.hidden, heads: f.heads, vocab: 0, ffnMultiplier: 4 };
+  return {
+    name: `TransformerBlock (hidden ${f.hidden}, ${f.heads} heads, MLP 4h, no vocabulary)`,
+    layers: 1,
+    hidden: f.hidden,
+    heads: f.heads,
+    vocab: 0,
+    ffnMultiplier: 4,
+  };
 }
 
 export function mappingText(cores: number): string {
@@ -79,7 +86,8 @@ export function runProjectionCheck(
   });
   const solo = worldRates.find((w) => w.ranks === 1);
   if (solo === undefined) throw new Error("projection check: no kernel rates measured in the P = 1 world");
-  const describeRates = (w: WorldRates) => `block GEMMs (${w.gemmRows} rows) ${w.gemmGflops.toFixed(1)} GFLOP/s per rank, attention (${w.attention[0]?.heads} heads) ${w.attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")}`;
+  const describeRates = (w: WorldRates) =>
+    `block GEMMs (${w.gemmRows} rows) ${w.gemmGflops.toFixed(1)} GFLOP/s per rank, attention (${w.attention[0]?.heads} heads) ${w.attention.map((a) => `N=${a.seq} ${a.gflops.toFixed(1)}`).join(", ")}`;
   const source =
     `Measured by '${command}' on ${new Date().toISOString().slice(0, 16)}Z: ${info.cores} cores (${info.cpuModel}), onnxruntime-node ${info.onnxruntime}, ` +
     `MatMul 2048^3 one thread alone ${rates.matmulOneThreadGflops.toFixed(1)} GFLOP/s; one rank alone: ${describeRates(solo)}. ${mappingText(info.cores)}`;
@@ -124,10 +132,31 @@ export function runProjectionCheck(
   };
   // this-machine.json: one rank alone (the calibration device), with the link measured between `cores` ranks.
   const nodeLink = allToAll.find((r) => r.ranks === info.cores) ?? allToAll[0];
-  write("this-machine.json", nodeLink === undefined ? machine : { ...machine, intraNode: { bandwidthGBs: nodeLink.bandwidthGBs, latencyUs: nodeLink.latencyUs }, interNode: { bandwidthGBs: nodeLink.bandwidthGBs, latencyUs: nodeLink.latencyUs } });
+  write(
+    "this-machine.json",
+    nodeLink === undefined
+      ? machine
+      : {
+          ...machine,
+          intraNode: { bandwidthGBs: nodeLink.bandwidthGBs, latencyUs: nodeLink.latencyUs },
+          interNode: { bandwidthGBs: nodeLink.bandwidthGBs, latencyUs: nodeLink.latencyUs },
+        },
+  );
   for (const [p, profile] of Object.entries(profiles)) write(`this-machine-p${p}.json`, profile);
-  const measuredRows = rows.filter((r) => r.kind === "ulysses" && r.ranks > 1 && f.ranks.includes(r.ranks) && f.seqs.includes(r.seq) && profiles[r.ranks] !== undefined);
+  const measuredRows = rows.filter(
+    (r) => r.kind === "ulysses" && r.ranks > 1 && f.ranks.includes(r.ranks) && f.seqs.includes(r.seq) && profiles[r.ranks] !== undefined,
+  );
   const measured = measuredRows.map((r) => ({ scheme: "ulysses" as const, degree: r.ranks, seqLen: r.seq, seconds: r.stepMs / 1000 }));
   const checked = checkProjection(model, measured, (p) => profiles[p]!);
-  return { model, machine, calibration, calibrationPoints: points, speeds, profiles, profileFiles, rows: checked, measuredAttentionSeconds: measuredRows.map((r) => (r.attentionKernelMs ?? Number.NaN) / 1000) };
+  return {
+    model,
+    machine,
+    calibration,
+    calibrationPoints: points,
+    speeds,
+    profiles,
+    profileFiles,
+    rows: checked,
+    measuredAttentionSeconds: measuredRows.map((r) => (r.attentionKernelMs ?? Number.NaN) / 1000),
+  };
 }
