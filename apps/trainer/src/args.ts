@@ -17,7 +17,11 @@ const HELP: Record<keyof TrainConfig, string> = {
   dp: "data-parallel degree: SP groups training on different batches",
   backend: "collectives backend: threads | local (all ranks in one thread) | mpi (run under mpirun) | path to a backend module",
   task: "recall (built-in synthetic key-value recall) | text (needs --data)",
-  data: "text file for byte-level language modelling (implies --task text)",
+  data: "text data for byte-level language modelling (implies --task text): a file, or a folder of .txt files (see Text data below)",
+  dataFormat: "auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir",
+  docSeparator: "plain text: the string between documents, e.g. '\\n\\n' (\\n \\r \\t \\\\ are escapes); without it a text file is one stream",
+  longDocuments: "documents longer than --seq + 1 tokens: split (each row's piece is its own document) | continue (one document across rows)",
+  skipBadDocuments: 'skip bad documents (invalid JSON, no string "text", empty, not UTF-8) and count them, instead of failing with the file and line',
   seq: "global sequence length in tokens",
   layers: "transformer blocks",
   hidden: "model width",
@@ -73,6 +77,20 @@ export function helpText(): string {
     "  --config <file.json>               read settings from a JSON file",
     "  -h, --help                         show this text",
     "  -V, --version                      print the version",
+    "",
+  );
+  lines.push(
+    "Text data (--task text, byte-level: a token is a UTF-8 byte, vocab 256):",
+    "  text     one file: random windows of --seq + 1 bytes, as one stream; with --doc-separator, the pieces",
+    "           between separators are documents (a separator at the very end closes the last one)",
+    '  jsonl    one {"text": "..."} object per line (other keys ignored, blank lines skipped)',
+    "  txt-dir  a folder: each .txt file is one document, in name order (other files and subfolders ignored)",
+    "  Documents are shuffled (a buffer of 64, drawn with the --seed data RNG), packed into rows of --seq tokens",
+    "  (a document's last token predicts nothing; a document that does not fit starts the next row, the rest is",
+    "  padding), read in chunks (the corpus may be larger than memory) and start over at the end. A bad document",
+    '  (invalid JSON, "text" missing or not a string, empty, not UTF-8) stops the run naming the file and the line',
+    "  (JSONL) or document; --skip-bad-documents skips and counts them. The first 64 MiB are checked before the",
+    "  ranks start. metrics.jsonl, the progress line and summary.txt then report documents and padding per step.",
     "",
   );
   lines.push("Outputs in the run directory: config.json, metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.", "", EXIT_CODES_HELP);

@@ -4,11 +4,11 @@
  * and the validation that runs before any rank starts. Parsing argv is
  * `args.ts`'s job; running is `run.ts`'s.
  */
-import { createHash } from "node:crypto";
 import fs from "node:fs";
 import { validateGptConfig, type GptConfig } from "@ulysses/model";
 import { parallelDimsProblems } from "@ulysses/parallel";
-import { ByteTextData, recallMinSeq, recallVocabulary, validateRecallTask, BYTE_VOCAB } from "@ulysses/training";
+import { recallMinSeq, recallVocabulary, validateRecallTask, BYTE_VOCAB, type LongDocuments, type TextFormatOption } from "@ulysses/training";
+import { dataDigest, documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
 
 export interface TrainConfig {
@@ -19,8 +19,16 @@ export interface TrainConfig {
   /** threads | mpi | a module path exporting a collectives backend. */
   backend: string;
   task: "recall" | "text";
-  /** Text file for --task text (byte-level, vocab 256). */
+  /** Text data for --task text (byte-level, vocab 256): a file, or a folder of .txt files. */
   data: string | null;
+  /** How --data is read: auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir. */
+  dataFormat: TextFormatOption;
+  /** Plain text: the string between documents (\n, \r, \t and \\ are escapes); null: the file is one stream of text. */
+  docSeparator: string | null;
+  /** Documents longer than one row: split into documents of their own, or continue as one across rows. */
+  longDocuments: LongDocuments;
+  /** Skip and count bad documents instead of failing the run. */
+  skipBadDocuments: boolean;
   seq: number;
   layers: number;
   hidden: number;
@@ -69,6 +77,10 @@ export const DEFAULTS: TrainConfig = {
   backend: "threads",
   task: "recall",
   data: null,
+  dataFormat: "auto",
+  docSeparator: null,
+  longDocuments: "split",
+  skipBadDocuments: false,
   seq: 128,
   layers: 2,
   hidden: 128,
@@ -136,18 +148,7 @@ export const NEVER_FROM_CHECKPOINT = ["backend", "data", "out", "resume", "overw
 /** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config); --attention is how it is parallelised, a run setting. */
 export const MODEL_SHAPE_KEYS = ["hidden", "layers", "heads", "kvHeads", "mlp", "mlpRatio", "tiedHead"] as const satisfies readonly (keyof TrainConfig)[];
 
-const dataDigests = new Map<string, { bytes: number; sha256: string }>();
-
-/** Size and SHA-256 of a data file (computed once per path and process). */
-export function dataDigest(file: string): { bytes: number; sha256: string } {
-  let digest = dataDigests.get(file);
-  if (digest === undefined) {
-    const bytes = fs.readFileSync(file);
-    digest = { bytes: bytes.length, sha256: createHash("sha256").update(bytes).digest("hex") };
-    dataDigests.set(file, digest);
-  }
-  return digest;
-}
+export { dataDigest, textDataOptions, unescapeSeparator, usesDocuments } from "./data-config.js";
 
 /**
  * What a checkpoint records of the run: every setting as plain data except
@@ -224,6 +225,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (config.task === "recall" && config.data !== null) {
     problems.push(`--data '${config.data}' is for --task text; the recall task reads no data file (drop --data or --task recall)`);
   }
+  problems.push(...documentFlagProblems(config));
   if (problems.length === 0) {
     const { sp, dp, seq, hidden, heads, kvHeads } = config;
     if (hidden % heads !== 0) problems.push(`--hidden ${hidden} is not divisible by --heads ${heads}`);
@@ -259,11 +261,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     } else if (config.data === null) {
       problems.push("--task text needs --data <file>");
     } else {
-      try {
-        ByteTextData.check(config.data, seq);
-      } catch (error) {
-        problems.push((error as Error).message);
-      }
+      problems.push(...textDataProblems(config));
     }
     if (problems.length === 0) {
       // the model package's own bounds (sizes it refuses to build)

@@ -24,6 +24,10 @@ export interface StepMetrics {
   mfu: number;
   /** Recall task: fraction of queries answered correctly this step. */
   accuracy?: number;
+  /** Packed documents (text task with documents): documents among the step's global batch (a document continued over rows counts once). */
+  documents?: number;
+  /** Packed documents: fraction of the global batch's tokens that are padding. */
+  padding?: number;
 }
 
 export interface MetricsFile {

@@ -11,9 +11,20 @@ import type { ProcessGroup } from "@ulysses/collectives";
 import { commDelta } from "@ulysses/measure";
 import { Gpt } from "@ulysses/model";
 import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
-import { ByteTextData, Trainer, learningRateAt, loadCheckpoint, recallBatch, restoreCheckpoint, saveCheckpoint } from "@ulysses/training";
-import { Rng, narrow, type RngState } from "@ulysses/tensors";
-import { checkpointSettings, gptConfigOf, type TrainConfig } from "./config.js";
+import {
+  ByteTextData,
+  DocumentData,
+  Trainer,
+  batchRows,
+  learningRateAt,
+  loadCheckpoint,
+  recallBatch,
+  restoreCheckpoint,
+  saveCheckpoint,
+  type PackedBatch,
+} from "@ulysses/training";
+import { Rng, type RngState } from "@ulysses/tensors";
+import { checkpointSettings, dataDigest, gptConfigOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "./kernels.js";
 
@@ -38,6 +49,9 @@ export interface RankStepReport {
   commBytes: number;
   tokens: number;
   peakRssBytes: number;
+  /** Packed documents: distinct documents in the global batch, and its fraction of padding tokens. */
+  documents?: number;
+  padding?: number;
 }
 
 /**
@@ -96,6 +110,12 @@ function injectedFailure(rank: number, step: number, atEnd = false): void {
   }
 }
 
+/** Whether a checkpoint's settings record the corpus `config.data` holds now (its SHA-256). */
+function sameCorpus(config: TrainConfig, settings: unknown): boolean {
+  const recorded = (settings as { dataSha256?: unknown } | null)?.dataSha256;
+  return typeof recorded === "string" && config.data !== null && dataDigest(config.data).sha256 === recorded;
+}
+
 export class RankTrainer {
   private constructor(
     readonly config: TrainConfig,
@@ -104,6 +124,7 @@ export class RankTrainer {
     private readonly kernels: RankKernels,
     private readonly dataRng: Rng,
     private readonly text: ByteTextData | null,
+    private readonly docs: DocumentData | null,
   ) {}
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
@@ -136,8 +157,12 @@ export class RankTrainer {
       restoreCheckpoint(trainer, checkpoint);
       dataRng.setState(checkpoint.rng as RngState);
     }
-    const text = config.task === "text" ? new ByteTextData(config.data!, config.seq) : null;
-    return new RankTrainer(config, dims, trainer, kernels, dataRng, text);
+    // packed documents (JSONL, a folder of .txt, or text split by --doc-separator), else random windows of one byte stream
+    const docs = usesDocuments(config) ? new DocumentData(textDataOptions(config)) : null;
+    // the stream continues where the checkpoint left it when the corpus is the same (resume notes a different one)
+    if (docs !== null && checkpoint?.data !== undefined && sameCorpus(config, checkpoint.settings)) docs.restore(checkpoint.data);
+    const text = config.task === "text" && docs === null ? new ByteTextData(config.data!, config.seq) : null;
+    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs);
   }
 
   get step(): number {
@@ -149,10 +174,11 @@ export class RankTrainer {
   }
 
   /** The global batch (batch x dp sequences), identical on every rank. */
-  private globalBatch(): Batch {
+  private globalBatch(): Batch | PackedBatch {
     const { config } = this;
     const rows = config.batch * config.dp;
     const random = () => this.dataRng.uniform();
+    if (this.docs !== null) return this.docs.batch(rows, config.seq, random);
     if (this.text !== null) return this.text.batch(rows, config.seq, random);
     return recallBatch({ vocab: config.vocab, seq: config.seq, pairs: config.pairs, queries: config.queries }, rows, random);
   }
@@ -164,10 +190,7 @@ export class RankTrainer {
     const lr = learningRateAt(step, { peak: config.lr, warmupSteps: config.warmup, totalSteps: config.steps, minLr: config.minLr });
     const global = this.globalBatch();
     // [batch * dp, seq] -> [batch, seq] (this DP group's rows; the model takes this rank's sequence shard)
-    const rows: Batch = {
-      tokens: narrow(global.tokens, 0, dims.dpRank * config.batch, config.batch),
-      labels: narrow(global.labels, 0, dims.dpRank * config.batch, config.batch),
-    };
+    const rows: Batch = batchRows(global, dims.dpRank * config.batch, config.batch);
     const groups = dims.spGroup === world ? [world] : [world, dims.spGroup];
     const before = groups.map((g) => g.stats());
     const started = performance.now();
@@ -190,12 +213,18 @@ export class RankTrainer {
       commBytes,
       tokens: config.batch * config.dp * config.seq,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
+      ...("stats" in global ? { documents: global.stats.documents, padding: global.stats.padding } : {}),
     };
   }
 
   /** Collective; world rank 0 writes `file`. */
   async save(file: string): Promise<void> {
-    await saveCheckpoint(file, this.trainer, { rng: this.dataRng.getState(), settings: checkpointSettings(this.config) }, this.dims.world.rank === 0);
+    await saveCheckpoint(
+      file,
+      this.trainer,
+      { rng: this.dataRng.getState(), data: this.docs?.state(), settings: checkpointSettings(this.config) },
+      this.dims.world.rank === 0,
+    );
   }
 
   /** The flat parameter vector (tests compare it across runs). */
@@ -204,6 +233,7 @@ export class RankTrainer {
   }
 
   async close(): Promise<void> {
+    this.docs?.close();
     await this.kernels.release();
   }
 }

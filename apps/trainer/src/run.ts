@@ -12,7 +12,8 @@ import fs from "node:fs";
 import path from "node:path";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
-import { errnoText, fileProblem, gptConfigOf, type TrainConfig } from "./config.js";
+import { resolveTextFormat } from "@ulysses/training";
+import { errnoText, fileProblem, gptConfigOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { modelFlopsPerStep } from "./flops.js";
@@ -137,6 +138,13 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
           `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${config.attention} attention`,
       );
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s; run directory ${outDir}`);
+      if (usesDocuments(config)) {
+        const text = textDataOptions(config);
+        log(
+          `data: ${resolveTextFormat(text.path, text.format ?? "auto")} documents from ${text.path}, packed into rows of ${config.seq} tokens ` +
+            `(long documents: ${config.longDocuments}${config.skipBadDocuments ? "; bad documents skipped and counted" : ""})`,
+        );
+      }
       if (firstStep > 0) log(`resumed from ${options.resumeFile} at step ${firstStep}`);
     }
     const progress = leader ? new Progress(config.steps, firstStep, config.logEvery) : null;
@@ -159,6 +167,12 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         mfu: flopsPerStep / (r.stepMs / 1000) / matmulRate,
       };
       if (config.task === "recall") m.accuracy = r.accuracy;
+      // packed documents (text task): the rank's report carries the global batch's counts
+      const packing = r as { documents?: number; padding?: number };
+      if (packing.documents !== undefined) {
+        m.documents = packing.documents;
+        m.padding = packing.padding ?? 0;
+      }
       metrics.push(m);
       metricsLog?.append(m);
       progress?.update(m);

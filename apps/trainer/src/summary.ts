@@ -43,6 +43,13 @@ export function summaryRows(metrics: readonly StepMetrics[], context: SummaryCon
   if (last.accuracy !== undefined) {
     rows.push([`accuracy mean of last ${tail.length}`, `${(100 * mean(tail.map((m) => m.accuracy ?? 0))).toFixed(1)}%`]);
   }
+  const packed = metrics.filter((m) => m.documents !== undefined);
+  if (packed.length > 0) {
+    rows.push(
+      ["documents per step (mean)", mean(packed.map((m) => m.documents!)).toFixed(1)],
+      ["padding (mean)", `${(100 * mean(packed.map((m) => m.padding ?? 0))).toFixed(1)}% of tokens`],
+    );
+  }
   const stepMs = mean(sample.map((m) => m.stepMs));
   const computeMs = mean(sample.map((m) => m.computeMs));
   const commMs = mean(sample.map((m) => m.commMs));

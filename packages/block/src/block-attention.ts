@@ -54,6 +54,7 @@ export class SavedLocalAttention<L = null> implements BlockAttentionContext {
   constructor(
     readonly owner: object,
     readonly layout: L,
+    /** The options of the local kernel's call (its backward gets the same). */
     readonly options: AttentionOptions,
     readonly q: F32,
     readonly k: F32,
@@ -71,7 +72,7 @@ export class SavedLocalAttention<L = null> implements BlockAttentionContext {
 
   /** The local kernel's backward on the saved tensors. */
   localBackward(local: LocalAttention, dOut: F32): Promise<AttentionGradients> {
-    return local.backward(this.q, this.k, this.v, this.out, dOut, this.logSumExp, { causal: this.options.causal, scale: this.options.scale });
+    return local.backward(this.q, this.k, this.v, this.out, dOut, this.logSumExp, this.options);
   }
 }
 

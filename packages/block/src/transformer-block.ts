@@ -3,14 +3,15 @@
  * plain one-device code. Its forward is `blockForward` (block-forward.ts)
  * run on tensors by a recorder that keeps what backward needs; backward is
  * written here and returns dx and the weight gradients. Positions are an
- * input (`positionOffset`: the global position of the first token, for
- * RoPE). The block never communicates and never reduces anything: sequence
+ * input (`positions`: the position of the first token, or of every token
+ * when documents are packed, for RoPE), and so are the document boundaries
+ * of packed sequences (`documents`: the attention masks across them). The block never communicates and never reduces anything: sequence
  * parallelism (@ulysses/parallel) swaps its `attention` for a sharded one and
  * sums the gradients from outside. Activation checkpointing keeps only x and
  * recomputes the forward in backward. Kernels come from the BlockOps and
  * attention given; this module only wires them.
  */
-import type { AttentionGradients, BlockOps, LayerNormSaved, LocalAttention } from "@ulysses/kernels";
+import type { AttentionDocuments, AttentionGradients, BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
 import type { Tensor } from "@ulysses/tensors";
 import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext } from "./block-attention.js";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
@@ -35,8 +36,16 @@ export interface TransformerBlockOptions {
 }
 
 export interface BlockForwardOptions {
-  /** Global position of the input's first token (RoPE); default 0. */
-  positionOffset?: number;
+  /** RoPE positions: the first token's (default 0), or every token's, int32 [b * s]. */
+  positions?: RopePositions;
+  /** Packed documents: each token's document id, int32 [b * s], non-decreasing per row; attention never crosses a document. */
+  documents?: Int32Array;
+}
+
+/** What a forward was called with, kept for backward (and the recompute under checkpointing). */
+interface Inputs {
+  positions: RopePositions;
+  documents: AttentionDocuments | undefined;
 }
 
 type NormSaved = LayerNormSaved | { rstd: F32 };
@@ -61,7 +70,7 @@ export class BlockContext {
     readonly owner: TransformerBlock,
     /** Input [b, s, hidden]. */
     readonly input: F32,
-    readonly positionOffset: number,
+    readonly inputs: Inputs,
     /** Null under activation checkpointing. */
     readonly activations: Activations | null,
   ) {}
@@ -112,7 +121,7 @@ class Recorder implements BlockMath<F32> {
     private readonly ops: BlockOps,
     private readonly batch: number,
     private readonly seq: number,
-    private readonly positionOffset: number,
+    private readonly call: Inputs,
     /** false: give the attention's buffers back as soon as they are used (checkpointing). */
     private readonly keep: boolean,
   ) {}
@@ -149,11 +158,13 @@ class Recorder implements BlockMath<F32> {
   }
 
   rope(x: F32): Promise<F32> {
-    return this.ops.ropeForward(x, this.positionOffset, this.block.config.ropeBase);
+    return this.ops.ropeForward(x, this.call.positions, this.block.config.ropeBase);
   }
 
   async attention(q: F32, k: F32, v: F32): Promise<F32> {
-    const { out, context } = await this.block.attention.forward(q, k, v, { causal: this.block.config.causal });
+    const { documents } = this.call;
+    const options = documents === undefined ? { causal: this.block.config.causal } : { causal: this.block.config.causal, documents };
+    const { out, context } = await this.block.attention.forward(q, k, v, options);
     this.attentionContext = context;
     this.attentionOut = out;
     return out;
@@ -183,6 +194,27 @@ class Recorder implements BlockMath<F32> {
   }
 }
 
+/** Checks the forward options against x [b, s, hidden]. */
+function blockInputs(x: F32, options: BlockForwardOptions): Inputs {
+  const positions = options.positions ?? 0;
+  const tokens = x.shape[0]! * x.shape[1]!;
+  if (typeof positions === "number") {
+    if (!Number.isInteger(positions) || positions < 0)
+      throw new BlockError(`TransformerBlock.forward: positions must be an integer >= 0 or an Int32Array, got ${positions}`);
+  } else if (!(positions instanceof Int32Array) || positions.length !== tokens) {
+    throw new BlockError(
+      `TransformerBlock.forward: per-token positions must be an Int32Array of b * s = ${tokens} entries, got ${positions?.length ?? typeof positions}`,
+    );
+  }
+  const ids = options.documents;
+  if (ids === undefined) return { positions, documents: undefined };
+  if (!(ids instanceof Int32Array) || ids.length !== tokens) {
+    throw new BlockError(`TransformerBlock.forward: documents must be an Int32Array of b * s = ${tokens} document ids, got ${ids?.length ?? typeof ids}`);
+  }
+  // queries and keys are the same tokens on one device
+  return { positions, documents: { query: ids, key: ids } };
+}
+
 export class TransformerBlock {
   readonly config: ResolvedBlockConfig;
   readonly weights: BlockWeights;
@@ -208,11 +240,9 @@ export class TransformerBlock {
 
   /** x [b, s, hidden] -> y [b, s, hidden] and the context backward needs. */
   async forward(x: F32, options: BlockForwardOptions = {}): Promise<{ y: F32; context: BlockContext }> {
-    const positionOffset = options.positionOffset ?? 0;
-    if (!Number.isInteger(positionOffset) || positionOffset < 0)
-      throw new BlockError(`TransformerBlock.forward: positionOffset must be an integer >= 0, got ${positionOffset}`);
-    const { y, activations } = await this.run(x, positionOffset, !this.checkpoint);
-    return { y, context: new BlockContext(this, x, positionOffset, this.checkpoint ? null : activations) };
+    const inputs = blockInputs(x, options);
+    const { y, activations } = await this.run(x, inputs, !this.checkpoint);
+    return { y, context: new BlockContext(this, x, inputs, this.checkpoint ? null : activations) };
   }
 
   /**
@@ -234,11 +264,11 @@ export class TransformerBlock {
     if (dy.rank !== 3 || dy.shape.some((d, i) => d !== context.input.shape[i])) {
       throw new BlockError(`TransformerBlock.backward: dy ${dy} does not match the input ${context.input}`);
     }
-    const a = context.activations ?? (await this.run(context.input, context.positionOffset, true)).activations;
+    const a = context.activations ?? (await this.run(context.input, context.inputs, true)).activations;
     const { hidden, heads, headDim, kvHeads, ropeBase } = this.config;
     const [b, s] = context.input.shape as unknown as [number, number, number];
     const rows = b * s;
-    const offset = context.positionOffset;
+    const positions = context.inputs.positions;
     const grads = new FlatTensors(blockWeightSpecs(this.config));
     const dOut = dy.reshape([rows, hidden]);
     const input = (name: LinearName) => a.inputs.get(name)!;
@@ -259,8 +289,8 @@ export class TransformerBlock {
     const dAttn = await this.linearBackward(input("attn.o"), "attn.o", dx2, grads);
     // [rows, H*D] -> [b, s, H, D]
     const g: AttentionGradients = await this.attention.backward(a.attention, dAttn.reshape([b, s, heads, headDim]));
-    const dq = await this.ops.ropeBackward(g.dq, offset, ropeBase);
-    const dk = await this.ops.ropeBackward(g.dk, offset, ropeBase);
+    const dq = await this.ops.ropeBackward(g.dq, positions, ropeBase);
+    const dk = await this.ops.ropeBackward(g.dk, positions, ropeBase);
     // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
     const h1 = input("attn.q");
     const dh1 = addInto(
@@ -276,13 +306,13 @@ export class TransformerBlock {
   }
 
   /** The forward computation; `keep` false releases the attention's buffers as soon as they are used (checkpointing). */
-  private async run(input: F32, positionOffset: number, keep: boolean): Promise<{ y: F32; activations: Activations }> {
+  private async run(input: F32, inputs: Inputs, keep: boolean): Promise<{ y: F32; activations: Activations }> {
     const { hidden } = this.config;
     if (input.dtype !== "float32" || input.rank !== 3 || input.shape[2] !== hidden) {
       throw new BlockError(`TransformerBlock.forward: x must be float32 [batch, seq, ${hidden}], got ${input}`);
     }
     const [b, s] = input.shape as unknown as [number, number, number];
-    const recorder = new Recorder(this, this.ops, b, s, positionOffset, keep);
+    const recorder = new Recorder(this, this.ops, b, s, inputs, keep);
     // [b, s, hidden] -> [rows, hidden] -> [b, s, hidden]
     const y = await blockForward(this.config, recorder, input.reshape([b * s, hidden]));
     return { y: y.reshape([b, s, hidden]), activations: recorder.activations() };

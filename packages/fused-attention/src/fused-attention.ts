@@ -3,14 +3,16 @@
  * its shape check, `attentionDims`) on our fused ONNX Runtime custom ops,
  * registered there as "fused" (`register.ts`). Each instance owns a native runtime
  * (session options with the "ulysses" op domain, its kernels running on
- * `threads` threads) and one session per (graph, causal, scale), created on
- * first use. Runs take the tensors' memory as is (no copies) and happen off
+ * `threads` threads) and one session per (graph, causal, scale, documents),
+ * created on first use: calls with `options.documents` run the graphs'
+ * document variant, which passes the ids as two extra int32 inputs. Runs take the tensors' memory as is (no copies) and happen off
  * the JS thread. The kernels themselves live in native/src/cpu (and cuda).
  */
 import { availableParallelism } from "node:os";
 import {
   attentionDims,
   checkBackwardShapes,
+  type AttentionDims,
   type AttentionForwardResult,
   type AttentionGradients,
   type AttentionOptions,
@@ -18,7 +20,7 @@ import {
 } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
-import { GRAPH_IO, attentionModel, type GraphKind } from "./model.js";
+import { DOCUMENT_INPUTS, GRAPH_IO, attentionModel, type GraphKind } from "./model.js";
 import { loadNative, type NativeBinding, type NativeInfo, type NativeRuntime, type NativeSession } from "./native.js";
 
 export type CpuIsa = "auto" | "avx512" | "avx2" | "portable";
@@ -81,7 +83,7 @@ export class FusedAttention implements LocalAttention {
     const s = attentionDims(q, k, v, options, "FusedAttention.forward", fusedError);
     const out = new Tensor("float32", q.shape);
     const logSumExp = new Tensor("float32", [s.batch, s.heads, s.seqQ]);
-    await this.run("forward", options.causal, s.scale, [q, k, v], [out, logSumExp]);
+    await this.run("forward", s, options, [q, k, v], [out, logSumExp]);
     return { out, logSumExp };
   }
 
@@ -99,7 +101,7 @@ export class FusedAttention implements LocalAttention {
     const dq = new Tensor("float32", q.shape);
     const dk = new Tensor("float32", k.shape);
     const dv = new Tensor("float32", v.shape);
-    await this.run("backward", options.causal, s.scale, [q, k, v, out, dOut, logSumExp], [dq, dk, dv]);
+    await this.run("backward", s, options, [q, k, v, out, dOut, logSumExp], [dq, dk, dv]);
     return { dq, dk, dv };
   }
 
@@ -115,32 +117,43 @@ export class FusedAttention implements LocalAttention {
     this.runtime = undefined;
   }
 
-  private session(kind: GraphKind, causal: boolean, scale: number): NativeSession {
-    const key = `${kind}:${causal}:${scale}`;
+  private session(kind: GraphKind, causal: boolean, scale: number, documents: boolean): NativeSession {
+    const key = `${kind}:${causal}:${scale}:${documents}`;
     let session = this.sessions.get(key);
     if (!session) {
       if (!this.runtime) throw new FusedAttentionError("FusedAttention: used after release()");
-      session = new this.binding.Session(this.runtime, attentionModel(kind, causal, scale));
+      session = new this.binding.Session(this.runtime, attentionModel(kind, causal, scale, documents));
       this.sessions.set(key, session);
     }
     return session;
   }
 
-  private async run(kind: GraphKind, causal: boolean, scale: number, inputs: Tensor<"float32">[], outputs: Tensor<"float32">[]): Promise<void> {
+  private async run(kind: GraphKind, s: AttentionDims, options: AttentionOptions, inputs: Tensor<"float32">[], outputs: Tensor<"float32">[]): Promise<void> {
     const io = GRAPH_IO[kind];
+    const documents = options.documents;
     // The op's attribute is a float32: key sessions by the value it will hold.
-    const session = this.session(kind, causal, Math.fround(scale));
+    const session = this.session(kind, s.causal, Math.fround(s.scale), documents !== undefined);
+    const names: readonly string[] = documents ? [...io.inputs, ...DOCUMENT_INPUTS] : io.inputs;
+    const data: (Float32Array | Int32Array)[] = inputs.map((t) => t.data);
+    const dims: (readonly number[])[] = inputs.map((t) => t.shape);
+    if (documents) {
+      data.push(documents.query, documents.key);
+      dims.push([s.batch, s.seqQ], [s.batch, s.seqK]);
+    }
     try {
       await session.run(
-        io.inputs,
-        inputs.map((t) => t.data),
-        inputs.map((t) => t.shape),
+        names,
+        data,
+        dims,
         io.outputs,
         outputs.map((t) => t.data),
         outputs.map((t) => t.shape),
       );
     } catch (error) {
-      throw new FusedAttentionError(`FusedAttention.${kind} (causal ${causal}, scale ${scale}) failed: ${(error as Error).message}`, { cause: error });
+      throw new FusedAttentionError(
+        `FusedAttention.${kind} (causal ${s.causal}, scale ${s.scale}${documents ? ", documents" : ""}) failed: ${(error as Error).message}`,
+        { cause: error },
+      );
     }
   }
 }

@@ -31,7 +31,7 @@ export interface NativeRuntime {
 export interface NativeSession {
   run(
     inputNames: readonly string[],
-    inputs: readonly Float32Array[],
+    inputs: readonly (Float32Array | Int32Array)[],
     inputDims: readonly (readonly number[])[],
     outputNames: readonly string[],
     outputs: readonly Float32Array[],

@@ -16,6 +16,7 @@ export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionFor
 export type { BlockOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";
 export { ReferenceAttention, referenceForward64, referenceBackward64, type Forward64, type Gradients64 } from "./reference/attention.js";
 export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionErrorFactory } from "./attention/shapes.js";
+export { documentRanges, keySpan, tileVisibility, type KeyRanges, type KeySpan, type TileVisibility } from "./attention/documents.js";
 export { ReferenceOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";
 export { toFloat64, toFloat32, type Real, type F64 } from "./reference/float64.js";
 export { linearForward64, linearBackward64 } from "./reference/linear.js";

@@ -2,15 +2,16 @@
  * The GPT as plain one-device model code: token embedding, L pre-norm
  * TransformerBlocks, a final norm and the LM head (optionally tied to the
  * embedding). Its forward is `gptForward` (gpt-forward.ts) run on tensors;
- * positions are an input (`positionOffset`, the global position of the first
- * token). The model never communicates: sequence parallelism
+ * positions are an input (`positions`: the first token's, or every token's
+ * when documents are packed), and so are the documents of packed sequences
+ * (`documents`: attention never crosses one). The model never communicates: sequence parallelism
  * (`parallelize` of @ulysses/parallel) swaps each block's attention and
  * shards the input from outside. Weight gradients are accumulated into the
  * flat gradient of the ParameterStore; summing, clipping and the optimizer
  * step belong to @ulysses/training.
  */
 import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
-import type { BlockOps, LayerNormSaved, LocalAttention } from "@ulysses/kernels";
+import type { BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
 import { permute, type Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
 import { gptForward, type GptMath } from "./gpt-forward.js";
@@ -32,8 +33,10 @@ export interface GptOptions {
 }
 
 export interface GptForwardOptions {
-  /** Global position of the first token (RoPE); default 0. */
-  positionOffset?: number;
+  /** RoPE positions: the first token's (default 0), or every token's, int32 [b * s]. */
+  positions?: RopePositions;
+  /** Packed documents: each token's document id, int32 [b * s], non-decreasing per row. */
+  documents?: Int32Array;
 }
 
 /** What forward keeps for backward. */
@@ -83,15 +86,14 @@ export class Gpt {
     return this.config.tiedHead ? permute(this.params.value("embed.weight"), [1, 0]) : this.params.value("head.w");
   }
 
-  /** tokens [b, s] at global positions [positionOffset, positionOffset + s) -> logits [b * s, vocab] and the context for backward. */
+  /** tokens [b, s] (at `options.positions`) -> logits [b * s, vocab] and the context for backward. */
   async forward(tokens: I32, options: GptForwardOptions = {}): Promise<GptContext> {
     const { hidden, vocab, maxSeq } = this.config;
-    const positionOffset = options.positionOffset ?? 0;
+    const positions = options.positions ?? 0;
     if (tokens.rank !== 2) throw new ModelError(`Gpt.forward: tokens must be [batch, seq], got ${tokens}`);
     const [batch, seqLength] = tokens.shape as [number, number];
-    if (!Number.isInteger(positionOffset) || positionOffset < 0 || positionOffset + seqLength > maxSeq) {
-      throw new ModelError(`Gpt.forward: positions [${positionOffset}, ${positionOffset + seqLength}) exceed maxSeq ${maxSeq}`);
-    }
+    const last = typeof positions === "number" ? positions + seqLength - 1 : positions.reduce((a, b) => Math.max(a, b), -1);
+    if (last >= maxSeq) throw new ModelError(`Gpt.forward: positions up to ${last} exceed maxSeq ${maxSeq} (positions 0 .. ${maxSeq - 1})`);
     const rows = batch * seqLength;
     const ids = tokens.reshape([rows]);
     for (let i = 0; i < rows; i++) {
@@ -104,7 +106,7 @@ export class Gpt {
       embed: () => this.ops.embeddingForward(ids, this.params.value("embed.weight")),
       block: async (layer, x) => {
         // [rows, hidden] -> [b, s, hidden] -> [rows, hidden]
-        const { y, context } = await this.blocks[layer]!.forward(x.reshape([batch, seqLength, hidden]), { positionOffset });
+        const { y, context } = await this.blocks[layer]!.forward(x.reshape([batch, seqLength, hidden]), { positions, documents: options.documents });
         blocks.push(context);
         return y.reshape([rows, hidden]);
       },

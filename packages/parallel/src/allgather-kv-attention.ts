@@ -13,7 +13,7 @@
  * Bytes per rank (equal shards, counting what goes to other ranks):
  * forward 2·(P−1)·s·b·Hkv·D·4 (allGather), backward the same (reduceScatter).
  */
-import type { AttentionGradients, LocalAttention } from "@ulysses/kernels";
+import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
@@ -22,7 +22,7 @@ import { checkHeads } from "./head-routing.js";
 import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
 import { TensorPool } from "./tensor-pool.js";
 import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
-import { shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
+import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 
 type F32 = Tensor<"float32">;
 
@@ -51,6 +51,15 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
     const { batch: b, seq: s, heads, kvHeads, headDim: d } = shardDims(q, k, v, this.name);
     this.checkHeads(heads, kvHeads);
     const shards = sequenceShards(s, this.group.rank, this.group.size, options);
+    const queryIds = documentSlice(options.sequenceDocuments, b, shards.length, shards.starts[this.group.rank]!, s, this.name);
+    const keyIds = documentSlice(
+      options.sequenceDocuments,
+      b,
+      shards.length,
+      0,
+      options.causal ? shards.starts[this.group.rank]! + s : shards.length,
+      this.name,
+    );
     return exclusive(this, async () => {
       const row = 2 * b * kvHeads * d;
       const keys = options.causal ? shards.starts[this.group.rank]! + s : shards.length;
@@ -63,8 +72,11 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
       const kAll = this.pool.take([b, keys, kvHeads, d], false);
       const vAll = this.pool.take([b, keys, kvHeads, d], false);
       splitKV(gathered.data as Float32Array, kAll, vAll, keys);
-      const local = await this.local.forward(q, kAll, vAll, { causal: options.causal, scale: options.scale });
-      const context: AllGatherKVContext = new SavedLocalAttention(this, { shards }, { ...options }, q, kAll, vAll, local.out, local.logSumExp);
+      // queries: this rank's tokens; keys: the gathered ones [0, keys)
+      const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale };
+      if (queryIds !== null && keyIds !== null) localOptions.documents = { query: queryIds, key: keyIds };
+      const local = await this.local.forward(q, kAll, vAll, localOptions);
+      const context: AllGatherKVContext = new SavedLocalAttention(this, { shards }, localOptions, q, kAll, vAll, local.out, local.logSumExp);
       return { out: local.out, context };
     });
   }

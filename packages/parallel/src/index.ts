@@ -8,9 +8,9 @@
  */
 export { ParallelError } from "./errors.js";
 export { sequenceShards, type SequenceShards, type SequenceOptions } from "./sequence-shards.js";
-export { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
+export { shardBatch, type Batch, type BatchShard, type BatchDocuments, type ShardDocuments } from "./shard-batch.js";
 export { headRouting, checkHeads, type HeadRouting, type HeadRange } from "./head-routing.js";
-export type { ShardedAttention, ShardedAttentionForward, ShardedAttentionOptions } from "./sharded-attention.js";
+export { documentSlice, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 export { UlyssesAttention, type UlyssesContext } from "./ulysses-attention.js";
 export { seqAllToAll, seqToHeads, headsToSeq, type SeqAllToAllDirection, type SeqAllToAllPart, type SeqExchange, type HeadSet } from "./seq-all-to-all.js";
 export { AllGatherKVAttention, type AllGatherKVContext } from "./allgather-kv-attention.js";

@@ -26,14 +26,14 @@ import {
 } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
-import type { Gpt, GptContext, GptConfig, ParameterStore } from "@ulysses/model";
+import type { Gpt, GptConfig, GptContext, GptForwardOptions, ParameterStore } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
 import type { ParallelDims, SequenceParallelKind } from "./parallel-dims.js";
 import { sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
 import { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
-import type { ShardedAttention } from "./sharded-attention.js";
+import { documentSlice, type ShardedAttention, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;
@@ -49,15 +49,34 @@ export function createShardedAttention(kind: SequenceParallelKind, local: LocalA
 /** The shard sizes of the forward (or backward) now running. */
 class SequenceLayout {
   shards: SequenceShards | null = null;
+  /** Packed documents: every token's document id in the whole sequence, [b * N]. */
+  documents: Int32Array | undefined = undefined;
 
-  async during<T>(shards: SequenceShards, fn: () => Promise<T>): Promise<T> {
-    this.shards = shards;
+  async during<T>(run: RunLayout, fn: () => Promise<T>): Promise<T> {
+    this.shards = run.shards;
+    this.documents = run.documents;
     try {
       return await fn();
     } finally {
       this.shards = null;
+      this.documents = undefined;
     }
   }
+}
+
+/** The layout one forward ran with (kept for its backward). */
+export interface RunLayout {
+  shards: SequenceShards;
+  /** Every token's document id in the whole sequence, [b * N] (packed documents only). */
+  documents?: Int32Array;
+}
+
+/** Sequence options of a sharded forward, with packed documents. */
+export interface ParallelSequenceOptions extends SequenceOptions {
+  /** Packed documents: every token's document id in the whole sequence, int32 [b * N], non-decreasing per row. */
+  sequenceDocuments?: Int32Array;
+  /** RoPE positions of this rank's tokens, int32 [b * s_r] (default: their global positions). */
+  positions?: Int32Array;
 }
 
 /** A ShardedAttention seen as the block's BlockAttention: the shard sizes come from the running layout. */
@@ -75,7 +94,10 @@ class LayoutAttention implements BlockAttention {
     const shards = this.layout.shards;
     if (shards === null)
       throw new ParallelError(`${this.name}: called outside a parallel forward (run the block through ParallelBlock or the model through parallelize)`);
-    return this.sharded.forward(q, k, v, { ...options, seqSizes: shards.sizes });
+    // the block's own documents are this rank's tokens only; the sharded attention takes the whole sequence's
+    const sharded: ShardedAttentionOptions = { causal: options.causal, scale: options.scale, seqSizes: shards.sizes };
+    if (this.layout.documents !== undefined) sharded.sequenceDocuments = this.layout.documents;
+    return this.sharded.forward(q, k, v, sharded);
   }
 
   backward(context: BlockAttentionContext, dOut: F32): Promise<AttentionGradients> {
@@ -118,9 +140,8 @@ function shardBlocks(
 }
 
 /** What ParallelBlock.forward keeps: the block's context and the shard layout. */
-export interface ParallelBlockContext {
+export interface ParallelBlockContext extends RunLayout {
   block: BlockContext;
-  shards: SequenceShards;
 }
 
 /** One TransformerBlock, sequence-parallel over `group`. */
@@ -146,16 +167,19 @@ export class ParallelBlock {
   }
 
   /** x [b, s_r, hidden]: this rank's shard of the sequence (sizes from `sequence`, default equal shards). */
-  async forward(x: F32, sequence: SequenceOptions = {}): Promise<{ y: F32; context: ParallelBlockContext }> {
-    const shards = sequenceShards(x.shape[1]!, this.group.rank, this.group.size, sequence);
-    const options: BlockForwardOptions = { positionOffset: shards.starts[this.group.rank]! };
-    const { y, context } = await this.layout.during(shards, () => this.block.forward(x, options));
-    return { y, context: { block: context, shards } };
+  async forward(x: F32, sequence: ParallelSequenceOptions = {}): Promise<{ y: F32; context: ParallelBlockContext }> {
+    const [b, s] = x.shape as [number, number, number];
+    const run = runLayout(s, b, this.group, sequence, "ParallelBlock.forward");
+    const options: BlockForwardOptions = { positions: sequence.positions ?? run.shards.starts[this.group.rank]! };
+    if (run.documents !== undefined)
+      options.documents = documentSlice(run.documents, b, run.shards.length, run.shards.starts[this.group.rank]!, s, "ParallelBlock.forward")!;
+    const { y, context } = await this.layout.during(run, () => this.block.forward(x, options));
+    return { y, context: { ...run, block: context } };
   }
 
   /** dy [b, s_r, hidden] -> dx and the weight gradients, summed over the group unless `reduceGradients` is false. */
   async backward(context: ParallelBlockContext, dy: F32, options: { reduceGradients?: boolean } = {}): Promise<BlockGradients> {
-    const g = await this.layout.during(context.shards, () => this.block.backward(context.block, dy));
+    const g = await this.layout.during(context, () => this.block.backward(context.block, dy));
     if (options.reduceGradients ?? true) await this.group.allReduce(new Tensor("float32", [g.flat.length], g.flat), { op: "sum" });
     return g;
   }
@@ -166,8 +190,15 @@ export class ParallelBlock {
 }
 
 /** GptContext with the shard layout it ran on. */
-export interface ParallelGptContext extends GptContext {
-  shards: SequenceShards;
+export interface ParallelGptContext extends GptContext, RunLayout {}
+
+/** The shards of a forward on `localLength` tokens per row, checked (before any communication). */
+function runLayout(localLength: number, batch: number, group: ProcessGroup, sequence: ParallelSequenceOptions, who: string): RunLayout {
+  const shards = sequenceShards(localLength, group.rank, group.size, sequence);
+  const ids = sequence.sequenceDocuments;
+  if (ids === undefined) return { shards };
+  documentSlice(ids, batch, shards.length, 0, shards.length, who);
+  return { shards, documents: ids };
 }
 
 /** A Gpt whose layers run sequence-parallel over `dims.spGroup`. */
@@ -201,19 +232,33 @@ export class ParallelGpt {
     return shardBatch(batch, spGroup.rank, spGroup.size);
   }
 
-  /** tokens [b, s_r]: this rank's shard of sequences of `seqLength` tokens. */
-  async forward(tokens: I32, sequence: { seqLength: number }): Promise<ParallelGptContext> {
+  /** tokens [b, s_r]: this rank's shard of sequences of `seqLength` tokens (packed documents: `sequenceDocuments`, `positions`). */
+  async forward(tokens: I32, sequence: ParallelSequenceOptions & { seqLength: number }): Promise<ParallelGptContext> {
     const { spGroup } = this.dims;
     if (sequence.seqLength > this.config.maxSeq)
       throw new ParallelError(`ParallelGpt.forward: a sequence of ${sequence.seqLength} tokens exceeds maxSeq ${this.config.maxSeq}`);
-    const shards = sequenceShards(tokens.shape[1]!, spGroup.rank, spGroup.size, sequence);
-    const context = await this.layout.during(shards, () => this.model.forward(tokens, { positionOffset: shards.starts[spGroup.rank]! }));
-    return Object.assign(context, { shards });
+    const [b, s] = tokens.shape as [number, number];
+    const run = runLayout(s, b, spGroup, sequence, "ParallelGpt.forward");
+    const start = run.shards.starts[spGroup.rank]!;
+    const options: GptForwardOptions = { positions: sequence.positions ?? start };
+    if (run.documents !== undefined) options.documents = documentSlice(run.documents, b, run.shards.length, start, s, "ParallelGpt.forward")!;
+    const context = await this.layout.during(run, () => this.model.forward(tokens, options));
+    return Object.assign(context, run);
+  }
+
+  /** forward on this rank's shard of a batch (`shard(batch)`), with its documents when there are. */
+  forwardShard(shard: BatchShard): Promise<ParallelGptContext> {
+    const sequence: ParallelSequenceOptions & { seqLength: number } = { seqLength: shard.seqLength };
+    if (shard.documents !== undefined) {
+      sequence.sequenceDocuments = shard.documents.sequenceIds.data;
+      sequence.positions = shard.documents.positions.data;
+    }
+    return this.forward(shard.tokens, sequence);
   }
 
   /** Adds this rank's (unreduced) weight gradients into params.grads. */
   backward(context: ParallelGptContext, dLogits: F32): Promise<void> {
-    return this.layout.during(context.shards, () => this.model.backward(context, dLogits));
+    return this.layout.during(context, () => this.model.backward(context, dLogits));
   }
 
   release(context: ParallelGptContext): void {

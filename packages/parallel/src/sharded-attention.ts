@@ -20,7 +20,25 @@ import type { SequenceOptions } from "./sequence-shards.js";
 
 type F32 = Tensor<"float32">;
 
-export interface ShardedAttentionOptions extends AttentionOptions, SequenceOptions {}
+export interface ShardedAttentionOptions extends Omit<AttentionOptions, "documents">, SequenceOptions {
+  /** Packed documents: the document id of every token of the whole sequence, int32 [b * N], non-decreasing per row. */
+  sequenceDocuments?: Int32Array;
+}
+
+/** Document ids of tokens [start, start + length) of every row of [b, N] ids (null when there are none). */
+export function documentSlice(ids: Int32Array | undefined, batch: number, seqLength: number, start: number, length: number, who: string): Int32Array | null {
+  if (ids === undefined) return null;
+  if (!(ids instanceof Int32Array) || ids.length !== batch * seqLength) {
+    throw new ParallelError(
+      `${who}: sequenceDocuments must be an Int32Array of b * N = ${batch} * ${seqLength} = ${batch * seqLength} ids, got ${ids?.length ?? typeof ids}`,
+    );
+  }
+  if (start === 0 && length === seqLength) return ids;
+  const out = new Int32Array(batch * length);
+  // [b, N] -> [b, length] at tokens [start, start + length)
+  for (let row = 0; row < batch; row++) out.set(ids.subarray(row * seqLength + start, row * seqLength + start + length), row * length);
+  return out;
+}
 
 export interface ShardedAttentionForward<C extends BlockAttentionContext = BlockAttentionContext> extends BlockAttentionForward<C> {}
 

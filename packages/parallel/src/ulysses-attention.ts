@@ -17,7 +17,7 @@
  * gradients of kv heads replicated on several ranks. Head and kv routing:
  * `head-routing.ts`; sequence shards: `sequence-shards.ts`.
  */
-import type { AttentionGradients, LocalAttention } from "@ulysses/kernels";
+import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { Tensor } from "@ulysses/tensors";
 import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
@@ -26,7 +26,7 @@ import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
 import { headsToSeq, seqToHeads, type SeqExchange } from "./seq-all-to-all.js";
 import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
-import { shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
+import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
 
 type F32 = Tensor<"float32">;
@@ -69,9 +69,11 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   }
 
   async forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<UlyssesContext>> {
-    const { seq: s, heads, kvHeads } = shardDims(q, k, v, this.name);
+    const { batch: b, seq: s, heads, kvHeads } = shardDims(q, k, v, this.name);
     const routing = this.routing(heads, kvHeads);
     const shards = sequenceShards(s, this.group.rank, this.group.size, options);
+    // every rank holds the whole sequence now: the documents are the whole sequence's
+    const ids = documentSlice(options.sequenceDocuments, b, shards.length, 0, shards.length, this.name);
     return exclusive(this, async () => {
       const exchange = this.exchange(routing, shards);
       // q [b, s_r, H, D], k, v [b, s_r, Hkv, D] -> q [b, N, h_r, D], k, v [b, N, k_r, D] (one all-to-all).
@@ -80,10 +82,12 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
         { tensor: k, heads: "kv" },
         { tensor: v, heads: "kv" },
       ]);
-      const local = await this.local.forward(qh, kh, vh, { causal: options.causal, scale: options.scale });
+      const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale };
+      if (ids !== null) localOptions.documents = { query: ids, key: ids };
+      const local = await this.local.forward(qh, kh, vh, localOptions);
       // out [b, N, h_r, D] -> [b, s_r, H, D].
       const [out] = await headsToSeq(exchange, [{ tensor: local.out, heads: "q" }]);
-      const context: UlyssesContext = new SavedLocalAttention(this, { routing, shards }, { ...options }, qh, kh, vh, local.out, local.logSumExp);
+      const context: UlyssesContext = new SavedLocalAttention(this, { routing, shards }, localOptions, qh, kh, vh, local.out, local.logSumExp);
       return { out, context };
     });
   }

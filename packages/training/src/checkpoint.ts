@@ -29,6 +29,8 @@ export const CHECKPOINT_FORMAT = "ulysses-ts-checkpoint/1";
 export interface CheckpointExtras {
   /** Any JSON-serialisable state (the data RNG's getState()). */
   rng?: unknown;
+  /** The data stream's position (a document loader's state(); plain JSON). */
+  data?: unknown;
   /**
    * The run's settings as a flat record of plain values (no nested objects):
    * hyperparameters only, never code or paths (see the top of this file).
@@ -53,6 +55,8 @@ export interface CheckpointInfo {
   step: number;
   config: GptConfig;
   rng: unknown;
+  /** The data stream's position, or undefined when none was saved. */
+  data: unknown;
   settings: unknown;
 }
 
@@ -77,6 +81,7 @@ export async function saveCheckpoint(file: string, trainer: Trainer, extras: Che
     config: JSON.stringify(config),
   };
   if (extras.rng !== undefined) metadata.rng = JSON.stringify(extras.rng);
+  if (extras.data !== undefined) metadata.data = JSON.stringify(extras.data);
   if (extras.settings !== undefined) {
     checkSettings(file, extras.settings);
     metadata.settings = JSON.stringify(extras.settings);
@@ -176,6 +181,7 @@ function checkCheckpointHeader(file: string, header: SafetensorsHeader): Checked
     step,
     config: modelConfig(config as GptConfig),
     rng: parseJson(file, "rng", metadata.rng),
+    data: parseJson(file, "data", metadata.data),
     settings: parseJson(file, "settings", metadata.settings),
   };
 }

@@ -8,9 +8,20 @@ export { TrainingError } from "./errors.js";
 export { AdamW, type AdamWOptions } from "./adamw.js";
 export { learningRateAt, type LrSchedule } from "./lr-schedule.js";
 export { globalGradNorm, clipGradNorm } from "./grad-clip.js";
-export { IGNORE_INDEX, shiftWindows } from "./data/batch.js";
+export { IGNORE_INDEX, shiftWindows, batchRows } from "./data/batch.js";
 export { recallBatch, recallVocabulary, recallMinSeq, validateRecallTask, type RecallTaskOptions, type RecallVocabulary } from "./data/recall-task.js";
 export { ByteTextData, BYTE_VOCAB } from "./data/text-data.js";
+export {
+  DocumentData,
+  readsDocuments,
+  DEFAULT_SHUFFLE_BUFFER,
+  DEFAULT_CHECK_BYTES,
+  type DocumentDataOptions,
+  type DocumentDataState,
+  type DocumentCheck,
+} from "./data/document-data.js";
+export { resolveTextFormat, listTextFiles, TEXT_FORMATS, type TextFormat, type TextFormatOption, type DocumentRef } from "./data/documents.js";
+export { DocumentPacker, PAD_TOKEN, LONG_DOCUMENTS, type LongDocuments, type PackedBatch, type PackStats } from "./data/packer.js";
 export { lossAndGradients, countCorrect, type LossResult, type TrainModel } from "./loss.js";
 export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
 export {

@@ -47,10 +47,11 @@ async function run(
 ): Promise<{ context: GptContext; labels: Tensor<"int32">; backward: (dLogits: Tensor<"float32">) => Promise<void>; release: () => void }> {
   if (model instanceof ParallelGpt) {
     const shard = model.shard(batch);
-    const context = await model.forward(shard.tokens, { seqLength: shard.seqLength });
+    const context = await model.forwardShard(shard);
     return { context, labels: shard.labels, backward: (d) => model.backward(context, d), release: () => model.release(context) };
   }
-  const context = await model.forward(batch.tokens);
+  const documents = batch.documents;
+  const context = await model.forward(batch.tokens, documents === undefined ? {} : { positions: documents.positions.data, documents: documents.ids.data });
   return { context, labels: batch.labels, backward: (d) => model.backward(context, d), release: () => model.release(context) };
 }
 

@@ -8,7 +8,8 @@
 //                                    -> Promise<void>, off the JS thread
 //   runtime.release(), session.release()
 //
-// Inputs and outputs are Float32Arrays wrapped with
+// Inputs and outputs are Float32Arrays (Int32Arrays too: the document ids)
+// wrapped with
 // CreateTensorWithDataAsOrtValue (no copies); the outputs are pre-allocated
 // by the caller and ONNX Runtime writes into them. The arrays are kept alive
 // (referenced) until the run settles. Sessions keep their runtime (and so the
@@ -143,7 +144,7 @@ struct Binding {
   std::vector<OrtValue*> values;
 };
 
-// Wraps names[i] / arrays[i] (Float32Array) / dims[i] as OrtValues.
+// Wraps names[i] / arrays[i] (Float32Array or Int32Array) / dims[i] as OrtValues.
 Binding bind(Napi::Env env, const RuntimeState& rt, const Napi::Value& names_v, const Napi::Value& arrays_v,
              const Napi::Value& dims_v, const char* what) {
   if (!names_v.IsArray() || !arrays_v.IsArray() || !dims_v.IsArray()) {
@@ -157,8 +158,10 @@ Binding bind(Napi::Env env, const RuntimeState& rt, const Napi::Value& names_v, 
   }
   // Validate everything before creating any OrtValue.
   struct Spec {
-    float* data;
+    void* data;
     size_t count;
+    size_t element_bytes;
+    ONNXTensorElementDataType type;
     std::vector<int64_t> shape;
   };
   Binding b;
@@ -167,34 +170,39 @@ Binding bind(Napi::Env env, const RuntimeState& rt, const Napi::Value& names_v, 
   for (uint32_t i = 0; i < names.Length(); ++i) {
     b.names.push_back(names.Get(i).ToString().Utf8Value());
     Napi::Value a = arrays.Get(i);
-    if (!a.IsTypedArray() || a.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
-      throw Napi::TypeError::New(env, "Session.run: " + std::string(what) + " '" + b.names.back() + "' must be a Float32Array");
+    const napi_typedarray_type kind = a.IsTypedArray() ? a.As<Napi::TypedArray>().TypedArrayType() : napi_uint8_clamped_array;
+    if (kind != napi_float32_array && kind != napi_int32_array) {
+      throw Napi::TypeError::New(env, "Session.run: " + std::string(what) + " '" + b.names.back() + "' must be a Float32Array or an Int32Array");
     }
     if (!dims.Get(i).IsArray()) {
       throw Napi::TypeError::New(env, "Session.run: dims of '" + b.names.back() + "' must be an array");
     }
-    auto f32 = a.As<Napi::Float32Array>();
+    auto typed = a.As<Napi::TypedArray>();
     auto d = dims.Get(i).As<Napi::Array>();
-    Spec spec{nullptr, 1, {}};
+    const bool floats = kind == napi_float32_array;
+    Spec spec{nullptr, 1, floats ? sizeof(float) : sizeof(int32_t),
+              floats ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, {}};
     for (uint32_t j = 0; j < d.Length(); ++j) {
       const int64_t n = d.Get(j).ToNumber().Int64Value();
       if (n < 0) throw Napi::RangeError::New(env, "Session.run: negative dimension for '" + b.names.back() + "'");
       spec.shape.push_back(n);
       spec.count *= static_cast<size_t>(n);
     }
-    if (spec.count != f32.ElementLength()) {
-      throw Napi::RangeError::New(env, "Session.run: '" + b.names.back() + "' has " + std::to_string(f32.ElementLength()) +
+    if (spec.count != typed.ElementLength()) {
+      throw Napi::RangeError::New(env, "Session.run: '" + b.names.back() + "' has " + std::to_string(typed.ElementLength()) +
                                            " elements but its dims need " + std::to_string(spec.count));
     }
-    spec.data = spec.count ? f32.Data() : &empty;
+    // TypedArrayOf::Data() takes the pointer napi_get_typedarray_info gives,
+    // which works for SharedArrayBuffer-backed arrays too.
+    void* data = floats ? static_cast<void*>(a.As<Napi::Float32Array>().Data()) : static_cast<void*>(a.As<Napi::Int32Array>().Data());
+    spec.data = spec.count ? data : static_cast<void*>(&empty);
     specs.push_back(std::move(spec));
     b.arrays.push_back(Napi::Persistent(a.As<Napi::Object>()));
   }
   for (const Spec& spec : specs) {
     OrtValue* value = nullptr;
-    OrtStatus* status = rt.api->CreateTensorWithDataAsOrtValue(rt.cpu_memory, spec.data, spec.count * sizeof(float),
-                                                               spec.shape.data(), spec.shape.size(),
-                                                               ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &value);
+    OrtStatus* status = rt.api->CreateTensorWithDataAsOrtValue(rt.cpu_memory, spec.data, spec.count * spec.element_bytes,
+                                                               spec.shape.data(), spec.shape.size(), spec.type, &value);
     if (status) {
       for (OrtValue* v : b.values) rt.api->ReleaseValue(v);
       std::string message = rt.api->GetErrorMessage(status);

@@ -62,6 +62,16 @@ const float* input_data(const OrtApi* api, OrtKernelContext* ctx, size_t index) 
   return static_cast<const float*>(data);
 }
 
+// The input at `index`, or nullptr when the node leaves that optional input out.
+const OrtValue* optional_input(const OrtApi* api, OrtKernelContext* ctx, size_t index) {
+  size_t count = 0;
+  check_status(api, api->KernelContext_GetInputCount(ctx, &count), "KernelContext_GetInputCount");
+  if (index >= count) return nullptr;
+  const OrtValue* value = nullptr;
+  check_status(api, api->KernelContext_GetInput(ctx, index, &value), "KernelContext_GetInput");
+  return value;
+}
+
 float* output_data(const OrtApi* api, OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& dims) {
   OrtValue* value = nullptr;
   check_status(api, api->KernelContext_GetOutput(ctx, index, dims.data(), dims.size(), &value), "KernelContext_GetOutput");
@@ -108,9 +118,61 @@ AttentionProblem read_problem(const FlashKernel& kernel, OrtKernelContext* ctx) 
   return p;
 }
 
+// Index of the first document input: after q, k, v (forward) or q, k, v,
+// out, dout, lse (gradient).
+size_t documents_index(OpKind kind) { return kind == OpKind::Forward ? 3 : 6; }
+
+struct Documents {
+  const int32_t* q = nullptr;  // [batch, seq_q], or nullptr: no document masking
+  const int32_t* k = nullptr;  // [batch, seq_k]
+};
+
+// The optional document inputs: both or neither, int32 [batch, seq_q] and
+// [batch, seq_k]. In host memory (the CPU op) the ids are checked to never
+// decrease along a row; the CUDA op's are on the device and trusted (the
+// TypeScript wrapper checks them).
+Documents read_documents(const FlashKernel& kernel, OrtKernelContext* ctx, const AttentionProblem& p) {
+  const OrtApi* api = kernel.api;
+  const char* name = kernel.op->kind == OpKind::Forward ? kForwardOpName : kBackwardOpName;
+  const size_t first = documents_index(kernel.op->kind);
+  const OrtValue* q = optional_input(api, ctx, first);
+  const OrtValue* k = optional_input(api, ctx, first + 1);
+  if (!q && !k) return {};
+  if (!q || !k) throw InvalidArgument(std::string(name) + ": q_documents and k_documents must be given together");
+  const auto qdims = input_dims(api, ctx, first), kdims = input_dims(api, ctx, first + 1);
+  const std::vector<int64_t> want_q = {p.batch, p.seq_q}, want_k = {p.batch, p.seq_k};
+  if (qdims != want_q || kdims != want_k) {
+    throw InvalidArgument(std::string(name) + ": q_documents " + shape_string(qdims) + " must be " + shape_string(want_q) +
+                          " and k_documents " + shape_string(kdims) + " must be " + shape_string(want_k));
+  }
+  Documents docs;
+  docs.q = reinterpret_cast<const int32_t*>(input_data(api, ctx, first));
+  docs.k = reinterpret_cast<const int32_t*>(input_data(api, ctx, first + 1));
+  static const int32_t none = 0;  // an empty tensor's data may be null
+  if (!docs.q) docs.q = &none;
+  if (!docs.k) docs.k = &none;
+  if (kernel.op->cuda) return docs;
+  auto check_sorted = [&](const int32_t* ids, int64_t seq, const char* which) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t i = 1; i < seq; ++i) {
+        const int32_t before = ids[b * seq + i - 1], here = ids[b * seq + i];
+        if (here < before) {
+          throw InvalidArgument(std::string(name) + ": " + which + " must never decrease along a batch row, but row " + std::to_string(b) +
+                                " has " + std::to_string(before) + " at " + std::to_string(i - 1) + " and " + std::to_string(here) +
+                                " at " + std::to_string(i));
+        }
+      }
+    }
+  };
+  check_sorted(docs.q, p.seq_q, "q_documents");
+  check_sorted(docs.k, p.seq_k, "k_documents");
+  return docs;
+}
+
 void compute(const FlashKernel& kernel, OrtKernelContext* ctx) {
   const OrtApi* api = kernel.api;
   const AttentionProblem p = read_problem(kernel, ctx);
+  const Documents docs = read_documents(kernel, ctx, p);
   const std::vector<int64_t> qdims = {p.batch, p.seq_q, p.heads, p.head_dim};
   const std::vector<int64_t> kdims = {p.batch, p.seq_k, p.kv_heads, p.head_dim};
   void* stream = nullptr;
@@ -119,6 +181,8 @@ void compute(const FlashKernel& kernel, OrtKernelContext* ctx) {
     ForwardArgs a{p, input_data(api, ctx, 0), input_data(api, ctx, 1), input_data(api, ctx, 2), nullptr, nullptr};
     a.out = output_data(api, ctx, 0, qdims);
     a.lse = output_data(api, ctx, 1, {p.batch, p.heads, p.seq_q});
+    a.doc_q = docs.q;
+    a.doc_k = docs.k;
 #ifdef ULYSSES_WITH_CUDA
     if (kernel.op->cuda) return attention_forward_cuda(a, stream);
 #endif
@@ -129,6 +193,8 @@ void compute(const FlashKernel& kernel, OrtKernelContext* ctx) {
     a.dq = output_data(api, ctx, 0, qdims);
     a.dk = output_data(api, ctx, 1, kdims);
     a.dv = output_data(api, ctx, 2, kdims);
+    a.doc_q = docs.q;
+    a.doc_k = docs.k;
 #ifdef ULYSSES_WITH_CUDA
     if (kernel.op->cuda) return attention_backward_cuda(a, stream);
 #endif
@@ -188,9 +254,17 @@ const char* ORT_API_CALL op_provider(const OrtCustomOp* op) {
   return self(op)->cuda ? "CUDAExecutionProvider" : "CPUExecutionProvider";
 }
 
-size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return self(op)->kind == OpKind::Forward ? 3 : 6; }
+// The tensor inputs, then the two optional document inputs.
+size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return documents_index(self(op)->kind) + 2; }
 size_t ORT_API_CALL output_count(const OrtCustomOp* op) { return self(op)->kind == OpKind::Forward ? 2 : 3; }
+bool is_documents(const OrtCustomOp* op, size_t index) { return index >= documents_index(self(op)->kind); }
+ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t index) {
+  return is_documents(op, index) ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
 ONNXTensorElementDataType ORT_API_CALL float_type(const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
+OrtCustomOpInputOutputCharacteristic ORT_API_CALL input_characteristic(const OrtCustomOp* op, size_t index) {
+  return is_documents(op, index) ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+}
 OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; }
 OrtMemType ORT_API_CALL default_memory(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
 int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
@@ -205,12 +279,12 @@ void init_flash_op(FlashOp* op, OpKind kind, bool cuda, int threads, CpuIsa isa)
   b.version = kOrtApiVersion;
   b.GetName = &op_name;
   b.GetExecutionProviderType = &op_provider;
-  b.GetInputType = &float_type;
+  b.GetInputType = &input_type;
   b.GetInputTypeCount = &input_count;
   b.GetOutputType = &float_type;
   b.GetOutputTypeCount = &output_count;
   b.KernelDestroy = &destroy_kernel;
-  b.GetInputCharacteristic = &required;
+  b.GetInputCharacteristic = &input_characteristic;
   b.GetOutputCharacteristic = &required;
   b.GetInputMemoryType = &default_memory;
   b.GetVariadicInputMinArity = &one;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { keyTiles, planBlocks, swapMiddleAxes } from "./block-plan.js";
+import { planBlocks, swapMiddleAxes } from "./block-plan.js";
 import type { AttentionDims } from "./shapes.js";
 
 function dims(seqQ: number, seqK: number, causal: boolean): AttentionDims {
@@ -33,25 +33,6 @@ describe("planBlocks", () => {
       [0, 32, 50, false],
       [32, 32, 50, false],
       [64, 6, 50, false],
-    ]);
-  });
-});
-
-describe("keyTiles", () => {
-  it("tiles the unmasked keys and gives the causal diagonal its own tile", () => {
-    const [, , third] = planBlocks(dims(100, 100, true), 32).blocks;
-    expect(keyTiles(third!, 40)).toEqual([
-      { start: 0, length: 40, diagonal: false },
-      { start: 40, length: 24, diagonal: false },
-      { start: 64, length: 32, diagonal: true },
-    ]);
-    const [first] = planBlocks(dims(100, 100, true), 32).blocks;
-    expect(keyTiles(first!, 40)).toEqual([{ start: 0, length: 32, diagonal: true }]);
-    const [whole] = planBlocks(dims(10, 50, false), 32).blocks;
-    expect(keyTiles(whole!, 20).map((t) => [t.start, t.length, t.diagonal])).toEqual([
-      [0, 20, false],
-      [20, 20, false],
-      [40, 10, false],
     ]);
   });
 });

@@ -146,22 +146,3 @@ export function swapMiddleAxes(src: Float32Array, outer: number, a: number, b: n
   }
   return dst;
 }
-
-export interface KeyTile {
-  start: number;
-  length: number;
-  /** The causal diagonal square (length = block.rows), which needs the mask. */
-  diagonal: boolean;
-}
-
-/**
- * The backward's key tiles of a block: [0, keyEnd) in tiles of at most
- * `tileKeys`; a causal block's last `rows` keys form their own diagonal tile.
- */
-export function keyTiles(block: QueryBlock, tileKeys: number): KeyTile[] {
-  const unmasked = block.diagonal ? block.keyEnd - block.rows : block.keyEnd;
-  const tiles: KeyTile[] = [];
-  for (let start = 0; start < unmasked; start += tileKeys) tiles.push({ start, length: Math.min(tileKeys, unmasked - start), diagonal: false });
-  if (block.diagonal) tiles.push({ start: unmasked, length: block.rows, diagonal: true });
-  return tiles;
-}

@@ -7,7 +7,11 @@
  * one run recomputes P from logSumExp and accumulates dk/dv (per kv head)
  * and dq (per block) through Gemm's C input. Causal blocks stop at their
  * diagonal, so fully masked keys are skipped rather than masked; only the
- * diagonal square carries a mask. (Outputs are fetched, not pre-allocated:
+ * diagonal square carries a mask. Packed documents narrow every run to the
+ * span of keys its block attends (`key-spans.ts`): blocks inside a document
+ * run the unmasked or causal graphs on that document's keys, blocks across a
+ * boundary add a bias, and key tiles no query attends are skipped, so the
+ * cost follows the documents' lengths. (Outputs are fetched, not pre-allocated:
  * onnxruntime-node 1.30 copies pre-allocated outputs again after the run,
  * which measured slower than letting it allocate.)
  *
@@ -20,18 +24,10 @@ import { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
 import { SessionCache } from "../runtime/session-cache.js";
 import { buildBackwardGraph, buildForwardGraph, blockGraphKey, type BlockShape, type BlockVariant } from "./block-graphs.js";
-import {
-  gatherQueries,
-  gatherRowValues,
-  planBlocks,
-  scatterQueries,
-  scatterRowValues,
-  swapMiddleAxes,
-  keyTiles,
-  type BlockPlan,
-  type QueryBlock,
-} from "./block-plan.js";
+import { gatherQueries, gatherRowValues, planBlocks, scatterQueries, scatterRowValues, swapMiddleAxes, type BlockPlan, type QueryBlock } from "./block-plan.js";
 import { defaultBackwardRows, defaultForwardRows, defaultTileKeys } from "./block-sizes.js";
+import { documentRanges, type KeyRanges } from "./documents.js";
+import { documentBias, documentBiasTransposed, planSpans, spanTiles, type BlockSpan } from "./key-spans.js";
 import { attentionDims, checkBackwardShapes, type AttentionDims } from "./shapes.js";
 import type { AttentionForwardResult, AttentionGradients, AttentionOptions, LocalAttention } from "./types.js";
 
@@ -49,7 +45,11 @@ export interface OrtAttentionOptions {
 /** One run's place: its block, batch index, kv head, and offsets into the blocked and kv layouts. */
 interface RunSite {
   block: QueryBlock;
+  /** The keys it visits and its graph variant. */
+  span: BlockSpan;
   variant: BlockVariant;
+  /** Batch index. */
+  b: number;
   /** First row of the run in the blocked query layout. */
   row: number;
   /** Rows of the run: group * block.rows. */
@@ -69,6 +69,47 @@ function view(data: Float32Array, start: number, shape: number[]): Tensor<"float
 function headsFirst(t: Tensor<"float32">): Float32Array {
   const [b, s, h, d] = t.shape as [number, number, number, number];
   return swapMiddleAxes(t.data, b, s, h, d, new Float32Array(t.size));
+}
+
+/**
+ * The sizes block-sizes.ts reads: with documents, seqK is the longest key
+ * range a query attends (the longest document, causal or not), since that is
+ * the attention each run really computes; 8 documents of 1024 get the blocks
+ * of one 1024 attention, not those of 8192.
+ */
+function sizingDims(dims: AttentionDims, ranges: KeyRanges | undefined): AttentionDims {
+  if (ranges === undefined) return dims;
+  let longest = 0;
+  for (let i = 0; i < ranges.start.length; i++) longest = Math.max(longest, ranges.end[i]! - ranges.start[i]!);
+  return { ...dims, seqK: longest };
+}
+
+/** Queries that attend no key (documents without keys before the causal limit): out = 0, logSumExp = -Infinity. */
+function clearEmptyQueries(ranges: KeyRanges, dims: AttentionDims, out: Float32Array, logSumExp: Float32Array): void {
+  const { batch, seqQ, heads, headDim: d } = dims;
+  for (let b = 0; b < batch; b++) {
+    for (let i = 0; i < seqQ; i++) {
+      if (ranges.start[b * seqQ + i] !== ranges.end[b * seqQ + i]) continue;
+      // out [b, i, :, :] and logSumExp [b, :, i]
+      out.fill(0, (b * seqQ + i) * heads * d, (b * seqQ + i + 1) * heads * d);
+      for (let h = 0; h < heads; h++) logSumExp[(b * heads + h) * seqQ + i] = -Infinity;
+    }
+  }
+}
+
+/** Backward: blocked lse +Infinity for queries that attend no key, so a masked tile's exp(S - lse) is 0 for them, never exp(+inf). */
+function hideEmptyQueries(ranges: KeyRanges, dims: AttentionDims, plan: BlockPlan, lseBlocked: Float32Array): void {
+  const { batch, seqQ, heads } = dims;
+  for (const block of plan.blocks) {
+    for (let b = 0; b < batch; b++) {
+      for (let i = 0; i < block.rows; i++) {
+        const at = b * seqQ + block.start + i;
+        if (ranges.start[at] !== ranges.end[at]) continue;
+        // [block][b][h][i]
+        for (let h = 0; h < heads; h++) lseBlocked[block.rowOffset + (b * heads + h) * block.rows + i] = Infinity;
+      }
+    }
+  }
 }
 
 export class OrtAttention implements LocalAttention {
@@ -106,33 +147,47 @@ export class OrtAttention implements LocalAttention {
     return Math.max(1, Math.floor(rows / dims.group));
   }
 
-  private *sites(dims: AttentionDims, plan: BlockPlan): Generator<RunSite> {
+  /** The runs of a plan, (block, batch, kv head) in that order; spans[blockIndex * batch + b] (planSpans), "empty" ones skipped. */
+  private *sites(dims: AttentionDims, plan: BlockPlan, spans: BlockSpan[]): Generator<RunSite> {
     const { batch, heads, kvHeads, group, seqK, headDim: d } = dims;
-    for (const block of plan.blocks) {
-      const variant: BlockVariant = !block.diagonal ? "full" : block.keyEnd === block.rows ? "diagonalOnly" : "diagonal";
+    for (const [index, block] of plan.blocks.entries()) {
       for (let b = 0; b < batch; b++) {
+        const span = spans[index * batch + b]!;
+        if (span.variant === "empty") continue;
         for (let g = 0; g < kvHeads; g++) {
           // Blocked rows [block][b][h = g*group .. (g+1)*group][rows]: contiguous.
           const row = block.rowOffset + (b * heads + g * group) * block.rows;
           const head = b * kvHeads + g;
-          yield { block, variant, row, rows: group * block.rows, head, kvBase: head * seqK * d };
+          yield { block, span, variant: span.variant, b, row, rows: group * block.rows, head, kvBase: head * seqK * d };
         }
       }
     }
   }
 
-  /** The forward's key inputs: k (the attended range), or the kp/kd views of it. */
+  /** The forward's key inputs: k (the span), or the kp/kd views of it. */
   private keyFeeds(keys: Float32Array, site: RunSite, d: number): Record<string, Tensor<"float32">> {
-    const { keyEnd, rows } = site.block;
-    if (site.variant === "full") return { k: view(keys, site.kvBase, [keyEnd, d]) };
-    const feeds = { kd: view(keys, site.kvBase + (keyEnd - rows) * d, [rows, d]) };
-    return site.variant === "diagonal" ? { ...feeds, kp: view(keys, site.kvBase, [keyEnd - rows, d]) } : feeds;
+    const { start, end } = site.span;
+    const rows = site.block.rows;
+    if (site.variant === "full" || site.variant === "masked") return { k: view(keys, site.kvBase + start * d, [end - start, d]) };
+    const feeds = { kd: view(keys, site.kvBase + (end - rows) * d, [rows, d]) };
+    return site.variant === "diagonal" ? { ...feeds, kp: view(keys, site.kvBase + start * d, [end - rows - start, d]) } : feeds;
+  }
+
+  /** The forward's bias of a "masked" site, built once per (block, batch row) and reused over its kv heads. */
+  private biasFeed(ranges: KeyRanges, site: RunSite, last: { site?: RunSite; bias?: Tensor<"float32"> }): Tensor<"float32"> {
+    if (last.site?.block !== site.block || last.site.b !== site.b || last.bias === undefined) {
+      const { start, end } = site.span;
+      last.bias = new Tensor("float32", [site.block.rows, end - start], documentBias(ranges, site.b, site.block, start, end));
+    }
+    last.site = site;
+    return last.bias;
   }
 
   async forward(q: Tensor<"float32">, k: Tensor<"float32">, v: Tensor<"float32">, options: AttentionOptions): Promise<AttentionForwardResult> {
     const dims = attentionDims(q, k, v, options, "OrtAttention.forward");
     const d = dims.headDim;
-    const plan = planBlocks(dims, this.blockQueries(dims, "forward"));
+    const ranges = dims.documents === undefined ? undefined : documentRanges(dims.documents, dims);
+    const plan = planBlocks(dims, this.blockQueries(sizingDims(dims, ranges), "forward"));
     // q [b, seqQ, h, d] -> blocked [block][b][h][rows][d], times scale.
     const qBlocked = new Float32Array(plan.totalRows * d);
     gatherQueries(q.data, dims, plan, qBlocked, dims.scale);
@@ -140,13 +195,16 @@ export class OrtAttention implements LocalAttention {
     const values = headsFirst(v);
     const oBlocked = new Float32Array(plan.totalRows * d);
     const lseBlocked = new Float32Array(plan.totalRows);
-    for (const site of this.sites(dims, plan)) {
+    const lastBias = {};
+    for (const site of this.sites(dims, plan, planSpans(dims, plan, ranges))) {
       const shape: BlockShape = { variant: site.variant, headDim: d, group: dims.group, blockQueries: site.block.rows };
-      const feeds = {
+      const { start, end } = site.span;
+      const feeds: Record<string, Tensor<"float32">> = {
         q: view(qBlocked, site.row * d, [site.rows, d]),
-        v: view(values, site.kvBase, [site.block.keyEnd, d]),
+        v: view(values, site.kvBase + start * d, [end - start, d]),
         ...this.keyFeeds(keys, site, d),
       };
+      if (site.variant === "masked") feeds.bias = this.biasFeed(ranges!, site, lastBias);
       const result = await this.cache.run(blockGraphKey("forward", shape), () => buildForwardGraph(shape), feeds);
       oBlocked.set(result.o!.data as Float32Array, site.row * d);
       lseBlocked.set(result.lse!.data as Float32Array, site.row);
@@ -155,6 +213,7 @@ export class OrtAttention implements LocalAttention {
     scatterQueries(oBlocked, dims, plan, out.data);
     const logSumExp = new Tensor("float32", [dims.batch, dims.heads, dims.seqQ]);
     scatterRowValues(lseBlocked, dims, plan, logSumExp.data, -Infinity);
+    if (ranges) clearEmptyQueries(ranges, dims, out.data, logSumExp.data);
     return { out, logSumExp };
   }
 
@@ -170,7 +229,8 @@ export class OrtAttention implements LocalAttention {
     const dims = attentionDims(q, k, v, options, "OrtAttention.backward");
     checkBackwardShapes(dims, out, dOut, logSumExp, q, "OrtAttention.backward");
     const d = dims.headDim;
-    const plan = planBlocks(dims, this.blockQueries(dims, "backward"));
+    const ranges = dims.documents === undefined ? undefined : documentRanges(dims.documents, dims);
+    const plan = planBlocks(dims, this.blockQueries(sizingDims(dims, ranges), "backward"));
     const qBlocked = new Float32Array(plan.totalRows * d);
     gatherQueries(q.data, dims, plan, qBlocked, dims.scale);
     // dOut -> blocked, with rowDots = sum(dOut * out) per query row.
@@ -179,13 +239,16 @@ export class OrtAttention implements LocalAttention {
     gatherQueries(dOut.data, dims, plan, dOutBlocked, 1, { other: out.data, rowDots });
     const lseBlocked = new Float32Array(plan.totalRows);
     gatherRowValues(logSumExp.data, dims, plan, lseBlocked);
+    if (ranges) hideEmptyQueries(ranges, dims, plan, lseBlocked);
+    const spans = planSpans(dims, plan, ranges);
     const keys = headsFirst(k);
     const values = headsFirst(v);
     const dqBlocked = new Float32Array(plan.totalRows * d);
     // dk/dv sums [b, kvHeads, seqK, d]: each tile run adds its share through Gemm's C input.
     const dkSum = new Float32Array(k.size);
     const dvSum = new Float32Array(k.size);
-    for (const site of this.sites(dims, plan)) {
+    let biasScratch = new Float32Array(0);
+    for (const site of this.sites(dims, plan, spans)) {
       const tileKeys = this.tileKeys ?? defaultTileKeys(site.rows);
       const rowFeeds = {
         q: view(qBlocked, site.row * d, [site.rows, d]),
@@ -195,11 +258,11 @@ export class OrtAttention implements LocalAttention {
       };
       // dq [rows, d] accumulates over the tiles: each run's output is the next run's dq_in.
       let dqSum = view(dqBlocked, site.row * d, [site.rows, d]);
-      for (const tile of keyTiles(site.block, tileKeys)) {
-        const shape: BlockShape = { variant: tile.diagonal ? "diagonalOnly" : "full", headDim: d, group: dims.group, blockQueries: site.block.rows };
+      for (const tile of spanTiles(site.span, site.block, tileKeys, ranges, site.b)) {
+        const shape: BlockShape = { variant: tile.variant, headDim: d, group: dims.group, blockQueries: site.block.rows };
         const at = site.kvBase + tile.start * d;
         const tileShape = [tile.length, d];
-        const feeds = {
+        const feeds: Record<string, Tensor<"float32">> = {
           ...rowFeeds,
           k: view(keys, at, tileShape),
           v: view(values, at, tileShape),
@@ -207,6 +270,11 @@ export class OrtAttention implements LocalAttention {
           dv_in: view(dvSum, at, tileShape),
           dq_in: dqSum,
         };
+        if (tile.variant === "masked") {
+          if (biasScratch.length < tile.length * site.block.rows) biasScratch = new Float32Array(tile.length * site.block.rows);
+          const biasT = documentBiasTransposed(ranges!, site.b, site.block, tile.start, tile.length, biasScratch);
+          feeds.bias_t = new Tensor("float32", [tile.length, site.block.rows], biasT);
+        }
         const result = await this.cache.run(blockGraphKey("backward", shape), () => buildBackwardGraph(shape), feeds);
         dkSum.set(result.dk!.data as Float32Array, at);
         dvSum.set(result.dv!.data as Float32Array, at);

@@ -1,14 +1,17 @@
 /**
  * The one shape check of the LocalAttention contract (`types.ts`), used by
  * every implementation, in this package and outside it: validates q, k, v
- * (and the backward's out, dOut, logSumExp) and returns the sizes. It
- * computes nothing. Errors name the call (`who`) and the offending dtype and
- * shape; they are KernelErrors unless the caller passes its own package's
- * error factory (FusedAttention throws FusedAttentionErrors this way).
+ * (and the backward's out, dOut, logSumExp) and the documents of packed
+ * sequences (lengths, int32, ids that never decrease along a row, in one
+ * O(n) pass: `documents.ts`), and returns the sizes. It computes nothing.
+ * Errors name the call (`who`) and the offending dtype, shape or value; they
+ * are KernelErrors unless the caller passes its own package's error factory
+ * (FusedAttention throws FusedAttentionErrors this way).
  */
 import type { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
-import type { AttentionOptions } from "./types.js";
+import { checkDocuments } from "./documents.js";
+import type { AttentionDocuments, AttentionOptions } from "./types.js";
 
 export interface AttentionDims {
   batch: number;
@@ -23,6 +26,8 @@ export interface AttentionDims {
   causal: boolean;
   /** Causal offset: query i attends key j when j <= i + offset (offset = seqK - seqQ). */
   offset: number;
+  /** The checked documents of the options (absent: one document per row); `documentRanges` turns them into key ranges. */
+  documents?: AttentionDocuments;
 }
 
 /** Makes the error a failed check throws, from its message. */
@@ -71,7 +76,12 @@ export function attentionDims(
   }
   const scale = options.scale ?? 1 / Math.sqrt(headDim);
   if (!Number.isFinite(scale)) throw error(`${who}: scale must be finite, got ${options.scale}`);
-  return { batch, seqQ, seqK, heads, kvHeads, headDim, group: heads / kvHeads, scale, causal: options.causal, offset: seqK - seqQ };
+  const dims: AttentionDims = { batch, seqQ, seqK, heads, kvHeads, headDim, group: heads / kvHeads, scale, causal: options.causal, offset: seqK - seqQ };
+  if (options.documents !== undefined) {
+    checkDocuments(options.documents, batch, seqQ, seqK, who, error);
+    dims.documents = options.documents;
+  }
+  return dims;
 }
 
 /**

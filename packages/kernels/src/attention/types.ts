@@ -27,7 +27,10 @@ import type { Tensor } from "@ulysses/tensors";
  * attends only the keys of its own document (and, when causal, not after
  * it). Every query must see at least one key: its own position is among the
  * keys when the keys hold the whole sequence (one device, Ulysses) or the
- * sequence up to the query (all-gather-KV).
+ * sequence up to the query (all-gather-KV). (One that sees none gets out = 0,
+ * logSumExp = -Infinity and zero gradients, as any query without keys.)
+ * `attentionDims` checks the ids; `documentRanges` (`documents.ts`) gives
+ * every query's keys as one contiguous range.
  */
 export interface AttentionDocuments {
   /** [batch * seqQ] */

@@ -37,6 +37,16 @@ describe("derived backward graphs", () => {
     expect(opTypes(backward).sort()).toEqual([...forward].sort());
   });
 
+  it("rope with per-token tables takes cos/sin [batch, seq, 1, headDim] and has the same ops", () => {
+    const shapes = (bytes: Uint8Array) =>
+      Object.fromEntries(decodeModel(bytes).graph!.input!.map((i) => [i.name!, i.type!.tensorType!.shape!.dim!.map((d) => Number(d.dimValue))]));
+    for (const build of [graphs.ropeForwardGraph, graphs.ropeBackwardGraph]) {
+      expect(shapes(build([2, 3, 4, 6], true)).cos).toEqual([2, 3, 1, 6]);
+      expect(shapes(build([2, 3, 4, 6])).sin).toEqual([3, 1, 6]);
+      expect(opTypes(build([2, 3, 4, 6], true))).toEqual(opTypes(build([2, 3, 4, 6])));
+    }
+  });
+
   it("linear backward is two Gemms and one row sum", () => {
     const ops = opTypes(graphs.linearBackwardGraph(5, 3, 2, true));
     expect(count(ops, "Gemm")).toBe(2);

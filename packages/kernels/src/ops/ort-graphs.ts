@@ -147,7 +147,13 @@ export function swigluBackwardGraph(size: number): Uint8Array {
   return t.encode();
 }
 
-// ---- rope on x [batch, seq, heads, headDim] with cos, sin tables [seq, 1, headDim]
+// ---- rope on x [batch, seq, heads, headDim] with cos, sin tables [seq, 1, headDim] (positions from an
+// offset, shared by the rows) or [batch, seq, 1, headDim] (every token's own position); the Mul broadcasts either.
+
+/** The cos/sin table shape: [seq, 1, headDim], or [batch, seq, 1, headDim] per token. */
+function ropeTableShape(dims: readonly [number, number, number, number], perToken: boolean): number[] {
+  return perToken ? [dims[0], dims[1], 1, dims[3]] : [dims[1], 1, dims[3]];
+}
 
 /** y = x * cos + rotateHalf(x) * sin, rotateHalf([x1, x2]) = [-x2, x1] along the last axis. */
 function ropeSegment(t: Tape, x: TapeValue, cos: TapeValue, sin: TapeValue): TapeValue {
@@ -157,17 +163,17 @@ function ropeSegment(t: Tape, x: TapeValue, cos: TapeValue, sin: TapeValue): Tap
   return t.op("Add", [t.op("Mul", [x, cos]), t.op("Mul", [rotated, sin])]);
 }
 
-export function ropeForwardGraph(dims: readonly [number, number, number, number]): Uint8Array {
+export function ropeForwardGraph(dims: readonly [number, number, number, number], perToken = false): Uint8Array {
   const t = tape("rope_forward");
-  const table = [dims[1], 1, dims[3]];
+  const table = ropeTableShape(dims, perToken);
   t.output(ropeSegment(t, t.input("x", "float32", dims), t.input("cos", "float32", table), t.input("sin", "float32", table)), "y");
   return t.encode();
 }
 
 /** Derived: the same Split/Neg/Concat/Mul/Add count as forward (it is the rotation by minus the angle). */
-export function ropeBackwardGraph(dims: readonly [number, number, number, number]): Uint8Array {
+export function ropeBackwardGraph(dims: readonly [number, number, number, number], perToken = false): Uint8Array {
   const t = tape("rope_backward");
-  const table = [dims[1], 1, dims[3]];
+  const table = ropeTableShape(dims, perToken);
   const x = t.placeholder("x", "float32", dims);
   const y = ropeSegment(t, x, t.input("cos", "float32", table), t.input("sin", "float32", table));
   const [dx] = gradients(t, [y], [t.input("dy", "float32", dims)], [x]);

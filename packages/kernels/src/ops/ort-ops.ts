@@ -15,7 +15,7 @@ import { DEFAULT_ROPE_BASE } from "../reference/ops.js";
 import { ropeAngle } from "../reference/rope.js";
 import type { SessionCache } from "../runtime/session-cache.js";
 import * as graphs from "./ort-graphs.js";
-import type { BlockOps, CrossEntropyResult, LayerNormSaved } from "./types.js";
+import type { BlockOps, CrossEntropyResult, LayerNormSaved, RopePositions } from "./types.js";
 import { checkIds, checkLabels, expectSameShape, expectShape, expectSize, linearShapes, ropeShape, rowsAndLast } from "./validate.js";
 
 type F32 = Tensor<"float32">;
@@ -24,8 +24,36 @@ function float32(op: string, name: string, t: Tensor): void {
   if (t.dtype !== "float32") throw new KernelError(`${op}: ${name} must be float32, got ${t}`);
 }
 
+/**
+ * cos and sin tables of `shape` ([..., 1, headDim]) for one position per
+ * table row (positions.length = size / headDim), each pair's angle repeated
+ * in both halves of the row.
+ */
+function ropeCosSin(shape: number[], positions: ArrayLike<number>, base: number): { cos: F32; sin: F32 } {
+  const headDim = shape[shape.length - 1]!;
+  const half = headDim / 2;
+  const cos = new Tensor("float32", shape);
+  const sin = new Tensor("float32", shape);
+  for (let r = 0; r < positions.length; r++) {
+    const o = r * headDim;
+    for (let i = 0; i < half; i++) {
+      const angle = ropeAngle(positions[r]!, i, headDim, base);
+      cos.data[o + i] = cos.data[o + i + half] = Math.cos(angle);
+      sin.data[o + i] = sin.data[o + i + half] = Math.sin(angle);
+    }
+  }
+  return { cos, sin };
+}
+
+function sameValues(a: Int32Array, b: Int32Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
 export class OrtOps implements BlockOps {
   private readonly ropeTables = new Map<string, { cos: F32; sin: F32 }>();
+  private lastTokenTable: { key: string; positions: Int32Array; table: { cos: F32; sin: F32 } } | undefined;
 
   constructor(readonly cache: SessionCache) {}
 
@@ -143,43 +171,53 @@ export class OrtOps implements BlockOps {
     return { dGate: out.dGate!.reshape(gate.shape), dUp: out.dUp!.reshape(gate.shape) };
   }
 
-  /** cos and sin [seq, 1, headDim] for positions offset .. offset + seq - 1 (each pair's angle repeated in both halves). */
+  /** cos and sin [seq, 1, headDim] for positions offset .. offset + seq - 1 (cached by shape, offset and base). */
   private ropeTable(seq: number, headDim: number, offset: number, base: number): { cos: F32; sin: F32 } {
     const key = `${seq} ${headDim} ${offset} ${base}`;
     let table = this.ropeTables.get(key);
     if (!table) {
-      const cos = new Tensor("float32", [seq, 1, headDim]);
-      const sin = new Tensor("float32", [seq, 1, headDim]);
-      const half = headDim / 2;
-      for (let t = 0; t < seq; t++) {
-        for (let i = 0; i < half; i++) {
-          const angle = ropeAngle(offset + t, i, headDim, base);
-          cos.data[t * headDim + i] = cos.data[t * headDim + i + half] = Math.cos(angle);
-          sin.data[t * headDim + i] = sin.data[t * headDim + i + half] = Math.sin(angle);
-        }
-      }
-      table = { cos, sin };
+      const positions = new Float64Array(seq);
+      for (let t = 0; t < seq; t++) positions[t] = offset + t;
+      table = ropeCosSin([seq, 1, headDim], positions, base);
       if (this.ropeTables.size >= 64) this.ropeTables.clear();
       this.ropeTables.set(key, table);
     }
     return table;
   }
 
-  private async rope(direction: "fwd" | "bwd", x: F32, positionOffset: number, base: number): Promise<F32> {
+  /**
+   * cos and sin [batch, seq, 1, headDim] for every token's own position.
+   * Packings change every batch, so only the last table is kept (a copy of
+   * its positions, compared entry by entry: O(batch * seq), against
+   * batch * seq * headDim / 2 cos and sin to build one); forward and
+   * backward of one step, and the layers of one model, build it once.
+   */
+  private ropeTokenTable(dims: readonly number[], positions: Int32Array, base: number): { cos: F32; sin: F32 } {
+    const [batch, seq, , headDim] = dims as [number, number, number, number];
+    const last = this.lastTokenTable;
+    const key = `${batch} ${seq} ${headDim} ${base}`;
+    if (last && last.key === key && sameValues(last.positions, positions)) return last.table;
+    const table = ropeCosSin([batch, seq, 1, headDim], positions, base);
+    this.lastTokenTable = { key, positions: positions.slice(), table };
+    return table;
+  }
+
+  private async rope(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number): Promise<F32> {
     const op = direction === "fwd" ? "ropeForward" : "ropeBackward";
-    const dims = ropeShape(op, x, positionOffset, base);
-    const { cos, sin } = this.ropeTable(dims[1], dims[3], positionOffset, base);
-    const key = `rope.${direction} ${dims.join("x")}`;
-    if (direction === "fwd") return (await this.run(key, () => graphs.ropeForwardGraph(dims), { x, cos, sin })).y!;
-    return (await this.run(key, () => graphs.ropeBackwardGraph(dims), { dy: x, cos, sin })).dx!;
+    const dims = ropeShape(op, x, positions, base);
+    const perToken = positions instanceof Int32Array;
+    const { cos, sin } = perToken ? this.ropeTokenTable(dims, positions, base) : this.ropeTable(dims[1], dims[3], positions, base);
+    const key = `rope.${direction} ${dims.join("x")}${perToken ? " per-token" : ""}`;
+    if (direction === "fwd") return (await this.run(key, () => graphs.ropeForwardGraph(dims, perToken), { x, cos, sin })).y!;
+    return (await this.run(key, () => graphs.ropeBackwardGraph(dims, perToken), { dy: x, cos, sin })).dx!;
   }
 
-  ropeForward(x: F32, positionOffset: number, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return this.rope("fwd", x, positionOffset, base);
+  ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return this.rope("fwd", x, positions, base);
   }
 
-  ropeBackward(dy: F32, positionOffset: number, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return this.rope("bwd", dy, positionOffset, base);
+  ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return this.rope("bwd", dy, positions, base);
   }
 
   async embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32> {

@@ -5,6 +5,7 @@
  */
 import { formatShape, type Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
+import type { RopePositions } from "./types.js";
 
 /** Splits a shape [..., last] into rows = product of the leading axes and the last axis. */
 export function rowsAndLast(op: string, name: string, t: Tensor): { rows: number; last: number } {
@@ -38,13 +39,27 @@ export function linearShapes(op: string, x: Tensor, w: Tensor, b?: Tensor): { ro
   return { rows, inF, outF };
 }
 
-/** Checks a rotary-embedding input [batch, seq, heads, headDim] with headDim even. */
-export function ropeShape(op: string, x: Tensor, positionOffset: number, base: number): [number, number, number, number] {
+/**
+ * Checks a rotary-embedding input [batch, seq, heads, headDim] with headDim
+ * even, and its positions: an offset (a non-negative integer) or every
+ * token's position, an Int32Array of batch * seq entries, none negative.
+ */
+export function ropeShape(op: string, x: Tensor, positions: RopePositions, base: number): [number, number, number, number] {
   if (x.rank !== 4 || x.shape[3]! % 2 !== 0) {
     throw new KernelError(`${op}: x must be [batch, seq, heads, headDim] with an even headDim, got ${formatShape(x.shape)}`);
   }
-  if (!Number.isInteger(positionOffset) || positionOffset < 0) {
-    throw new KernelError(`${op}: positionOffset must be a non-negative integer, got ${positionOffset}`);
+  const [batch, seq] = x.shape as [number, number];
+  if (positions instanceof Int32Array) {
+    if (positions.length !== batch * seq) {
+      throw new KernelError(`${op}: positions must have batch * seq = ${batch} * ${seq} = ${batch * seq} entries (one per token), got ${positions.length}`);
+    }
+    for (let i = 0; i < positions.length; i++) {
+      if (positions[i]! < 0)
+        throw new KernelError(`${op}: positions[${i}] (row ${Math.floor(i / seq)}, token ${i % seq}) is ${positions[i]}; positions must be >= 0`);
+    }
+  } else if (typeof positions !== "number" || !Number.isInteger(positions) || positions < 0) {
+    const shown = typeof positions === "number" ? positions : ArrayBuffer.isView(positions) ? `a ${(positions as object).constructor.name}` : typeof positions;
+    throw new KernelError(`${op}: positions must be a non-negative integer offset or an Int32Array of batch * seq positions, got ${shown}`);
   }
   if (!(base > 0)) throw new KernelError(`${op}: base must be positive, got ${base}`);
   return x.shape as [number, number, number, number];

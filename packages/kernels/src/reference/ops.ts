@@ -6,7 +6,7 @@
  * for finite-difference tests.
  */
 import type { Tensor } from "@ulysses/tensors";
-import type { BlockOps, CrossEntropyResult, LayerNormSaved } from "../ops/types.js";
+import type { BlockOps, CrossEntropyResult, LayerNormSaved, RopePositions } from "../ops/types.js";
 import { geluBackward64, geluForward64, swigluBackward64, swigluForward64 } from "./activations.js";
 import { crossEntropyBackward64, crossEntropyForward64, DEFAULT_IGNORE_INDEX, embeddingBackward64, embeddingForward64 } from "./embedding-loss.js";
 import { toFloat32 } from "./float64.js";
@@ -67,12 +67,12 @@ export class ReferenceOps implements BlockOps {
     return { dGate: toFloat32(g.dGate), dUp: toFloat32(g.dUp) };
   }
 
-  async ropeForward(x: F32, positionOffset: number, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return toFloat32(ropeRotate64(x, positionOffset, base, 1, "ropeForward"));
+  async ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return toFloat32(ropeRotate64(x, positions, base, 1, "ropeForward"));
   }
 
-  async ropeBackward(dy: F32, positionOffset: number, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return toFloat32(ropeRotate64(dy, positionOffset, base, -1, "ropeBackward"));
+  async ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return toFloat32(ropeRotate64(dy, positions, base, -1, "ropeBackward"));
   }
 
   async embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32> {

@@ -1,8 +1,10 @@
 /**
  * Reference rotary embedding in float64 ("rotate half" layout): pair
- * (i, i + d/2) of token t is rotated by (offset + t) * base^(-2i/d). The
- * backward is the same rotation with the opposite sign.
+ * (i, i + d/2) of token t is rotated by pos * base^(-2i/d), where pos is
+ * offset + t, or the token's own position (packed documents restart them).
+ * The backward is the same rotation with the opposite sign.
  */
+import type { RopePositions } from "../ops/types.js";
 import { ropeShape } from "../ops/validate.js";
 import { zeros64, type F64, type Real } from "./float64.js";
 
@@ -11,21 +13,27 @@ export function ropeAngle(position: number, i: number, headDim: number, base: nu
   return position * base ** ((-2 * i) / headDim);
 }
 
-/** Rotates x [b, s, h, d] by sign * angle (sign 1: forward, -1: backward). */
-export function ropeRotate64(x: Real, positionOffset: number, base: number, sign: 1 | -1, op = "rope"): F64 {
-  const [b, s, h, d] = ropeShape(op, x, positionOffset, base);
+/** The position of token t of row b: offset + t, or positions[b * seq + t]. */
+export function ropePosition(positions: RopePositions, seq: number, b: number, t: number): number {
+  return typeof positions === "number" ? positions + t : positions[b * seq + t]!;
+}
+
+/** Rotates x [b, s, h, d] by sign * angle (sign 1: forward, -1: backward); positions: an offset or every token's (int32 [b * s]). */
+export function ropeRotate64(x: Real, positions: RopePositions, base: number, sign: 1 | -1, op = "rope"): F64 {
+  const [b, s, h, d] = ropeShape(op, x, positions, base);
   const half = d / 2;
   const y = zeros64(x.shape);
-  for (let t = 0; t < s; t++) {
-    for (let i = 0; i < half; i++) {
-      const angle = sign * ropeAngle(positionOffset + t, i, d, base);
-      const c = Math.cos(angle),
-        sn = Math.sin(angle);
-      for (let bi = 0; bi < b; bi++) {
+  for (let bi = 0; bi < b; bi++) {
+    for (let t = 0; t < s; t++) {
+      const position = ropePosition(positions, s, bi, t);
+      for (let i = 0; i < half; i++) {
+        const angle = sign * ropeAngle(position, i, d, base);
+        const c = Math.cos(angle);
+        const sn = Math.sin(angle);
         for (let hi = 0; hi < h; hi++) {
           const o = ((bi * s + t) * h + hi) * d;
-          const x1 = x.data[o + i]!,
-            x2 = x.data[o + i + half]!;
+          const x1 = x.data[o + i]!;
+          const x2 = x.data[o + i + half]!;
           y.data[o + i] = x1 * c - x2 * sn;
           y.data[o + i + half] = x2 * c + x1 * sn;
         }

@@ -4,7 +4,7 @@
  * its sequence-parallel shard are @ulysses/parallel's (`Batch`, `shardBatch`).
  */
 import type { Batch } from "@ulysses/parallel";
-import { Tensor } from "@ulysses/tensors";
+import { Tensor, narrow } from "@ulysses/tensors";
 import { TrainingError } from "../errors.js";
 
 /** Labels equal to this do not count towards the loss or the accuracy. */
@@ -20,4 +20,14 @@ export function shiftWindows(windows: Int32Array, batch: number, seq: number): B
     labels.data.set(windows.subarray(b * (seq + 1) + 1, (b + 1) * (seq + 1)), b * seq);
   }
   return { tokens, labels };
+}
+
+/** Rows [start, start + count) of a batch, its documents too (a data-parallel group's share of the global batch). */
+export function batchRows(batch: Batch, start: number, count: number): Batch {
+  // [rows, seq] -> [count, seq]
+  const rows: Batch = { tokens: narrow(batch.tokens, 0, start, count), labels: narrow(batch.labels, 0, start, count) };
+  if (batch.documents !== undefined) {
+    rows.documents = { ids: narrow(batch.documents.ids, 0, start, count), positions: narrow(batch.documents.positions, 0, start, count) };
+  }
+  return rows;
 }

@@ -5,9 +5,14 @@
 //   k, v, dk, dv      [batch, seq_k, kv_heads, head_dim]
 //   lse               [batch, heads, seq_q]   (natural log; -inf for a query
 //                                              that attends no key)
+//   doc_q             [batch, seq_q]  int32 document ids (optional, with doc_k)
+//   doc_k             [batch, seq_k]
 // Causal masking is bottom-right aligned: query i attends key j when
-// j <= i + seq_k - seq_q. These functions validate nothing (the custom op
-// does) and know nothing of ONNX Runtime.
+// j <= i + seq_k - seq_q. Document masking (packed sequences): query i attends
+// key j only when doc_q[b, i] == doc_k[b, j]; the ids never decrease along a
+// row, so the keys of a run of queries form one contiguous range, and the
+// kernels visit only the key (query) blocks inside it. These functions
+// validate nothing (the custom op does) and know nothing of ONNX Runtime.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,9 @@ struct ForwardArgs {
   const float* v;
   float* out;
   float* lse;
+  // Both nullptr (no document masking) or both set; see above.
+  const int32_t* doc_q = nullptr;
+  const int32_t* doc_k = nullptr;
 };
 
 struct BackwardArgs {
@@ -45,6 +53,8 @@ struct BackwardArgs {
   float* dq;
   float* dk;
   float* dv;
+  const int32_t* doc_q = nullptr;
+  const int32_t* doc_k = nullptr;
 };
 
 // Instruction sets of the kernels. Auto: the best this processor has

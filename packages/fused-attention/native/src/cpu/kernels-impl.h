@@ -52,6 +52,39 @@ void mask_causal(float* st, int64_t nk, int64_t ld, int64_t j0, int64_t i0, int6
   }
 }
 
+// Document masking. The ids never decrease along a batch row, so the keys a
+// run of queries may see (and the queries that may see a run of keys) form
+// one contiguous range, found by binary search: the items loop over that
+// range only, and mask element-wise only the blocks that hold more than one
+// document.
+
+// Index of the first id in row [0, n) that is >= id.
+inline int64_t first_at_least(const int32_t* row, int64_t n, int32_t id) { return std::lower_bound(row, row + n, id) - row; }
+
+// Index of the first id in row [0, n) that is > id.
+inline int64_t first_above(const int32_t* row, int64_t n, int32_t id) { return std::upper_bound(row, row + n, id) - row; }
+
+// True when queries with ids dq[0, nq) and keys with ids dk[0, nk) all belong
+// to one document: none of their scores is masked.
+inline bool one_document(const int32_t* dq, int64_t nq, const int32_t* dk, int64_t nk) {
+  return dq[0] == dq[nq - 1] && dk[0] == dk[nk - 1] && dq[0] == dk[0];
+}
+
+// Rows j of st [nk][ld] (a key of document dk[j]) lose the queries c < nq of
+// other documents (dq[c] != dk[j]). Both runs of ids are sorted, so the
+// queries kept by row j are one run [lo, hi) that only moves forward with j.
+inline void mask_documents(float* st, int64_t nk, int64_t nq, int64_t ld, const int32_t* dq, const int32_t* dk) {
+  int64_t lo = 0, hi = 0;
+  for (int64_t j = 0; j < nk; ++j) {
+    while (lo < nq && dq[lo] < dk[j]) ++lo;
+    hi = std::max(hi, lo);
+    while (hi < nq && dq[hi] <= dk[j]) ++hi;
+    float* row = st + j * ld;
+    for (int64_t c = 0; c < lo; ++c) row[c] = -INFINITY;
+    for (int64_t c = hi; c < nq; ++c) row[c] = -INFINITY;
+  }
+}
+
 // Packs rows [i0, i0 + nq) of x (row stride `stride`, head_dim d) transposed
 // into xt [d][ldt], times `mul`; columns nq .. ldt are zero.
 inline void pack_transposed(const float* x, ptrdiff_t stride, int64_t nq, int64_t d, float mul, float* xt,
@@ -100,13 +133,23 @@ void forward_item(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb, float*
   std::fill(m, m + nqp, -INFINITY);
   std::fill(l, l + nqp, 0.0f);
 
-  const int64_t kend = p.causal ? std::clamp<int64_t>(i0 + nq + offset, 0, p.seq_k) : p.seq_k;
+  // Keys [kbegin, kend): the causal limit, and with documents the keys from
+  // the first of this block's first document to the last of its last one.
+  int64_t kbegin = 0;
+  int64_t kend = p.causal ? std::clamp<int64_t>(i0 + nq + offset, 0, p.seq_k) : p.seq_k;
+  const int32_t* docq = a.doc_q ? a.doc_q + b * p.seq_q + i0 : nullptr;  // [nq] this block's ids
+  const int32_t* dock = a.doc_k ? a.doc_k + b * p.seq_k : nullptr;       // [seq_k] the batch row's ids
+  if (docq) {
+    kbegin = first_at_least(dock, p.seq_k, docq[0]);
+    kend = std::min(kend, first_above(dock, p.seq_k, docq[nq - 1]));
+  }
   const float* kbase = a.k + (b * p.seq_k * p.kv_heads + kvh) * d;
   const float* vbase = a.v + (b * p.seq_k * p.kv_heads + kvh) * d;
-  for (int64_t j0 = 0; j0 < kend; j0 += I::BLOCK_K) {
+  for (int64_t j0 = kbegin; j0 < kend; j0 += I::BLOCK_K) {
     const int64_t nk = std::min<int64_t>(I::BLOCK_K, kend - j0);
     gemm<I>(nk, nqp, d, kbase + j0 * kvstride, kvstride, 1, qt, nqp, st, nqp, false);
     if (p.causal && j0 + nk - 1 > i0 + offset) mask_causal<I>(st, nk, nqp, j0, i0, offset);
+    if (docq && !one_document(docq, nq, dock + j0, nk)) mask_documents(st, nk, nq, nqp, docq, dock + j0);
     for (int64_t v0 = 0; v0 < nqp; v0 += W) {
       V mx = I::load(m + v0);
       for (int64_t j = 0; j < nk; ++j) mx = I::max(mx, I::load(st + j * nqp + v0));
@@ -231,10 +274,20 @@ void backward_item(const BackwardArgs& a, const float* packed_in, int64_t b, int
   pack_rows(kblock, kvstride, nk, d, dp, krows);
   std::fill(dk, dk + 2 * I::BLOCK_K * dp, 0.0f);
 
-  // The first query that sees key j0 under causal masking.
-  const int64_t qstart = p.causal ? std::clamp<int64_t>(j0 - offset, 0, p.seq_q) : 0;
+  // Queries [qstart, qend) may see these keys: from the first that sees key
+  // j0 under causal masking, and with documents from the first query of this
+  // block's first document to the last of its last one.
+  int64_t qstart = p.causal ? std::clamp<int64_t>(j0 - offset, 0, p.seq_q) : 0;
+  int64_t qend = p.seq_q;
+  const int32_t* dock = a.doc_k ? a.doc_k + b * p.seq_k + j0 : nullptr;  // [nk] this block's ids
+  const int32_t* docq = a.doc_q ? a.doc_q + b * p.seq_q : nullptr;       // [seq_q] the batch row's ids
+  if (dock) {
+    qstart = std::max(qstart, first_at_least(docq, p.seq_q, dock[0]));
+    qend = first_above(docq, p.seq_q, dock[nk - 1]);
+  }
+  const int64_t qblock_end = !dock ? L.qblocks : qstart < qend ? (qend + I::BLOCK_Q - 1) / I::BLOCK_Q : 0;
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (int64_t qb = qstart / I::BLOCK_Q; qb < L.qblocks; ++qb) {
+    for (int64_t qb = qstart / I::BLOCK_Q; qb < qblock_end; ++qb) {
       const int64_t i0 = qb * I::BLOCK_Q, nq = std::min<int64_t>(I::BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, W);
       const int64_t blk = (b * p.heads + h) * L.qblocks + qb;
       const int64_t row0 = ((b * p.seq_q + i0) * p.heads + h) * d;
@@ -245,6 +298,7 @@ void backward_item(const BackwardArgs& a, const float* packed_in, int64_t b, int
       const float* delta = L.delta(packed, blk);
       gemm<I>(nk, nqp, d, kblock, kvstride, 1, L.qt(packed, blk), nqp, st, nqp, false);
       if (p.causal && j0 + nk - 1 > i0 + offset) mask_causal<I>(st, nk, nqp, j0, i0, offset);
+      if (dock && !one_document(docq + i0, nq, dock, nk)) mask_documents(st, nk, nq, nqp, docq + i0, dock);
       gemm<I>(nk, nqp, d, vblock, kvstride, 1, L.dot(packed, blk), nqp, dpt, nqp, false);
       for (int64_t j = 0; j < nk; ++j) {
         for (int64_t v0 = 0; v0 < nqp; v0 += W) {

@@ -4,10 +4,14 @@
 // dq) or one key row (dk, dv), with its accumulators in registers; the
 // backward runs two passes (keys, then queries) instead of atomics, so it is
 // deterministic. Plain FP32 CUDA cores: simple rather than peak-speed (no
-// tensor cores). See attention-cuda.h for the contract.
+// tensor cores). Document masking: the ids never decrease along a batch row,
+// so each thread's visible keys (or queries) are one range found by binary
+// search, and a block loops only over the union of its threads' ranges. See
+// attention-cuda.h for the contract.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -33,10 +37,34 @@ struct Dims {
   int64_t b, sq, sk, h, hk, d, offset;
   bool causal;
   float c;  // scale * log2(e)
+  // Document ids [b][sq] and [b][sk] in device memory, or both nullptr.
+  const int32_t* doc_q;
+  const int32_t* doc_k;
 };
 
-Dims dims_of(const AttentionProblem& p) {
-  return Dims{p.batch, p.seq_q, p.seq_k, p.heads, p.kv_heads, p.head_dim, p.seq_k - p.seq_q, p.causal, p.scale * kLog2e};
+Dims dims_of(const AttentionProblem& p, const int32_t* doc_q, const int32_t* doc_k) {
+  return Dims{p.batch, p.seq_q, p.seq_k, p.heads, p.kv_heads, p.head_dim, p.seq_k - p.seq_q, p.causal, p.scale * kLog2e, doc_q, doc_k};
+}
+
+// Index of the first id in row [0, n) that is >= id (above: > id); the ids
+// never decrease.
+__device__ int64_t first_id_index(const int32_t* __restrict__ row, int64_t n, int32_t id, bool above) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (row[mid] < id || (above && row[mid] == id)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// The range [*begin, *end) of the other side's rows (other[0, n), ids never
+// decreasing) in documents first_id .. last_id, intersected with what the
+// range already holds.
+__device__ void clip_to_documents(const int32_t* __restrict__ other, int64_t n, int32_t first_id, int32_t last_id, int64_t* begin,
+                                  int64_t* end) {
+  *begin = max(*begin, first_id_index(other, n, first_id, false));
+  *end = min(*end, first_id_index(other, n, last_id, true));
 }
 
 // Keys and values j0 .. j0 + kStage of kv head kvh into shared memory (zeros
@@ -69,10 +97,17 @@ __global__ void forward_kernel(Dims s, const float* __restrict__ q, const float*
     o[e] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int64_t last_i = min(int64_t(blockIdx.x + 1) * kTile, s.sq) - 1;
-  const int64_t kend = s.causal ? max(int64_t(0), min(s.sk, last_i + s.offset + 1)) : s.sk;
-  const int64_t my_end = s.causal ? max(int64_t(0), min(s.sk, i + s.offset + 1)) : s.sk;
-  for (int64_t j0 = 0; j0 < kend; j0 += kStage) {
+  const int64_t first_i = int64_t(blockIdx.x) * kTile, last_i = min(int64_t(blockIdx.x + 1) * kTile, s.sq) - 1;
+  // The block's keys [kbegin, kend) and this thread's [my_begin, my_end).
+  int64_t kbegin = 0, kend = s.causal ? max(int64_t(0), min(s.sk, last_i + s.offset + 1)) : s.sk;
+  int64_t my_begin = 0, my_end = s.causal ? max(int64_t(0), min(s.sk, i + s.offset + 1)) : s.sk;
+  if (s.doc_q) {
+    const int32_t* dq = s.doc_q + b * s.sq;
+    const int32_t* dk = s.doc_k + b * s.sk;
+    clip_to_documents(dk, s.sk, dq[first_i], dq[last_i], &kbegin, &kend);
+    if (active) clip_to_documents(dk, s.sk, dq[i], dq[i], &my_begin, &my_end);
+  }
+  for (int64_t j0 = kbegin; j0 < kend; j0 += kStage) {
     stage_kv<DMAX, kStage>(s, k, v, b, kvh, j0, ks, vs);
     if (!active) continue;
     float sc[kStage];
@@ -80,7 +115,7 @@ __global__ void forward_kernel(Dims s, const float* __restrict__ q, const float*
     for (int j = 0; j < kStage; ++j) {
       float dot = 0.0f;
       for (int e = 0; e < DMAX; ++e) dot += qr[e] * ks[j][e];
-      sc[j] = (j0 + j < my_end) ? dot : -INFINITY;
+      sc[j] = (j0 + j >= my_begin && j0 + j < my_end) ? dot : -INFINITY;
       mx = fmaxf(mx, sc[j]);
     }
     if (mx == -INFINITY) continue;
@@ -133,10 +168,18 @@ __global__ void dkdv_kernel(Dims s, const float* __restrict__ q, const float* __
     vr[e] = in ? v[((b * s.sk + j) * s.hk + kvh) * s.d + e] : 0.0f;
     dka[e] = dva[e] = 0.0f;
   }
-  const int64_t first_j = int64_t(blockIdx.x) * kTile;
-  const int64_t qstart = s.causal ? max(int64_t(0), min(s.sq, first_j - s.offset)) : 0;
+  const int64_t first_j = int64_t(blockIdx.x) * kTile, last_j = min(int64_t(blockIdx.x + 1) * kTile, s.sk) - 1;
+  // The block's queries [qstart, qend) and this thread's [my_begin, my_end).
+  int64_t qstart = s.causal ? max(int64_t(0), min(s.sq, first_j - s.offset)) : 0, qend = s.sq;
+  int64_t my_begin = 0, my_end = s.sq;
+  if (s.doc_q) {
+    const int32_t* dq = s.doc_q + b * s.sq;
+    const int32_t* dk = s.doc_k + b * s.sk;
+    clip_to_documents(dq, s.sq, dk[first_j], dk[last_j], &qstart, &qend);
+    if (active) clip_to_documents(dq, s.sq, dk[j], dk[j], &my_begin, &my_end);
+  }
   for (int64_t hh = kvh * group; hh < (kvh + 1) * group; ++hh) {
-    for (int64_t i0 = qstart; i0 < s.sq; i0 += kStage) {
+    for (int64_t i0 = qstart; i0 < qend; i0 += kStage) {
       __syncthreads();
       for (int64_t x = threadIdx.x; x < kStage * s.d; x += blockDim.x) {
         const int64_t r = x / s.d, e = x % s.d;
@@ -153,7 +196,7 @@ __global__ void dkdv_kernel(Dims s, const float* __restrict__ q, const float* __
       if (!active) continue;
       for (int r = 0; r < kStage; ++r) {
         const int64_t i = i0 + r;
-        if (s.causal && j > i + s.offset) continue;
+        if ((s.causal && j > i + s.offset) || i < my_begin || i >= my_end) continue;
         float sc = 0.0f, dp = 0.0f;
         for (int e = 0; e < DMAX; ++e) {
           sc += qs[r][e] * kr[e];
@@ -195,13 +238,20 @@ __global__ void dq_kernel(Dims s, float scale, const float* __restrict__ q, cons
   }
   const float l2 = active ? lse2[(b * s.h + h) * s.sq + i] : INFINITY;
   const float dl = active ? delta[(b * s.h + h) * s.sq + i] : 0.0f;
-  const int64_t last_i = min(int64_t(blockIdx.x + 1) * kTile, s.sq) - 1;
-  const int64_t kend = s.causal ? max(int64_t(0), min(s.sk, last_i + s.offset + 1)) : s.sk;
-  for (int64_t j0 = 0; j0 < kend; j0 += kStage) {
+  const int64_t first_i = int64_t(blockIdx.x) * kTile, last_i = min(int64_t(blockIdx.x + 1) * kTile, s.sq) - 1;
+  int64_t kbegin = 0, kend = s.causal ? max(int64_t(0), min(s.sk, last_i + s.offset + 1)) : s.sk;
+  int64_t my_begin = 0, my_end = s.sk;
+  if (s.doc_q) {
+    const int32_t* dq = s.doc_q + b * s.sq;
+    const int32_t* dk = s.doc_k + b * s.sk;
+    clip_to_documents(dk, s.sk, dq[first_i], dq[last_i], &kbegin, &kend);
+    if (active) clip_to_documents(dk, s.sk, dq[i], dq[i], &my_begin, &my_end);
+  }
+  for (int64_t j0 = kbegin; j0 < kend; j0 += kStage) {
     stage_kv<DMAX, kStage>(s, k, v, b, kvh, j0, ks, vs);
     if (!active) continue;
     for (int j = 0; j < kStage; ++j) {
-      if (j0 + j >= s.sk || (s.causal && j0 + j > i + s.offset)) continue;
+      if (j0 + j >= s.sk || (s.causal && j0 + j > i + s.offset) || j0 + j < my_begin || j0 + j >= my_end) continue;
       float sc = 0.0f, dp = 0.0f;
       for (int e = 0; e < DMAX; ++e) {
         sc += qr[e] * ks[j][e];
@@ -219,7 +269,7 @@ unsigned tiles(int64_t n) { return static_cast<unsigned>((n + kTile - 1) / kTile
 
 template <int DMAX>
 void forward_with(const ForwardArgs& a, cudaStream_t stream) {
-  const Dims s = dims_of(a.p);
+  const Dims s = dims_of(a.p, a.doc_q, a.doc_k);
   dim3 grid(tiles(s.sq), static_cast<unsigned>(s.h), static_cast<unsigned>(s.b));
   forward_kernel<DMAX><<<grid, kTile, 0, stream>>>(s, a.q, a.k, a.v, a.out, a.lse);
   check(cudaGetLastError(), "forward kernel launch");
@@ -227,7 +277,7 @@ void forward_with(const ForwardArgs& a, cudaStream_t stream) {
 
 template <int DMAX>
 void backward_with(const BackwardArgs& a, cudaStream_t stream) {
-  const Dims s = dims_of(a.p);
+  const Dims s = dims_of(a.p, a.doc_q, a.doc_k);
   const int64_t rows = s.b * s.h * s.sq;
   float* scratch = nullptr;
   check(cudaMallocAsync(&scratch, sizeof(float) * 2 * (rows > 0 ? rows : 1), stream), "cudaMallocAsync");

@@ -1,0 +1,130 @@
+/**
+ * The text task's data settings: the loader options a run's flags mean
+ * (--data, --data-format, --doc-separator, --long-documents,
+ * --skip-bad-documents), their checks before any rank starts (errors name the
+ * flag and the value, or the file and line of a bad document), and the
+ * data's size and SHA-256 recorded in checkpoints, read in chunks.
+ */
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import {
+  ByteTextData,
+  DocumentData,
+  LONG_DOCUMENTS,
+  TEXT_FORMATS,
+  listTextFiles,
+  readsDocuments,
+  resolveTextFormat,
+  type DocumentDataOptions,
+} from "@ulysses/training";
+import type { TrainConfig } from "./config.js";
+import { TrainerError } from "./errors.js";
+
+const dataDigests = new Map<string, { bytes: number; sha256: string }>();
+
+/**
+ * Size and SHA-256 of the text data (computed once per path and process),
+ * read in chunks, never whole: of the file, or for a folder of the names and
+ * contents of its .txt files in the order the loader reads them.
+ */
+export function dataDigest(dataPath: string): { bytes: number; sha256: string } {
+  let digest = dataDigests.get(dataPath);
+  if (digest === undefined) {
+    const hash = createHash("sha256");
+    const files = fs.statSync(dataPath).isDirectory() ? listTextFiles(dataPath) : [dataPath];
+    const chunk = Buffer.allocUnsafe(1 << 20);
+    let bytes = 0;
+    for (const file of files) {
+      if (files.length > 1 || file !== dataPath) hash.update(`${path.basename(file)}\0`);
+      const fd = fs.openSync(file, "r");
+      try {
+        for (let n = fs.readSync(fd, chunk, 0, chunk.length, null); n > 0; n = fs.readSync(fd, chunk, 0, chunk.length, null)) {
+          hash.update(chunk.subarray(0, n));
+          bytes += n;
+        }
+      } finally {
+        fs.closeSync(fd);
+      }
+    }
+    digest = { bytes, sha256: hash.digest("hex") };
+    dataDigests.set(dataPath, digest);
+  }
+  return digest;
+}
+
+/** --doc-separator as typed: \n, \r, \t and \\ stand for a newline, a carriage return, a tab and a backslash. */
+export function unescapeSeparator(text: string): string {
+  return text.replace(/\\([nrt\\])/g, (_, c: string) => ({ n: "\n", r: "\r", t: "\t", "\\": "\\" })[c]!);
+}
+
+/** The text loader's options for this run (--data, --data-format, --doc-separator, --long-documents, --skip-bad-documents). */
+export function textDataOptions(config: TrainConfig): DocumentDataOptions {
+  if (config.data === null) throw new TrainerError("textDataOptions: the run has no --data");
+  return {
+    path: config.data,
+    format: config.dataFormat,
+    separator: config.docSeparator === null ? null : unescapeSeparator(config.docSeparator),
+    longDocuments: config.longDocuments,
+    skipBadDocuments: config.skipBadDocuments,
+  };
+}
+
+/** Whether the run packs documents (text task: JSONL, a .txt folder, or text with --doc-separator); plain text without one is one stream (ByteTextData). */
+export function usesDocuments(config: TrainConfig): boolean {
+  return config.task === "text" && config.data !== null && readsDocuments(textDataOptions(config));
+}
+
+/** The document flags' own values, and the flags that only a text run with documents reads. */
+export function documentFlagProblems(config: TrainConfig): string[] {
+  const problems: string[] = [];
+  if (!TEXT_FORMATS.includes(config.dataFormat)) problems.push(`--data-format must be ${TEXT_FORMATS.join(", ")}, got '${config.dataFormat}'`);
+  if (!LONG_DOCUMENTS.includes(config.longDocuments)) problems.push(`--long-documents must be ${LONG_DOCUMENTS.join(" or ")}, got '${config.longDocuments}'`);
+  if (config.docSeparator !== null && (typeof config.docSeparator !== "string" || config.docSeparator === ""))
+    problems.push(`--doc-separator must be a non-empty string, got ${JSON.stringify(config.docSeparator)}`);
+  if (typeof config.skipBadDocuments !== "boolean") problems.push(`--skip-bad-documents is a switch, got ${String(config.skipBadDocuments)}`);
+  if (config.task === "recall") {
+    const given = [
+      config.dataFormat !== "auto" ? `--data-format ${config.dataFormat}` : null,
+      config.docSeparator !== null ? `--doc-separator ${JSON.stringify(config.docSeparator)}` : null,
+      config.longDocuments !== "split" ? `--long-documents ${config.longDocuments}` : null,
+      config.skipBadDocuments === true ? "--skip-bad-documents" : null,
+    ].filter((flag) => flag !== null);
+    if (given.length > 0) problems.push(`${given.join(", ")}: for --task text with --data; the recall task reads no data`);
+  }
+  return problems;
+}
+
+/** The text data checked as the ranks will read it (documents: the first 64 MiB of the corpus; plain text: its size). */
+export function textDataProblems(config: TrainConfig): string[] {
+  const data = config.data!;
+  if (documentFlagProblems(config).length > 0) return [];
+  let format: string;
+  try {
+    format = resolveTextFormat(data, config.dataFormat);
+  } catch (error) {
+    return [(error as Error).message]; // it names the path
+  }
+  if (format !== "text" && config.docSeparator !== null)
+    return [
+      `--doc-separator ${JSON.stringify(config.docSeparator)} is for plain text, but --data '${data}' is read as ${format} (--data-format ${config.dataFormat})`,
+    ];
+  if (!usesDocuments(config)) {
+    const stream = `--data '${data}' is read as one stream of text (give --doc-separator to cut it into documents, or use a .jsonl file or a folder of .txt files)`;
+    const problems: string[] = [];
+    if (config.longDocuments !== "split") problems.push(`--long-documents ${config.longDocuments} is for documents, but ${stream}`);
+    if (config.skipBadDocuments) problems.push(`--skip-bad-documents is for documents, but ${stream}`);
+    try {
+      ByteTextData.check(data, config.seq);
+    } catch (error) {
+      problems.push((error as Error).message);
+    }
+    return problems;
+  }
+  try {
+    DocumentData.check(textDataOptions(config));
+    return [];
+  } catch (error) {
+    return [`--data '${data}' (${format}): ${(error as Error).message}`];
+  }
+}

@@ -1,0 +1,288 @@
+/**
+ * Packed documents for byte-level language modelling (the loader the trainer
+ * calls): a document source (JSONL, a .txt folder, or text cut at a
+ * separator), a shuffle buffer, and the packer. The source is read front to
+ * back and starts over at the end (epochs); the buffer holds the next
+ * `shuffleBuffer` documents and each document packed is drawn from it with
+ * one `random()` call, so the stream is fixed by the data RNG: every rank
+ * drawing from an identical RNG packs identical batches. The position of the
+ * stream (source cursor, the buffer's documents, the document being packed,
+ * the id counter) is plain JSON, `state()`, which `restore()` takes back
+ * after a restart, together with the data RNG's own state.
+ */
+import { TrainingError } from "../errors.js";
+import { DEFAULT_CHUNK_BYTES } from "./byte-scanner.js";
+import {
+  TEXT_FORMATS,
+  readDocument,
+  resolveTextFormat,
+  type DocumentRef,
+  type DocumentSource,
+  type SourceCursor,
+  type SourceDocument,
+  type TextFormat,
+  type TextFormatOption,
+} from "./documents.js";
+import { JsonlSource } from "./jsonl-source.js";
+import { DocumentPacker, LONG_DOCUMENTS, type LongDocuments, type PackedBatch } from "./packer.js";
+import { SeparatedTextSource } from "./text-source.js";
+import { TxtDirSource } from "./txt-dir-source.js";
+
+/** Documents the shuffle buffer holds by default. */
+export const DEFAULT_SHUFFLE_BUFFER = 64;
+/** Bytes of a corpus DocumentData.check reads by default. */
+export const DEFAULT_CHECK_BYTES = 64 << 20;
+export const DOCUMENT_STATE_FORMAT = "ulysses-ts-documents/1";
+
+export interface DocumentDataOptions {
+  /** A file (jsonl, text) or a folder (txt-dir). */
+  path: string;
+  /** Default auto: a folder is txt-dir, *.jsonl is jsonl, else text. */
+  format?: TextFormatOption;
+  /** The text format's document separator (required there, refused elsewhere). */
+  separator?: string | null;
+  /** Documents longer than seq + 1 tokens: split into documents of their own, or continue as one (default split). */
+  longDocuments?: LongDocuments;
+  /** Skip and count bad documents instead of throwing (default false). */
+  skipBadDocuments?: boolean;
+  /** Documents the shuffle buffer holds (default 64; 1: corpus order). */
+  shuffleBuffer?: number;
+  /** Bytes per read (default 1 MiB). */
+  chunkBytes?: number;
+  /** Longest JSONL line (default 64 MiB). */
+  maxLineBytes?: number;
+}
+
+/** What DocumentData.check found. */
+export interface DocumentCheck {
+  format: TextFormat;
+  files: number;
+  bytes: number;
+  /** Good documents in the bytes read. */
+  documents: number;
+  /** Bad documents skipped in the bytes read (skip mode). */
+  skipped: number;
+  /** Bytes read (the first `checkBytes` of the corpus, or all of it). */
+  bytesChecked: number;
+  /** Whether the whole corpus was read. */
+  complete: boolean;
+}
+
+/** The stream's position as plain JSON (record it in a checkpoint with the data RNG's state). */
+export interface DocumentDataState {
+  format: typeof DOCUMENT_STATE_FORMAT;
+  corpus: { format: TextFormat; files: number; bytes: number };
+  epoch: number;
+  cursor: SourceCursor;
+  buffer: DocumentRef[];
+  pending: { ref: DocumentRef; offset: number; id: number | null; position: number } | null;
+  nextId: number;
+  documentsRead: number;
+  skipped: number;
+}
+
+function sourceOf(options: DocumentDataOptions): DocumentSource {
+  const format = resolveTextFormat(options.path, options.format ?? "auto");
+  const separator = options.separator ?? null;
+  const common = { chunkBytes: options.chunkBytes ?? DEFAULT_CHUNK_BYTES, skipBadDocuments: options.skipBadDocuments ?? false };
+  if (format !== "text" && separator !== null)
+    throw new TrainingError(`a document separator (${JSON.stringify(separator)}) is only for the text format; '${options.path}' is read as ${format}`);
+  if (format === "jsonl") return new JsonlSource(options.path, { ...common, maxLineBytes: options.maxLineBytes });
+  if (format === "txt-dir") return new TxtDirSource(options.path, common);
+  if (separator === null)
+    throw new TrainingError(`plain text '${options.path}' has no documents without a separator (give one, or read it as one stream with ByteTextData)`);
+  return new SeparatedTextSource(options.path, separator, common);
+}
+
+/** True when `options` read documents (jsonl, txt-dir, or text with a separator); plain text without one is ByteTextData's stream. */
+export function readsDocuments(options: Pick<DocumentDataOptions, "path" | "format" | "separator">): boolean {
+  const format = resolveTextFormat(options.path, options.format ?? "auto");
+  return format !== "text" || (options.separator ?? null) !== null;
+}
+
+export class DocumentData {
+  readonly source: DocumentSource;
+  readonly shuffleBuffer: number;
+  /** The data path given (a file, or the folder of a txt-dir corpus). */
+  readonly path: string;
+  private readonly packer: DocumentPacker<SourceDocument>;
+  private buffer: SourceDocument[] = [];
+  private epoch = 0;
+  private documentsRead = 0;
+  /** Whether this pass over the corpus began at its start, and found a document since. */
+  private passFromStart = true;
+  private readSinceStart = false;
+
+  constructor(options: DocumentDataOptions) {
+    const shuffle = options.shuffleBuffer ?? DEFAULT_SHUFFLE_BUFFER;
+    if (!Number.isSafeInteger(shuffle) || shuffle < 1) throw new TrainingError(`shuffle buffer must be a positive integer of documents, got ${shuffle}`);
+    this.shuffleBuffer = shuffle;
+    this.path = options.path;
+    this.source = sourceOf(options);
+    const files = this.source.files;
+    this.packer = new DocumentPacker(options.longDocuments ?? "split", (doc, offset, count, into, at) => readDocument(files, doc, offset, count, into, at));
+  }
+
+  /**
+   * Checks options and corpus before any rank starts: the format fits the
+   * path, and the first `checkBytes` (default 64 MiB) of the corpus hold at
+   * least one document of two or more tokens, with no bad document unless
+   * skipBadDocuments. Bad documents further on are met while training (same
+   * message, or skipped). Throws a TrainingError naming the file and value.
+   */
+  static check(options: DocumentDataOptions, checkBytes = DEFAULT_CHECK_BYTES): DocumentCheck {
+    if (options.format !== undefined && !TEXT_FORMATS.includes(options.format))
+      throw new TrainingError(`unknown text data format '${options.format}' (use ${TEXT_FORMATS.join(", ")})`);
+    if (options.longDocuments !== undefined && !LONG_DOCUMENTS.includes(options.longDocuments))
+      throw new TrainingError(`long documents must be ${LONG_DOCUMENTS.join(" or ")}, got '${options.longDocuments}'`);
+    const source = sourceOf(options);
+    try {
+      const { files } = source;
+      let documents = 0;
+      let trainable = 0;
+      let checked = 0;
+      for (;;) {
+        const doc = source.next();
+        checked = bytesBefore(source);
+        if (doc === null) break;
+        documents++;
+        if (doc.length >= 2) trainable++;
+        if (checked >= checkBytes) break;
+      }
+      const complete = checked >= files.totalBytes;
+      const where = `${source.format === "txt-dir" ? "text folder" : `${source.format} file`} '${options.path}'`;
+      const range = complete ? "" : ` in its first ${checked} bytes`;
+      const skipped = source.bad.count > 0 ? ` (${source.bad.count} bad documents skipped; the first: ${source.bad.examples[0]})` : "";
+      if (documents === 0) throw new TrainingError(`${where} holds no documents${range}${skipped}`);
+      if (trainable === 0) throw new TrainingError(`${where} holds no document of 2 or more tokens${range}: there is nothing to predict${skipped}`);
+      return {
+        format: source.format,
+        files: files.paths.length,
+        bytes: files.totalBytes,
+        documents,
+        skipped: source.bad.count,
+        bytesChecked: checked,
+        complete,
+      };
+    } finally {
+      source.files.close();
+    }
+  }
+
+  /** Bad documents skipped so far (skip mode), with the first few messages. */
+  get skipped(): { count: number; examples: readonly string[] } {
+    return { count: this.source.bad.count, examples: this.source.bad.examples };
+  }
+
+  /** The largest buffer the readers have held (bytes): bounded by the chunk size and the longest JSONL line, never the corpus. */
+  get largestHeldBytes(): number {
+    return this.source.files.held.largest;
+  }
+
+  /** `rows` packed rows of `seq` tokens; `random` yields uniform floats in [0, 1) (one call per document taken). */
+  batch(rows: number, seq: number, random: () => number): PackedBatch {
+    return this.packer.pack(rows, seq, () => this.take(random));
+  }
+
+  private take(random: () => number): SourceDocument {
+    while (this.buffer.length < this.shuffleBuffer) {
+      const doc = this.source.next();
+      if (doc !== null) {
+        this.buffer.push(doc);
+        this.documentsRead++;
+        this.readSinceStart = true;
+        continue;
+      }
+      // the end of the corpus: a whole pass without a usable document means there is none
+      if (this.passFromStart && !this.readSinceStart)
+        throw new TrainingError(`text data '${this.path}' holds no usable documents (${this.source.bad.count} bad ones skipped)`);
+      this.epoch++;
+      this.source.seek({ file: 0, offset: 0, line: 0 });
+      this.passFromStart = true;
+      this.readSinceStart = false;
+    }
+    const pick = Math.min(this.buffer.length - 1, Math.floor(random() * this.buffer.length));
+    const doc = this.buffer[pick]!;
+    this.buffer[pick] = this.buffer[this.buffer.length - 1]!;
+    this.buffer.pop();
+    return doc;
+  }
+
+  state(): DocumentDataState {
+    const { files } = this.source;
+    const pending = this.packer.pending;
+    return {
+      format: DOCUMENT_STATE_FORMAT,
+      corpus: { format: this.source.format, files: files.paths.length, bytes: files.totalBytes },
+      epoch: this.epoch,
+      cursor: { ...this.source.cursor() },
+      buffer: this.buffer.map((doc) => ({ ...doc.ref })),
+      pending: pending === null ? null : { ref: { ...pending.doc.ref }, offset: pending.offset, id: pending.id, position: pending.position },
+      nextId: this.packer.nextId,
+      documentsRead: this.documentsRead,
+      skipped: this.source.bad.count,
+    };
+  }
+
+  /** Continues from `state()` of a loader over the same corpus; throws a TrainingError naming what does not match. */
+  restore(state: unknown): void {
+    const s = checkState(state);
+    const { files } = this.source;
+    const corpus = { format: this.source.format, files: files.paths.length, bytes: files.totalBytes };
+    if (s.corpus.format !== corpus.format || s.corpus.files !== corpus.files || s.corpus.bytes !== corpus.bytes) {
+      throw new TrainingError(
+        `data state is for a ${s.corpus.format} corpus of ${s.corpus.files} files and ${s.corpus.bytes} bytes, but '${this.path}' is ${corpus.format} with ${corpus.files} files and ${corpus.bytes} bytes`,
+      );
+    }
+    const size = s.cursor.file < files.sizes.length ? files.sizes[s.cursor.file]! : 0;
+    if (s.cursor.file > files.sizes.length || s.cursor.offset > size)
+      throw new TrainingError(`data state: cursor ${JSON.stringify(s.cursor)} is outside the corpus (${files.paths.length} files; that one has ${size} bytes)`);
+    const buffer = s.buffer.map((ref) => this.source.load(ref));
+    const pending = s.pending === null ? null : { ...s.pending, doc: this.source.load(s.pending.ref) };
+    if (pending !== null && pending.offset >= pending.doc.length)
+      throw new TrainingError(`data state: pending document offset ${pending.offset} is beyond its ${pending.doc.length} tokens`);
+    this.source.seek(s.cursor);
+    this.passFromStart = s.cursor.file === 0 && s.cursor.offset === 0;
+    this.readSinceStart = false;
+    this.buffer = buffer;
+    this.packer.pending = pending;
+    this.packer.nextId = s.nextId;
+    this.epoch = s.epoch;
+    this.documentsRead = s.documentsRead;
+    this.source.bad.count = s.skipped;
+  }
+
+  /** Releases the open file. */
+  close(): void {
+    this.source.files.close();
+  }
+}
+
+/** Bytes of the corpus before the source's cursor. */
+function bytesBefore(source: DocumentSource): number {
+  const { file, offset } = source.cursor();
+  let before = 0;
+  for (let i = 0; i < file && i < source.files.sizes.length; i++) before += source.files.sizes[i]!;
+  return before + offset;
+}
+
+function checkState(state: unknown): DocumentDataState {
+  const fail = (what: string): never => {
+    throw new TrainingError(`data state is not a documents state (${what}): ${JSON.stringify(state)?.slice(0, 120)}`);
+  };
+  const count = (v: unknown) => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+  const isRef = (r: unknown): r is DocumentRef =>
+    r !== null && typeof r === "object" && ["file", "start", "end", "line"].every((k) => count((r as Record<string, unknown>)[k]));
+  if (state === null || typeof state !== "object") return fail("not an object");
+  const s = state as Record<string, unknown>;
+  if (s.format !== DOCUMENT_STATE_FORMAT) fail(`format ${JSON.stringify(s.format)}, expected '${DOCUMENT_STATE_FORMAT}'`);
+  const corpus = s.corpus as Record<string, unknown> | null;
+  if (corpus === null || typeof corpus !== "object" || !count(corpus.files) || !count(corpus.bytes)) fail("corpus");
+  const cursor = s.cursor as Record<string, unknown> | null;
+  if (cursor === null || typeof cursor !== "object" || !["file", "offset", "line"].every((k) => count(cursor[k]))) fail("cursor");
+  if (!Array.isArray(s.buffer) || !s.buffer.every(isRef)) fail("buffer");
+  const p = s.pending as Record<string, unknown> | null;
+  if (p !== null && (typeof p !== "object" || !isRef(p.ref) || !count(p.offset) || !count(p.position) || !(p.id === null || count(p.id)))) fail("pending");
+  for (const key of ["epoch", "nextId", "documentsRead", "skipped"]) if (!count(s[key])) fail(key);
+  return state as DocumentDataState;
+}
