@@ -30,7 +30,7 @@ const HELP: Record<keyof TrainConfig, string> = {
   mlp: "gelu | swiglu",
   mlpRatio: "MLP width as a multiple of --hidden",
   tiedHead: "tie the LM head to the token embedding",
-  attention: "ulysses (all-to-all over heads) | allgather (all-gather K and V)",
+  attention: "ulysses (all-to-all over heads) | allgather (all-gather K and V) | ring (K and V passed around the ranks: any SP degree, past the head count)",
   batch: "sequences per step per data-parallel group",
   steps: "training steps (total, including resumed ones)",
   lr: "peak learning rate",

@@ -6,7 +6,7 @@
  */
 import fs from "node:fs";
 import { validateGptConfig, type GptConfig } from "@ulysses/model";
-import { parallelDimsProblems } from "@ulysses/parallel";
+import { parallelDimsProblems, type SequenceParallelKind } from "@ulysses/parallel";
 import { recallMinSeq, recallVocabulary, validateRecallTask, BYTE_VOCAB, type LongDocuments, type TextFormatOption } from "@ulysses/training";
 import { dataDigest, documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
@@ -37,7 +37,7 @@ export interface TrainConfig {
   mlp: "gelu" | "swiglu";
   mlpRatio: number;
   tiedHead: boolean;
-  attention: "ulysses" | "allgather";
+  attention: SequenceParallelKind;
   /** Sequences per data-parallel group per step. */
   batch: number;
   steps: number;

@@ -54,6 +54,11 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
     expectClose(single, await train({ sp: 4, steps: 20, batch: 2 }));
   });
 
+  it("ring attention at SP 2 and 4, and SP 8 with 4 heads (past the head count): losses and final weights within 1e-4 of one rank", async () => {
+    const single = await train({ sp: 1, steps: 10, batch: 2 });
+    for (const sp of [2, 4, 8]) expectClose(single, await train({ sp, steps: 10, batch: 2, attention: "ring" }));
+  });
+
   it("sp 2 x dp 2 (batch 2 per group) and ZeRO-1 over the 4 ranks train like one rank with the global batch of 4", async () => {
     const single = await train({ sp: 1, dp: 1, batch: 4 });
     expectClose(single, await train({ sp: 2, dp: 2, batch: 2, zero1: true }));

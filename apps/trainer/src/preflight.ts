@@ -81,8 +81,9 @@ export function layerFloatsPerToken(
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
   const qWidth = heads * headDim;
   // k and v as the local kernel sees them, per local token: Ulysses gathers the sequence for the rank's
-  // kv heads (replicated up to one per rank when kvHeads < sp); all-gather KV holds every rank's keys
-  const kvWidth = kind === "allgather" ? kvHeads * headDim * sp : Math.max(kvHeads, sp) * headDim;
+  // kv heads (replicated up to one per rank when kvHeads < sp); all-gather KV holds every rank's keys;
+  // ring holds its own block, the visiting one and the next one arriving
+  const kvWidth = kind === "allgather" ? kvHeads * headDim * sp : kind === "ring" ? 3 * kvHeads * headDim : Math.max(kvHeads, sp) * headDim;
   const normStats = block.norm === "layernorm" ? 2 : 1;
   const mlpTensors = block.mlp === "swiglu" ? 3 : 2;
   const saved =

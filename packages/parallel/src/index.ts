@@ -2,7 +2,7 @@
  * @ulysses/parallel: sequence parallelism applied from outside to one-device
  * models. `ParallelDims` validates and builds the SP x DP layout,
  * `parallelize(model, dims)` swaps every layer's attention for a sharded one
- * and shards the inputs; the attention wrappers (Ulysses and the
+ * and shards the inputs; the attention wrappers (Ulysses, ring and the
  * all-gather-KV baseline) work on their own too. The only package where
  * communication (@ulysses/collectives) and compute (@ulysses/kernels) meet.
  */
@@ -14,6 +14,14 @@ export { documentSlice, type ShardedAttention, type ShardedAttentionForward, typ
 export { UlyssesAttention, type UlyssesContext } from "./ulysses-attention.js";
 export { seqAllToAll, seqToHeads, headsToSeq, type SeqAllToAllDirection, type SeqAllToAllPart, type SeqExchange, type HeadSet } from "./seq-all-to-all.js";
 export { AllGatherKVAttention, type AllGatherKVContext } from "./allgather-kv-attention.js";
+export {
+  RingAttention,
+  ringForwardBytes,
+  ringBackwardBytes,
+  ringSends,
+  ringHolds,
+  type RingContext,
+} from "./ring-attention.js";
 export { TensorPool } from "./tensor-pool.js";
 export {
   ParallelDims,

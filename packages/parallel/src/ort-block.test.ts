@@ -29,6 +29,7 @@ describe("TransformerBlock with ONNX Runtime kernels", () => {
     ["ulysses, GQA kv=2, SwiGLU, RMSNorm", { hidden: 64, heads: 8, kvHeads: 2, mlp: "swiglu", norm: "rmsnorm", mlpRatio: 2 }, 4],
     ["ulysses, uneven heads 6 on 4, N=50", { hidden: 48, heads: 6, mlpRatio: 2 }, 4],
     ["allgather, MHA", { hidden: 32, heads: 4, attention: "allgather", mlpRatio: 2 }, 2],
+    ["ring, GQA kv=2 (OrtAttention's backward reads the merged lse and out)", { hidden: 32, heads: 4, kvHeads: 2, attention: "ring", mlpRatio: 2 }, 4],
   ];
   for (const [name, config, p] of cases) {
     it(`${name}: P=${p} with ORT kernels equals P=1 with the reference kernels`, async () => {

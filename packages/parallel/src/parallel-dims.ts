@@ -5,15 +5,16 @@
  * which hold different sequences; world rank w = d * sp + s. The checks run
  * before any group is built or any message is sent, and one message names
  * every value that is off: sp, dp and the world size, heads and kv heads
- * (Ulysses gives every rank at least one query head), the sequence length
- * (every rank needs at least one token).
+ * (Ulysses gives every rank at least one query head; all-gather-KV and ring
+ * keep every head on every rank), the sequence length (every rank needs at
+ * least one token).
  */
 import { splitWorld, type ProcessGroup } from "@ulysses/collectives";
 import { ParallelError } from "./errors.js";
 
 /** How each layer's attention is sequence-parallelised. */
-export type SequenceParallelKind = "ulysses" | "allgather";
-export const SEQUENCE_PARALLEL_KINDS: readonly SequenceParallelKind[] = ["ulysses", "allgather"];
+export type SequenceParallelKind = "ulysses" | "allgather" | "ring";
+export const SEQUENCE_PARALLEL_KINDS: readonly SequenceParallelKind[] = ["ulysses", "allgather", "ring"];
 
 export interface ParallelDimsOptions {
   /** Ranks sharing one sequence. */
@@ -57,11 +58,12 @@ export function parallelDimsProblems(options: ParallelDimsOptions, shape: Parall
   positive(n.sp, sp);
   positive(n.dp, dp);
   if (problems.length > 0) return problems;
-  if (!SEQUENCE_PARALLEL_KINDS.includes(attention)) problems.push(`${n.attention} must be ${SEQUENCE_PARALLEL_KINDS.join(" or ")}, got '${String(attention)}'`);
+  if (!SEQUENCE_PARALLEL_KINDS.includes(attention))
+    problems.push(`${n.attention} must be one of ${SEQUENCE_PARALLEL_KINDS.join(", ")}, got '${String(attention)}'`);
   if (sp * dp !== shape.worldSize) problems.push(`${n.sp} ${sp} x ${n.dp} ${dp} = ${sp * dp} ranks, but the world has ${shape.worldSize}`);
   if (attention === "ulysses" && shape.heads < sp) {
     problems.push(
-      `${n.heads} ${shape.heads} is smaller than ${n.sp} ${sp}: Ulysses gives every rank at least one attention head (use ${n.sp} <= ${n.heads}, or allgather attention)`,
+      `${n.heads} ${shape.heads} is smaller than ${n.sp} ${sp}: Ulysses gives every rank at least one attention head (use ${n.sp} <= ${n.heads}, or allgather or ring attention)`,
     );
   }
   if (shape.seqLength < sp) problems.push(`${n.seqLength} ${shape.seqLength} is too short for ${n.sp} ${sp}: every rank needs at least one token`);

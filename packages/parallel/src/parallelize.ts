@@ -1,8 +1,8 @@
 /**
  * Sequence parallelism applied from outside, in torchtitan's manner: the
  * model and its blocks stay one-device code; `parallelize(model, dims)`
- * replaces the attention of every layer with a sharded one (Ulysses or
- * all-gather-KV over the SP group), and the returned ParallelGpt cuts each
+ * replaces the attention of every layer with a sharded one (Ulysses,
+ * all-gather-KV or ring over the SP group), and the returned ParallelGpt cuts each
  * batch into this rank's sequence shard and hands the model the shard's
  * positions. Weight gradients stay per rank in the model's flat gradient;
  * they are summed over `gradientGroup` (every rank: SP ranks hold parts of
@@ -30,6 +30,7 @@ import type { Gpt, GptConfig, GptContext, GptForwardOptions, ParameterStore } fr
 import { Tensor } from "@ulysses/tensors";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
+import { RingAttention } from "./ring-attention.js";
 import type { ParallelDims, SequenceParallelKind } from "./parallel-dims.js";
 import { sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
 import { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
@@ -43,7 +44,8 @@ type I32 = Tensor<"int32">;
 export function createShardedAttention(kind: SequenceParallelKind, local: LocalAttention, group: ProcessGroup): ShardedAttention {
   if (kind === "ulysses") return new UlyssesAttention(local, group);
   if (kind === "allgather") return new AllGatherKVAttention(local, group);
-  throw new ParallelError(`sequence-parallel attention must be 'ulysses' or 'allgather', got '${String(kind)}'`);
+  if (kind === "ring") return new RingAttention(local, group);
+  throw new ParallelError(`sequence-parallel attention must be 'ulysses', 'allgather' or 'ring', got '${String(kind)}'`);
 }
 
 /** The shard sizes of the forward (or backward) now running. */

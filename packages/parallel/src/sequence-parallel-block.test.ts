@@ -3,12 +3,17 @@ import { maxRelativeError, randomTensor, ReferenceAttention, ReferenceOps, seede
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { ParallelError } from "./errors.js";
+import { ringBackwardBytes, ringForwardBytes } from "./ring-attention.js";
+import { StatsReferenceAttention } from "./testing-fixtures/stats-reference-attention.js";
 import { joinShards, runRanks, shardOf, spBlock, type SpBlockConfig } from "./testing-fixtures/test-support.js";
 
 type F32 = Tensor<"float32">;
 
 const ops = new ReferenceOps();
 const attention = new ReferenceAttention();
+// ring's blocks need a backward that reads the merged lse and out (ring-attention.ts refuses ReferenceAttention for P > 1)
+const ringKernel = new StatsReferenceAttention();
+const kernelFor = (config: SpBlockConfig, p: number) => (config.attention === "ring" && p > 1 ? ringKernel : attention);
 
 interface RunOptions {
   checkpoint?: boolean;
@@ -21,7 +26,7 @@ async function runBlock(config: SpBlockConfig, p: number, x: F32, dy: F32, optio
   const sizes = evenSplitSizes(seq, p);
   const weights = initBlockWeights(resolveBlockConfig(config), 11, { perturb: 0.2, std: 0.3 });
   const perRank = await runRanks(p, async (group, rank) => {
-    const block = spBlock(config, group, { ops, localAttention: attention, weights, checkpoint: options.checkpoint ?? false });
+    const block = spBlock(config, group, { ops, localAttention: kernelFor(config, p), weights, checkpoint: options.checkpoint ?? false });
     const { y, context } = await block.forward(shardOf(x, sizes, rank), { seqLength: seq });
     const forwardStats = group.stats();
     const savedBytes = context.block.savedBytes;
@@ -58,7 +63,7 @@ const cases: Case[] = [
   { name: "uneven sequence N=1000 on 3", config: { hidden: 12, heads: 3, mlpRatio: 2, norm: "rmsnorm" }, batch: 1, seq: 1000, ranks: [3] },
 ];
 
-describe.each(["ulysses", "allgather"] as const)("TransformerBlock (%s) equals the single-rank run", (kind) => {
+describe.each(["ulysses", "allgather", "ring"] as const)("TransformerBlock (%s) equals the single-rank run", (kind) => {
   for (const c of cases) {
     it(`${c.name} (P = ${c.ranks.join(", ")})`, async () => {
       const config = { ...c.config, attention: kind };
@@ -122,6 +127,24 @@ describe("TransformerBlock communication and memory", () => {
     }
   });
 
+  it("ring: bytes per rank equal ringForwardBytes forward and ringBackwardBytes more backward (causal, N = 10 on 4 too)", async () => {
+    for (const [p, length] of [
+      [2, seq],
+      [4, seq],
+      [4, 10],
+    ] as const) {
+      const { x, dy } = data(config, batch, length, 12);
+      const sizes = evenSplitSizes(length, p);
+      const tokenBytes = 2 * batch * heads * headDim * 4;
+      const got = await runBlock({ ...config, attention: "ring" }, p, x, dy, { reduceGradients: false });
+      got.perRank.forEach((r, rank) => {
+        expect(r.forwardStats.total.bytesSent, `P=${p} N=${length} rank ${rank}`).toBe(ringForwardBytes(sizes, rank, true, tokenBytes));
+        expect(r.stats.total.bytesSent - r.forwardStats.total.bytesSent).toBe(ringBackwardBytes(sizes, rank, true, tokenBytes));
+        expect(r.stats.byOp.allToAll.calls + r.stats.byOp.allGather.calls).toBe(0);
+      });
+    }
+  });
+
   it("activation checkpointing gives identical results and saves only the input", async () => {
     const { x, dy } = data(config, 2, seq, 8);
     const p = 2;
@@ -145,7 +168,7 @@ describe("TransformerBlock communication and memory", () => {
 });
 
 describe("TransformerBlock buffer reuse", () => {
-  it.each(["ulysses", "allgather"] as const)("%s: two blocks sharing one wrapper over repeated steps equal fresh single-step runs", async (kind) => {
+  it.each(["ulysses", "allgather", "ring"] as const)("%s: two blocks sharing one wrapper over repeated steps equal fresh single-step runs", async (kind) => {
     const config: SpBlockConfig = { hidden: 16, heads: 4, kvHeads: 2, attention: kind, mlpRatio: 2 };
     const resolved = resolveBlockConfig(config);
     const w1 = initBlockWeights(resolved, 1, { perturb: 0.2, std: 0.3 });
@@ -156,8 +179,8 @@ describe("TransformerBlock buffer reuse", () => {
     /** y of block 2 after block 1, and dx of block 1, for one step, on fresh blocks and wrappers. */
     const fresh = async (step: (typeof steps)[number]) =>
       runRanks(p, async (group, rank) => {
-        const b1 = spBlock(config, group, { ops, localAttention: attention, weights: w1 });
-        const b2 = spBlock(config, group, { ops, localAttention: attention, weights: w2 });
+        const b1 = spBlock(config, group, { ops, localAttention: kernelFor(config, p), weights: w1 });
+        const b2 = spBlock(config, group, { ops, localAttention: kernelFor(config, p), weights: w2 });
         const f1 = await b1.forward(shardOf(step.x, sizes, rank));
         const f2 = await b2.forward(f1.y);
         const g2 = await b2.backward(f2.context, shardOf(step.dy, sizes, rank));
@@ -165,8 +188,8 @@ describe("TransformerBlock buffer reuse", () => {
         return { y: f2.y, dx: g1.dx, grads: g1.flat };
       });
     const reused = await runRanks(p, async (group, rank) => {
-      const b1 = spBlock(config, group, { ops, localAttention: attention, weights: w1 });
-      const b2 = spBlock(config, group, { ops, localAttention: attention, weights: w2, checkpoint: true }, b1.attention);
+      const b1 = spBlock(config, group, { ops, localAttention: kernelFor(config, p), weights: w1 });
+      const b2 = spBlock(config, group, { ops, localAttention: kernelFor(config, p), weights: w2, checkpoint: true }, b1.attention);
       const out = [];
       for (const step of steps) {
         const f1 = await b1.forward(shardOf(step.x, sizes, rank));
@@ -203,6 +226,8 @@ describe("TransformerBlock configuration errors", () => {
       expect(make({ hidden: 20, heads: 6 })).toThrow(/hidden \(20\) must be divisible by heads \(6\)/);
       expect(make({ hidden: 12, heads: 4 })).toThrow(/headDim = hidden\/heads = 12\/4 = 3 must be even/);
       expect(make({ hidden: 12, heads: 3, attention: "allgather" })).not.toThrow();
+      expect(() => spBlock({ hidden: 12, heads: 3, attention: "ring" }, group, { ops, localAttention: ringKernel })).not.toThrow();
+      expect(make({ hidden: 12, heads: 3, attention: "ring" })).toThrow(/ReferenceAttention's backward recomputes the probabilities/);
       expect(group.stats().total.calls).toBe(0);
     });
   });

@@ -4,12 +4,14 @@ import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
+import { RingAttention } from "./ring-attention.js";
 import type { ShardedAttention } from "./sharded-attention.js";
+import { StatsReferenceAttention } from "./testing-fixtures/stats-reference-attention.js";
 import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;
-type Kind = "ulysses" | "allgather";
+type Kind = "ulysses" | "allgather" | "ring";
 
 interface Case {
   name: string;
@@ -23,8 +25,11 @@ interface Case {
 }
 
 const reference = new ReferenceAttention();
+// ring's local backward must read the merged lse and out it is given (ReferenceAttention is refused for P > 1)
+const stats = new StatsReferenceAttention();
 
 function wrap(kind: Kind, group: ProcessGroup): ShardedAttention {
+  if (kind === "ring") return new RingAttention(stats, group);
   return kind === "ulysses" ? new UlyssesAttention(reference, group) : new AllGatherKVAttention(reference, group);
 }
 
@@ -63,7 +68,7 @@ const cases: Case[] = [
   { name: "uneven sequence N=1000 on 3", batch: 1, seq: 1000, heads: 3, kvHeads: 3, headDim: 4, causal: true, ranks: [3] },
 ];
 
-describe.each(["ulysses", "allgather"] as const)("%s attention equals single-rank ReferenceAttention", (kind) => {
+describe.each(["ulysses", "allgather", "ring"] as const)("%s attention equals single-rank ReferenceAttention", (kind) => {
   for (const c of cases) {
     it(`${c.name} (P = ${c.ranks.join(", ")})`, async () => {
       const x = inputs(c, c.seq * 31 + c.heads);
