@@ -66,30 +66,44 @@ function losses(dir: string): number[] {
 const available = mpirunAvailable();
 const skip = !available && process.env.CI !== "true";
 
+/** Loss curves of the flags on the threads backend, and under mpirun -np 2 with `mpiFlags` added. */
+async function threadsAndMpi(mpiFlags: string[]): Promise<{ threads: number[]; mpi: number[]; mpiOutput: string }> {
+  const node = ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts"];
+  const threadsDir = fs.mkdtempSync(path.join(os.tmpdir(), "threads-"));
+  const mpiDir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-"));
+  const threads = await run(process.execPath, [...node, ...flags, "--out", threadsDir]);
+  expect(threads.code, threads.output).toBe(0);
+  const [mpirun, ...mpirunArgs] = mpirunCommand({
+    np: 2,
+    node: process.execPath,
+    entry: "src/cli.ts",
+    args: ["--backend", "mpi", ...flags, ...mpiFlags, "--out", mpiDir],
+    typescript: true,
+    nodeArgs: [SOURCE_CONDITION_ARG],
+  });
+  const mpi = await run(mpirun, mpirunArgs);
+  expect(mpi.code, mpi.output).toBe(0);
+  return { threads: losses(threadsDir), mpi: losses(mpiDir), mpiOutput: mpi.output };
+}
+
+function expectSameCurve(a: number[], b: number[], what: string): void {
+  expect(b.length).toBe(6);
+  expect(a.length).toBe(6);
+  for (let i = 0; i < a.length; i++) expect(Math.abs(b[i]! - a[i]!) / Math.abs(a[i]!), `step ${i}: ${what} ${a[i]} vs ${b[i]}`).toBeLessThanOrEqual(1e-5);
+  // The curve moved: equal losses are not the trivial case of no training.
+  expect(a[5]).not.toBe(a[0]);
+}
+
 describe.skipIf(skip)(`threads vs mpi backend${skip ? " (skipped: mpirun not installed; apt-get install openmpi-bin libopenmpi-dev)" : ""}`, () => {
   it("the same flags give the same loss curve to 1e-5 relative", async () => {
-    const node = ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts"];
-    const threadsDir = fs.mkdtempSync(path.join(os.tmpdir(), "threads-"));
-    const mpiDir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-"));
-    const threads = await run(process.execPath, [...node, ...flags, "--out", threadsDir]);
-    expect(threads.code, threads.output).toBe(0);
-    const [mpirun, ...mpirunArgs] = mpirunCommand({
-      np: 2,
-      node: process.execPath,
-      entry: "src/cli.ts",
-      args: ["--backend", "mpi", ...flags, "--out", mpiDir],
-      typescript: true,
-      nodeArgs: [SOURCE_CONDITION_ARG],
-    });
-    const mpi = await run(mpirun, mpirunArgs);
-    expect(mpi.code, mpi.output).toBe(0);
-    expect(mpi.output).toMatch(/on mpi/);
-    const a = losses(threadsDir);
-    const b = losses(mpiDir);
-    expect(b.length).toBe(6);
-    expect(a.length).toBe(6);
-    for (let i = 0; i < a.length; i++) expect(Math.abs(b[i]! - a[i]!) / Math.abs(a[i]!), `step ${i}: threads ${a[i]} mpi ${b[i]}`).toBeLessThanOrEqual(1e-5);
-    // The curve moved: equal losses are not the trivial case of no training.
-    expect(a[5]).not.toBe(a[0]);
+    const { threads, mpi, mpiOutput } = await threadsAndMpi([]);
+    expect(mpiOutput).toMatch(/on mpi/);
+    expectSameCurve(threads, mpi, "threads vs mpi");
+  }, 180_000);
+
+  it("ring attention under mpirun (its send/recv around the ranks) gives the threads backend's Ulysses loss curve to 1e-5", async () => {
+    const { threads, mpi, mpiOutput } = await threadsAndMpi(["--attention", "ring"]);
+    expect(mpiOutput).toMatch(/on mpi.*ring attention/);
+    expectSameCurve(threads, mpi, "threads ulysses vs mpi ring");
   }, 180_000);
 });
