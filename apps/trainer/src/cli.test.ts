@@ -1,36 +1,11 @@
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it, vi } from "vitest";
 import { readSafetensors } from "@ulysses/model";
+import { type SpawnOptions, type Spawned, spawnTrainer, tinyFlags, trainerDir } from "./testing-fixtures/cli.js";
 
-const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const tiny = [
-  "--seq",
-  "24",
-  "--hidden",
-  "16",
-  "--heads",
-  "2",
-  "--kv-heads",
-  "2",
-  "--layers",
-  "1",
-  "--batch",
-  "2",
-  "--pairs",
-  "2",
-  "--queries",
-  "2",
-  "--threads",
-  "1",
-  "--log-every",
-  "1",
-];
-
-type Spawned = { code: number | null; stdout: string; stderr: string };
+const tiny = [...tinyFlags(), "--log-every", "1"];
 
 interface Row {
   step: number;
@@ -48,26 +23,15 @@ function metricsRows(out: string): Row[] {
 
 const packageJson = JSON.parse(fs.readFileSync(path.join(trainerDir, "package.json"), "utf8")) as { version: string };
 
-function cli(
+/** The exit code and output of the CLI (or `script`) run with `args`. */
+async function cli(
   args: string[],
   env: Record<string, string> = {},
-  onStdout?: (text: string, child: ReturnType<typeof spawn>) => void,
+  onStdout?: SpawnOptions["onStdout"],
   script = "src/cli.ts",
-): Promise<Spawned> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", script, ...args], {
-      cwd: trainerDir,
-      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: "", ...env },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d: Buffer) => {
-      stdout += d.toString();
-      onStdout?.(stdout, child);
-    });
-    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    child.on("close", (code) => resolve({ code, stdout, stderr }));
-  });
+): Promise<Pick<Spawned, "code" | "stdout" | "stderr">> {
+  const { code, stdout, stderr } = await spawnTrainer(args, { env, onStdout, script });
+  return { code, stdout, stderr };
 }
 
 describe("the CLI on the threads backend", () => {

@@ -14,63 +14,22 @@
  * - kill -9 at random moments of a run that checkpoints every step, resumed
  *   each time: the final checkpoint holds exactly the uninterrupted run's data.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { seededRandom } from "@ulysses/kernels";
 import { readSafetensors } from "@ulysses/model";
+import { type SpawnOptions, type Spawned, spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
 
-const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-const tiny = [
-  "--seq",
-  "24",
-  "--hidden",
-  "16",
-  "--heads",
-  "4",
-  "--kv-heads",
-  "4",
-  "--layers",
-  "1",
-  "--batch",
-  "2",
-  "--pairs",
-  "2",
-  "--queries",
-  "2",
-  "--threads",
-  "1",
-  "--log-every",
-  "1",
-  "--no-export",
-];
+const tiny = [...tinyFlags(4), "--log-every", "1", "--no-export"];
 const TIMEOUT_S = 5;
 const timeoutFlags = ["--timeout", String(TIMEOUT_S)];
 /** Trials run two at a time (the machines running this have 2 cores). */
 const CONCURRENCY = 2;
 
-type Spawned = { code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; exitedAt: number };
-
-function cli(args: string[], env: Record<string, string> = {}, onStdout?: (text: string, child: ChildProcess) => void): Promise<Spawned> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts", ...args], {
-      cwd: trainerDir,
-      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: "", ...env },
-    });
-    let stdout = "";
-    let stderr = "";
-    let exitedAt = 0;
-    child.stdout.on("data", (d: Buffer) => {
-      stdout += d.toString();
-      onStdout?.(stdout, child);
-    });
-    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    child.on("exit", () => (exitedAt = Date.now()));
-    child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr, exitedAt }));
-  });
+function cli(args: string[], env: Record<string, string> = {}, onStdout?: SpawnOptions["onStdout"]): Promise<Spawned> {
+  return spawnTrainer(args, { env, onStdout });
 }
 
 /** At most CONCURRENCY trainer processes at once, across all tests of this file. */

@@ -8,31 +8,9 @@ import path from "node:path";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import { main as train } from "./cli.js";
 import { generate, main, parseGenerateArgs } from "./generate.js";
+import { tinyFlags } from "./testing-fixtures/cli.js";
 
-const tiny = [
-  "--seq",
-  "24",
-  "--hidden",
-  "16",
-  "--heads",
-  "2",
-  "--kv-heads",
-  "2",
-  "--layers",
-  "1",
-  "--batch",
-  "2",
-  "--pairs",
-  "2",
-  "--queries",
-  "2",
-  "--threads",
-  "1",
-  "--backend",
-  "local",
-  "--steps",
-  "1",
-];
+const tiny = [...tinyFlags(), "--backend", "local", "--steps", "1"];
 
 async function quietly<T>(fn: () => Promise<T>): Promise<{ value: T; stderr: string; stdout: string }> {
   process.env.INIT_CWD = "";

@@ -4,15 +4,13 @@
  * relative) as the default worker-threads run. Skipped only where OpenMPI is
  * not installed and this is not CI (CI installs it).
  */
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { mpirunAvailable, mpirunCommand, SOURCE_CONDITION_ARG } from "@ulysses/collectives-mpi";
+import { spawnTrainer } from "./testing-fixtures/cli.js";
 
-const trainerDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const flags = [
   "--seq",
   "32",
@@ -45,14 +43,9 @@ const flags = [
   "0",
 ];
 
-function run(command: string, args: string[]): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd: trainerDir, env: { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: "" } });
-    let output = "";
-    child.stdout.on("data", (d: Buffer) => (output += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (output += d.toString()));
-    child.on("close", (code) => resolve({ code, output }));
-  });
+async function run(command: string, args: string[]): Promise<{ code: number | null; output: string }> {
+  const { code, stdout, stderr } = await spawnTrainer(args, { command });
+  return { code, output: stdout + stderr };
 }
 
 function losses(dir: string): number[] {

@@ -13,31 +13,9 @@ import { readSafetensors, writeSafetensors } from "@ulysses/model";
 import { main } from "./cli.js";
 import { readMetricsFile } from "./metrics.js";
 import { removeStaleTemporaries } from "./run-dir.js";
+import { tinyFlags } from "./testing-fixtures/cli.js";
 
-const tiny = [
-  "--seq",
-  "24",
-  "--hidden",
-  "16",
-  "--heads",
-  "2",
-  "--kv-heads",
-  "2",
-  "--layers",
-  "1",
-  "--batch",
-  "2",
-  "--pairs",
-  "2",
-  "--queries",
-  "2",
-  "--threads",
-  "1",
-  "--log-every",
-  "1",
-  "--backend",
-  "local",
-];
+const tiny = [...tinyFlags(), "--log-every", "1", "--backend", "local"];
 
 interface Outcome {
   code: number;

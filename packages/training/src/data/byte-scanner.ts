@@ -141,3 +141,33 @@ export function readBytes(
     done += n;
   }
 }
+
+/**
+ * Whether a byte stream fed piece by piece is valid UTF-8 (a fatal
+ * TextDecoder in streaming mode; a sequence split across pieces is fine).
+ * Nothing is kept but the decoder's few pending bytes.
+ */
+export class Utf8Check {
+  private readonly decoder = new TextDecoder("utf-8", { fatal: true });
+  private valid = true;
+
+  feed(bytes: Uint8Array): void {
+    if (!this.valid || bytes.length === 0) return;
+    try {
+      this.decoder.decode(bytes, { stream: true });
+    } catch {
+      this.valid = false;
+    }
+  }
+
+  /** Ends the stream (an unfinished sequence at the end is invalid); true when every byte was UTF-8. */
+  end(): boolean {
+    if (!this.valid) return false;
+    try {
+      this.decoder.decode();
+    } catch {
+      this.valid = false;
+    }
+    return this.valid;
+  }
+}

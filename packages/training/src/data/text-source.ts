@@ -9,7 +9,7 @@
  * named by file, document number and byte range.
  */
 import { TrainingError } from "../errors.js";
-import { ByteScanner } from "./byte-scanner.js";
+import { ByteScanner, Utf8Check } from "./byte-scanner.js";
 import {
   BadDocuments,
   corpusFiles,
@@ -58,26 +58,13 @@ export class SeparatedTextSource implements DocumentSource {
       if (this.scanner.atEnd()) return null;
       const start = this.scanner.offset;
       const line = ++this.documents;
-      let decoder = new TextDecoder("utf-8", { fatal: true });
-      let utf8 = true;
+      const check = new Utf8Check();
       let length = 0;
       const { end, found } = this.scanner.scanUntil(this.separator, (bytes) => {
         length += bytes.length;
-        if (!utf8 || bytes.length === 0) return;
-        try {
-          decoder.decode(bytes, { stream: true });
-        } catch {
-          utf8 = false;
-          decoder = new TextDecoder("utf-8", { fatal: true });
-        }
+        check.feed(bytes);
       });
-      if (utf8) {
-        try {
-          decoder.decode();
-        } catch {
-          utf8 = false;
-        }
-      }
+      const utf8 = check.end();
       if (length === 0 && !found) return null; // nothing after the last separator
       const where = `text file '${this.name}' document ${line} (bytes ${start}..${end})`;
       if (length === 0) {

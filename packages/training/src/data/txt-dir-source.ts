@@ -6,7 +6,7 @@
  * its path.
  */
 import { TrainingError } from "../errors.js";
-import { ByteScanner } from "./byte-scanner.js";
+import { ByteScanner, Utf8Check } from "./byte-scanner.js";
 import {
   BadDocuments,
   corpusFiles,
@@ -45,23 +45,9 @@ export class TxtDirSource implements DocumentSource {
       const file = this.file++;
       const name = this.files.paths[file]!;
       this.scanner.open(this.files.fd(file), 0);
-      const decoder = new TextDecoder("utf-8", { fatal: true });
-      let utf8 = true;
-      const { end } = this.scanner.scanUntil(null, (bytes) => {
-        if (!utf8 || bytes.length === 0) return;
-        try {
-          decoder.decode(bytes, { stream: true });
-        } catch {
-          utf8 = false;
-        }
-      });
-      if (utf8) {
-        try {
-          decoder.decode();
-        } catch {
-          utf8 = false;
-        }
-      }
+      const check = new Utf8Check();
+      const { end } = this.scanner.scanUntil(null, (bytes) => check.feed(bytes));
+      const utf8 = check.end();
       if (end === 0) {
         this.bad.report(`text file '${name}' is an empty document (0 bytes)`);
         continue;
