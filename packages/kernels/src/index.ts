@@ -15,6 +15,7 @@ export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeO
 export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
 export type { BlockOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";
 export { ReferenceAttention, referenceForward64, referenceBackward64, type Forward64, type Gradients64 } from "./reference/attention.js";
+export { StatsReferenceAttention } from "./reference/stats-attention.js";
 export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionErrorFactory } from "./attention/shapes.js";
 export { documentRanges, keySpan, tileVisibility, type KeyRanges, type KeySpan, type TileVisibility } from "./attention/documents.js";
 export { ReferenceOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";

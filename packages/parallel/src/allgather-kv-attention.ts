@@ -19,7 +19,7 @@ import { Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
 import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads } from "./head-routing.js";
-import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
+import { isContiguous, sequenceShards, type SequenceShards } from "./sequence-shards.js";
 import { TensorPool } from "./tensor-pool.js";
 import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
 import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
@@ -51,6 +51,7 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
     const { batch: b, seq: s, heads, kvHeads, headDim: d } = shardDims(q, k, v, this.name);
     this.checkHeads(heads, kvHeads);
     const shards = sequenceShards(s, this.group.rank, this.group.size, options);
+    if (!isContiguous(shards)) throw new ParallelError(`${this.name}: needs the contiguous sequence layout (rank r + 1's tokens after rank r's)`);
     const queryIds = documentSlice(options.sequenceDocuments, b, shards.length, shards.starts[this.group.rank]!, s, this.name);
     const keyIds = documentSlice(
       options.sequenceDocuments,

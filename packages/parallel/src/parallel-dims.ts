@@ -5,16 +5,23 @@
  * which hold different sequences; world rank w = d * sp + s. The checks run
  * before any group is built or any message is sent, and one message names
  * every value that is off: sp, dp and the world size, heads and kv heads
- * (Ulysses gives every rank at least one query head; all-gather-KV and ring
- * keep every head on every rank), the sequence length (every rank needs at
- * least one token).
+ * (Ulysses gives every rank of its group at least one query head;
+ * all-gather-KV and ring keep every head on every rank), the hybrid degrees
+ * (u x r = sp), the sequence layout, the sequence length (every rank needs
+ * at least one token).
+ *
+ * Hybrid attention splits each SP group again (`splitWorld(sp, { sp: u,
+ * dp: r })`): Ulysses groups of u consecutive SP ranks, ring groups of r
+ * ranks u apart. The sequence layout defaults to zigzag when a ring runs
+ * (ring, hybrid with r > 1: the model is causal) and contiguous otherwise.
  */
 import { splitWorld, type ProcessGroup } from "@ulysses/collectives";
 import { ParallelError } from "./errors.js";
+import { SEQUENCE_LAYOUTS, shardRuns, type SequenceLayoutKind, type SequenceRun } from "./sequence-shards.js";
 
 /** How each layer's attention is sequence-parallelised. */
-export type SequenceParallelKind = "ulysses" | "allgather" | "ring";
-export const SEQUENCE_PARALLEL_KINDS: readonly SequenceParallelKind[] = ["ulysses", "allgather", "ring"];
+export type SequenceParallelKind = "ulysses" | "allgather" | "ring" | "hybrid";
+export const SEQUENCE_PARALLEL_KINDS: readonly SequenceParallelKind[] = ["ulysses", "allgather", "ring", "hybrid"];
 
 export interface ParallelDimsOptions {
   /** Ranks sharing one sequence. */
@@ -23,6 +30,51 @@ export interface ParallelDimsOptions {
   dp?: number;
   /** default "ulysses" */
   attention?: SequenceParallelKind;
+  /** Hybrid: ranks of each Ulysses group (u); default sp / ringDegree, or gcd(sp, kvHeads) when neither is given. */
+  ulyssesDegree?: number;
+  /** Hybrid: Ulysses groups around the ring (r = sp / u). */
+  ringDegree?: number;
+  /** How the sequence is cut over the SP ranks (default zigzag when a ring runs, else contiguous). */
+  layout?: SequenceLayoutKind;
+}
+
+/** The layout's resolved degrees: Ulysses groups of `u` ranks, `r` of them around the ring, and the sequence layout. */
+export interface ResolvedDims {
+  attention: SequenceParallelKind;
+  ulyssesDegree: number;
+  ringDegree: number;
+  layout: SequenceLayoutKind;
+}
+
+function gcd(a: number, b: number): number {
+  return b === 0 ? a : gcd(b, a % b);
+}
+
+/** The degrees and layout `options` imply (before validation: may be inconsistent). */
+export function resolveDims(options: ParallelDimsOptions, kvHeads: number): ResolvedDims {
+  const { sp } = options;
+  const attention = options.attention ?? "ulysses";
+  let u: number;
+  let r: number;
+  if (attention === "hybrid") {
+    if (options.ulyssesDegree !== undefined) {
+      u = options.ulyssesDegree;
+      r = options.ringDegree ?? sp / u;
+    } else if (options.ringDegree !== undefined) {
+      r = options.ringDegree;
+      u = sp / r;
+    } else {
+      u = gcd(sp, kvHeads);
+      r = sp / u;
+    }
+  } else if (attention === "ring") {
+    u = 1;
+    r = sp;
+  } else {
+    u = sp;
+    r = 1;
+  }
+  return { attention, ulyssesDegree: u, ringDegree: r, layout: options.layout ?? (r > 1 ? "zigzag" : "contiguous") };
 }
 
 /** What the layout is checked against. */
@@ -41,9 +93,21 @@ export interface ParallelDimsNames {
   heads: string;
   seqLength: string;
   attention: string;
+  ulyssesDegree: string;
+  ringDegree: string;
+  layout: string;
 }
 
-const DEFAULT_NAMES: ParallelDimsNames = { sp: "sp", dp: "dp", heads: "heads", seqLength: "seq", attention: "attention" };
+const DEFAULT_NAMES: ParallelDimsNames = {
+  sp: "sp",
+  dp: "dp",
+  heads: "heads",
+  seqLength: "seq",
+  attention: "attention",
+  ulyssesDegree: "ulyssesDegree",
+  ringDegree: "ringDegree",
+  layout: "layout",
+};
 
 /** Every problem of a layout, each naming its values (empty when it is fine). No communication. */
 export function parallelDimsProblems(options: ParallelDimsOptions, shape: ParallelShape, names: Partial<ParallelDimsNames> = {}): string[] {
@@ -63,11 +127,42 @@ export function parallelDimsProblems(options: ParallelDimsOptions, shape: Parall
   if (sp * dp !== shape.worldSize) problems.push(`${n.sp} ${sp} x ${n.dp} ${dp} = ${sp * dp} ranks, but the world has ${shape.worldSize}`);
   if (attention === "ulysses" && shape.heads < sp) {
     problems.push(
-      `${n.heads} ${shape.heads} is smaller than ${n.sp} ${sp}: Ulysses gives every rank at least one attention head (use ${n.sp} <= ${n.heads}, or allgather or ring attention)`,
+      `${n.heads} ${shape.heads} is smaller than ${n.sp} ${sp}: Ulysses gives every rank at least one attention head (use ${n.sp} <= ${n.heads}, or ring, hybrid or allgather attention)`,
     );
   }
+  if (attention !== "hybrid") {
+    for (const [key, value] of [
+      ["ulyssesDegree", options.ulyssesDegree],
+      ["ringDegree", options.ringDegree],
+    ] as const) {
+      if (value !== undefined) problems.push(`${n[key]} ${value} is for hybrid attention only (${n.attention} is ${attention})`);
+    }
+  }
+  const dims = resolveDims(options, shape.kvHeads);
+  const { ulyssesDegree: u, ringDegree: r } = dims;
+  if (attention === "hybrid") {
+    if (!Number.isInteger(u) || u < 1 || !Number.isInteger(r) || r < 1 || u * r !== sp) {
+      problems.push(`${n.ulyssesDegree} ${fmt(u)} x ${n.ringDegree} ${fmt(r)} must be positive integers whose product is ${n.sp} ${sp}`);
+      return problems;
+    }
+    if (shape.heads < u)
+      problems.push(`${n.heads} ${shape.heads} is smaller than ${n.ulyssesDegree} ${u}: Ulysses gives every rank of its group at least one attention head`);
+  }
+  if (!SEQUENCE_LAYOUTS.includes(dims.layout)) {
+    problems.push(`${n.layout} must be one of ${SEQUENCE_LAYOUTS.join(", ")}, got '${String(dims.layout)}'`);
+    return problems;
+  }
+  if (dims.layout === "zigzag" && r === 1)
+    problems.push(
+      `${n.layout} zigzag balances a ring; ${attention} attention${attention === "hybrid" ? ` with ${n.ringDegree} 1` : ""} has none (use contiguous)`,
+    );
+  // N >= sp leaves every rank a token in either layout (zigzag: each of the r chunk pairs holds at least u tokens)
   if (shape.seqLength < sp) problems.push(`${n.seqLength} ${shape.seqLength} is too short for ${n.sp} ${sp}: every rank needs at least one token`);
   return problems;
+}
+
+function fmt(x: number): string {
+  return Number.isInteger(x) ? String(x) : x.toFixed(3);
 }
 
 /** Throws one ParallelError naming every problem of the layout. */
@@ -77,6 +172,14 @@ export function validateParallelDims(options: ParallelDimsOptions, shape: Parall
     throw new ParallelError(
       `parallel layout (world ${shape.worldSize}, sp ${options.sp}, dp ${options.dp ?? 1}, heads ${shape.heads}/${shape.kvHeads}, seq ${shape.seqLength}): ${problems.join("; ")}`,
     );
+}
+
+/** Hybrid attention's subgroups of one SP group. */
+export interface HybridGroups {
+  /** u consecutive SP ranks. */
+  ulysses: ProcessGroup;
+  /** r SP ranks, u apart. */
+  ring: ProcessGroup;
 }
 
 export class ParallelDims {
@@ -90,16 +193,32 @@ export class ParallelDims {
     readonly sp: number,
     readonly dp: number,
     readonly attention: SequenceParallelKind,
+    /** Ulysses degree u (sp for Ulysses and all-gather, 1 for ring). */
+    readonly ulyssesDegree: number,
+    /** Ring degree r (1 for Ulysses and all-gather, sp for ring). */
+    readonly ringDegree: number,
+    readonly layout: SequenceLayoutKind,
+    /** Hybrid attention's subgroups (null for the other kinds). */
+    readonly hybridGroups: HybridGroups | null,
   ) {}
 
   /** Collective over `world`: validates the layout, then builds the groups. */
   static async create(world: ProcessGroup, options: ParallelDimsOptions, shape: Omit<ParallelShape, "worldSize">): Promise<ParallelDims> {
     validateParallelDims(options, { ...shape, worldSize: world.size });
     const dp = options.dp ?? 1;
-    const attention = options.attention ?? "ulysses";
-    if (dp === 1) return new ParallelDims(world, world, null, options.sp, dp, attention);
-    const groups = await splitWorld(world, { sp: options.sp, dp });
-    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, attention);
+    const { attention, ulyssesDegree, ringDegree, layout } = resolveDims(options, shape.kvHeads);
+    const groups = dp === 1 ? { sp: world, dp: null } : await splitWorld(world, { sp: options.sp, dp });
+    let hybrid: HybridGroups | null = null;
+    if (attention === "hybrid") {
+      const split = await splitWorld(groups.sp, { sp: ulyssesDegree, dp: ringDegree });
+      hybrid = { ulysses: split.sp, ring: split.dp };
+    }
+    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, attention, ulyssesDegree, ringDegree, layout, hybrid);
+  }
+
+  /** Every SP rank's runs of positions for sequences of `seqLength` tokens under this layout. */
+  runs(seqLength: number): SequenceRun[][] {
+    return shardRuns(seqLength, this.sp, this.layout, this.ringDegree);
   }
 
   /** This rank's index among the DP replicas. */

@@ -31,21 +31,31 @@ import { Tensor } from "@ulysses/tensors";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
 import { RingAttention } from "./ring-attention.js";
-import type { ParallelDims, SequenceParallelKind } from "./parallel-dims.js";
-import { sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
+import { HybridAttention } from "./hybrid-attention.js";
+import { SEQUENCE_PARALLEL_KINDS, type HybridGroups, type ParallelDims, type SequenceParallelKind } from "./parallel-dims.js";
+import { runPositions, sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
 import { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
-import { documentSlice, type ShardedAttention, type ShardedAttentionOptions } from "./sharded-attention.js";
+import { documentRuns, documentSlice, type ShardedAttention, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;
 type I32 = Tensor<"int32">;
 
-/** The sequence-parallel wrapper of `kind` around a local attention kernel, on `group`. */
-export function createShardedAttention(kind: SequenceParallelKind, local: LocalAttention, group: ProcessGroup): ShardedAttention {
+/** The sequence-parallel wrapper of `kind` around a local attention kernel, on `group` (hybrid: with its subgroups, `ParallelDims.hybridGroups`). */
+export function createShardedAttention(
+  kind: SequenceParallelKind,
+  local: LocalAttention,
+  group: ProcessGroup,
+  hybrid: HybridGroups | null = null,
+): ShardedAttention {
   if (kind === "ulysses") return new UlyssesAttention(local, group);
   if (kind === "allgather") return new AllGatherKVAttention(local, group);
   if (kind === "ring") return new RingAttention(local, group);
-  throw new ParallelError(`sequence-parallel attention must be 'ulysses', 'allgather' or 'ring', got '${String(kind)}'`);
+  if (kind === "hybrid") {
+    if (hybrid === null) throw new ParallelError("hybrid attention needs its Ulysses and ring subgroups (ParallelDims.create builds them)");
+    return new HybridAttention(local, group, hybrid.ulysses, hybrid.ring);
+  }
+  throw new ParallelError(`sequence-parallel attention must be one of ${SEQUENCE_PARALLEL_KINDS.join(", ")}, got '${String(kind)}'`);
 }
 
 /** The shard sizes of the forward (or backward) now running. */
@@ -97,7 +107,7 @@ class LayoutAttention implements BlockAttention {
     if (shards === null)
       throw new ParallelError(`${this.name}: called outside a parallel forward (run the block through ParallelBlock or the model through parallelize)`);
     // the block's own documents are this rank's tokens only; the sharded attention takes the whole sequence's
-    const sharded: ShardedAttentionOptions = { causal: options.causal, scale: options.scale, seqSizes: shards.sizes };
+    const sharded: ShardedAttentionOptions = { causal: options.causal, scale: options.scale, seqRuns: shards.runs };
     if (this.layout.documents !== undefined) sharded.sequenceDocuments = this.layout.documents;
     return this.sharded.forward(q, k, v, sharded);
   }
@@ -125,13 +135,14 @@ function shardBlocks(
   kind: SequenceParallelKind,
   layout: SequenceLayout,
   who: string,
+  hybrid: HybridGroups | null = null,
 ): ShardedAttention[] {
   const byKernel = new Map<LocalAttention, LayoutAttention>();
   for (const block of blocks) {
     const local = localKernelOf(block, who);
     let attention = byKernel.get(local);
     if (attention === undefined) {
-      const sharded = createShardedAttention(kind, local, group);
+      const sharded = createShardedAttention(kind, local, group, hybrid);
       sharded.checkHeads(block.config.heads, block.config.kvHeads);
       attention = new LayoutAttention(sharded, layout);
       byKernel.set(local, attention);
@@ -172,9 +183,9 @@ export class ParallelBlock {
   async forward(x: F32, sequence: ParallelSequenceOptions = {}): Promise<{ y: F32; context: ParallelBlockContext }> {
     const [b, s] = x.shape as [number, number, number];
     const run = runLayout(s, b, this.group, sequence, "ParallelBlock.forward");
-    const options: BlockForwardOptions = { positions: sequence.positions ?? run.shards.starts[this.group.rank]! };
+    const options: BlockForwardOptions = { positions: sequence.positions ?? shardPositions(run.shards, this.group.rank, b) };
     if (run.documents !== undefined)
-      options.documents = documentSlice(run.documents, b, run.shards.length, run.shards.starts[this.group.rank]!, s, "ParallelBlock.forward")!;
+      options.documents = documentRuns(run.documents, b, run.shards.length, run.shards.runs[this.group.rank]!, "ParallelBlock.forward")!;
     const { y, context } = await this.layout.during(run, () => this.block.forward(x, options));
     return { y, context: { ...run, block: context } };
   }
@@ -189,6 +200,12 @@ export class ParallelBlock {
   release(context: ParallelBlockContext): void {
     this.block.release(context.block);
   }
+}
+
+/** RoPE positions of a rank's tokens: its first position when it holds one run, else every token's, int32 [b * s_r]. */
+function shardPositions(shards: SequenceShards, rank: number, batch: number): number | Int32Array {
+  const runs = shards.runs[rank]!;
+  return runs.length === 1 ? runs[0]!.start : runPositions(runs, batch);
 }
 
 /** GptContext with the shard layout it ran on. */
@@ -212,7 +229,7 @@ export class ParallelGpt {
     readonly model: Gpt,
     readonly dims: ParallelDims,
   ) {
-    this.attention = shardBlocks(model.blocks, dims.spGroup, dims.attention, this.layout, "parallelize");
+    this.attention = shardBlocks(model.blocks, dims.spGroup, dims.attention, this.layout, "parallelize", dims.hybridGroups);
   }
 
   get config(): GptConfig {
@@ -231,7 +248,7 @@ export class ParallelGpt {
   /** This rank's sequence shard of this DP replica's rows (whole sequences, [batch, N]). */
   shard(batch: Batch): BatchShard {
     const { spGroup } = this.dims;
-    return shardBatch(batch, spGroup.rank, spGroup.size);
+    return shardBatch(batch, spGroup.rank, spGroup.size, this.dims.runs(batch.tokens.shape[1]!));
   }
 
   /** tokens [b, s_r]: this rank's shard of sequences of `seqLength` tokens (packed documents: `sequenceDocuments`, `positions`). */
@@ -240,21 +257,20 @@ export class ParallelGpt {
     if (sequence.seqLength > this.config.maxSeq)
       throw new ParallelError(`ParallelGpt.forward: a sequence of ${sequence.seqLength} tokens exceeds maxSeq ${this.config.maxSeq}`);
     const [b, s] = tokens.shape as [number, number];
-    const run = runLayout(s, b, spGroup, sequence, "ParallelGpt.forward");
-    const start = run.shards.starts[spGroup.rank]!;
-    const options: GptForwardOptions = { positions: sequence.positions ?? start };
-    if (run.documents !== undefined) options.documents = documentSlice(run.documents, b, run.shards.length, start, s, "ParallelGpt.forward")!;
+    const laid = sequence.seqRuns !== undefined || sequence.seqSizes !== undefined ? sequence : { ...sequence, seqRuns: this.dims.runs(sequence.seqLength) };
+    const run = runLayout(s, b, spGroup, laid, "ParallelGpt.forward");
+    const options: GptForwardOptions = { positions: sequence.positions ?? shardPositions(run.shards, spGroup.rank, b) };
+    if (run.documents !== undefined)
+      options.documents = documentRuns(run.documents, b, run.shards.length, run.shards.runs[spGroup.rank]!, "ParallelGpt.forward")!;
     const context = await this.layout.during(run, () => this.model.forward(tokens, options));
     return Object.assign(context, run);
   }
 
   /** forward on this rank's shard of a batch (`shard(batch)`), with its documents when there are. */
   forwardShard(shard: BatchShard): Promise<ParallelGptContext> {
-    const sequence: ParallelSequenceOptions & { seqLength: number } = { seqLength: shard.seqLength };
-    if (shard.documents !== undefined) {
-      sequence.sequenceDocuments = shard.documents.sequenceIds.data;
-      sequence.positions = shard.documents.positions.data;
-    }
+    const sequence: ParallelSequenceOptions & { seqLength: number } = { seqLength: shard.seqLength, seqRuns: shard.runs };
+    if (shard.documents !== undefined) sequence.sequenceDocuments = shard.documents.sequenceIds.data;
+    if (shard.positions !== undefined) sequence.positions = shard.positions.data;
     return this.forward(shard.tokens, sequence);
   }
 

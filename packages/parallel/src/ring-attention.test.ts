@@ -2,15 +2,14 @@
  * RingAttention against the single-rank ReferenceAttention on the whole
  * sequence (forward out, backward dq, dk, dv to 1e-5), with the ring's local
  * kernel a float64 reference whose backward reads the lse and out it is given
- * (`stats-reference-attention.ts`); documents against the single-rank run with
+ * (`StatsReferenceAttention` of @ulysses/kernels); documents against the single-rank run with
  * the same documents; exact bytes per rank from group.stats().
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import {
   maxRelativeError,
-  randomTensor,
   ReferenceAttention,
-  seededRandom,
+  StatsReferenceAttention,
   type AttentionForwardResult,
   type AttentionGradients,
   type AttentionOptions,
@@ -22,8 +21,8 @@ import { ParallelError } from "./errors.js";
 import { createShardedAttention } from "./parallelize.js";
 import { parallelDimsProblems } from "./parallel-dims.js";
 import { RingAttention, ringBackwardBytes, ringForwardBytes } from "./ring-attention.js";
-import { StatsReferenceAttention } from "./testing-fixtures/stats-reference-attention.js";
 import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
+import { attentionInputs } from "./testing-fixtures/test-support.js";
 
 type F32 = Tensor<"float32">;
 
@@ -40,14 +39,7 @@ interface Case {
   ranks: number[];
 }
 
-function inputs(c: Case, seed: number) {
-  const random = seededRandom(seed);
-  const q = randomTensor([c.batch, c.seq, c.heads, c.headDim], random);
-  const k = randomTensor([c.batch, c.seq, c.kvHeads, c.headDim], random);
-  const v = randomTensor([c.batch, c.seq, c.kvHeads, c.headDim], random);
-  const dOut = randomTensor([c.batch, c.seq, c.heads, c.headDim], random);
-  return { q, k, v, dOut };
-}
+const inputs = attentionInputs;
 
 /** Counts the local kernel's calls (forward and backward) of one rank. */
 class CountingAttention implements LocalAttention {

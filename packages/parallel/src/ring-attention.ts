@@ -11,19 +11,33 @@
  * Step t sends the held block to r + 1 and receives the next from r − 1
  * (point-to-point, receives sized from the shard sizes) before the kernel
  * runs, and awaits both after it: the kernel runs off the JS thread, so the
- * transfer overlaps the compute. Causal: block r is a causal call (equal
- * positions on the diagonal), blocks j < r full calls, and blocks j > r
- * never travel to r at all (rank r holds steps 0..r only; the last rank sends
- * nothing forward). Non-causal: every block, full calls, P − 1 transfers.
- * Packed documents: each call gets the document ids of this rank's queries
- * and of block j's keys; a block no row's query documents overlap is skipped
- * (still relayed).
+ * transfer overlaps the compute (`overlap: false` awaits the transfer first,
+ * to measure what the overlap hides; `stats` times both).
+ *
+ * Causal masking follows the sequence layout (`sequence-shards.ts`): every
+ * rank's tokens are runs of global positions in increasing order. Block r
+ * (the own one) is one causal call. For block j ≠ r, a query run sees the
+ * key runs before it in full and none after it (runs of two ranks never
+ * interleave), so each call takes a run of queries and a prefix of the
+ * block's keys:
+ * - contiguous: blocks j < r are full calls, and blocks j > r never travel
+ *   to r at all (rank r holds steps 0..r only; the last rank sends nothing
+ *   forward): rank P − 1 computes P times rank 0's work;
+ * - zigzag (rank r holds chunks r and 2P − 1 − r of 2P): block j < r is all
+ *   queries against its first chunk, block j > r is the second query chunk
+ *   against all its keys: the same work on every rank, and every block
+ *   travels the whole ring.
+ * Non-causal: every block, full calls, P − 1 transfers.
+ * Packed documents: each call gets the document ids of its queries and keys;
+ * a call no row's query documents overlap is skipped (the block is still
+ * relayed).
  *
  * Backward runs the same ring on k, v with the merged out and lse saved: each
  * block's local backward gives the exact partial dq (summed here) and dk_j,
  * dv_j (the kernel takes P from the lse and D = dOut · out from the out it is
  * given, as the LocalAttention contract says; ReferenceAttention recomputes
- * both from q and k and is refused for P > 1). Block j's dk, dv accumulator
+ * both from q and k and is refused for P > 1: StatsReferenceAttention is the
+ * float64 reference that reads them). Block j's dk, dv accumulator
  * goes once around the ring behind its k, v: the owner keeps its own part,
  * rank j + 1 starts the accumulator at step 1, each next rank adds its part
  * (or relays it: causal ranks r < j, and blocks whose documents it skips),
@@ -34,23 +48,25 @@
  * receives first.
  *
  * Bytes sent per rank (c = 2·b·Hkv·D·4 per token, k and v or dk and dv):
- *   forward:  c · Σ s_j over the blocks r sends (non-causal: every j but r + 1;
- *             causal: j <= r for r < P − 1, none for r = P − 1)
+ *   forward:  c · Σ s_j over the blocks r sends (non-causal and zigzag: every
+ *             j but r + 1; contiguous causal: j <= r for r < P − 1, none for
+ *             r = P − 1)
  *   backward: the forward's again (k, v) + c · Σ s_j over every j ≠ r
- *             (causal: also j ≠ P − 1): `ringForwardBytes`, `ringBackwardBytes`.
- * Equal shards, non-causal: (P − 1)·c·s forward, 2·(P − 1)·c·s backward.
- * (Causal relays accumulators past ranks that did not use them; sending them
- * home from rank P − 1 directly, and a zigzag layout for the causal load
- * imbalance, are left to later.)
+ *             (contiguous causal: also j ≠ P − 1): `ringForwardBytes`,
+ *             `ringBackwardBytes` (their `skipsFuture` is true for the
+ *             contiguous causal case only).
+ * Equal shards, non-causal or zigzag: (P − 1)·c·s forward, 2·(P − 1)·c·s
+ * backward. (Contiguous causal relays accumulators past ranks that did not
+ * use them; sending them home from rank P − 1 directly is left to later.)
  */
 import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { ReferenceAttention, type AttentionGradients, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
-import type { Tensor } from "@ulysses/tensors";
+import { narrow, type Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
 import { checkHeads } from "./head-routing.js";
-import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
-import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
+import { isContiguous, sequenceShards, takeRuns, type SequenceShards } from "./sequence-shards.js";
+import { documentRuns, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
 
 type F32 = Tensor<"float32">;
@@ -58,41 +74,50 @@ type F32 = Tensor<"float32">;
 /** Point-to-point tags: k, v and the dk, dv accumulators, all to r + 1. */
 const TAGS = { k: 7101, v: 7102, dk: 7103, dv: 7104 } as const;
 
-/** Whether `rank` holds a block at ring step `step` (the block of rank (rank − step) mod size); causal: blocks j <= rank only. */
-export function ringHolds(rank: number, size: number, step: number, causal: boolean): boolean {
-  return step >= 0 && step < size && (!causal || step <= rank);
+/** Whether `rank` holds a block at ring step `step` (the block of rank (rank − step) mod size); skipsFuture (contiguous causal): blocks j <= rank only. */
+export function ringHolds(rank: number, size: number, step: number, skipsFuture: boolean): boolean {
+  return step >= 0 && step < size && (!skipsFuture || step <= rank);
 }
 
 /** The blocks `rank` sends forward (k, v) and, in backward, the accumulators it sends (dk, dv). */
-export function ringSends(rank: number, size: number, causal: boolean): { kv: number[]; accumulators: number[] } {
+export function ringSends(rank: number, size: number, skipsFuture: boolean): { kv: number[]; accumulators: number[] } {
   const kv: number[] = [];
   const accumulators: number[] = [];
-  for (let t = 0; ringHolds(rank, size, t, causal); t++) {
+  for (let t = 0; ringHolds(rank, size, t, skipsFuture); t++) {
     const block = (rank - t + size) % size;
-    if (ringHolds((rank + 1) % size, size, t + 1, causal)) kv.push(block);
+    if (ringHolds((rank + 1) % size, size, t + 1, skipsFuture)) kv.push(block);
   }
   for (let t = 1; t < size; t++) {
     const block = (rank - t + size) % size;
-    if (carries(block, size, causal)) accumulators.push(block);
+    if (carries(block, size, skipsFuture)) accumulators.push(block);
   }
   return { kv, accumulators };
 }
 
 /** Bytes `rank` sends in one forward; tokenBytes = 2·b·Hkv·D·4 (one token's k and v over the batch). */
-export function ringForwardBytes(sizes: readonly number[], rank: number, causal: boolean, tokenBytes: number): number {
-  return ringSends(rank, sizes.length, causal).kv.reduce((n, j) => n + sizes[j]! * tokenBytes, 0);
+export function ringForwardBytes(sizes: readonly number[], rank: number, skipsFuture: boolean, tokenBytes: number): number {
+  return ringSends(rank, sizes.length, skipsFuture).kv.reduce((n, j) => n + sizes[j]! * tokenBytes, 0);
 }
 
 /** Bytes `rank` sends in one backward (k, v around the ring again, then dk, dv accumulators). */
-export function ringBackwardBytes(sizes: readonly number[], rank: number, causal: boolean, tokenBytes: number): number {
-  const { accumulators } = ringSends(rank, sizes.length, causal);
-  return ringForwardBytes(sizes, rank, causal, tokenBytes) + accumulators.reduce((n, j) => n + sizes[j]! * tokenBytes, 0);
+export function ringBackwardBytes(sizes: readonly number[], rank: number, skipsFuture: boolean, tokenBytes: number): number {
+  const { accumulators } = ringSends(rank, sizes.length, skipsFuture);
+  return ringForwardBytes(sizes, rank, skipsFuture, tokenBytes) + accumulators.reduce((n, j) => n + sizes[j]! * tokenBytes, 0);
 }
 
-/** Which blocks this rank computes on and with which local options (kept for backward). */
+/** One local kernel call on a block: queries [qStart, qStart + qLength) of this rank against the block's first kLength keys. */
+export interface BlockCall {
+  qStart: number;
+  qLength: number;
+  kLength: number;
+  options: AttentionOptions;
+}
+
+/** Which blocks this rank computes on, with which calls (kept for backward). */
 class RingPlan {
-  private readonly keyIds = new Map<number, Int32Array | null>();
-  readonly queryIds: Int32Array | null;
+  private readonly calls = new Map<number, BlockCall[]>();
+  /** Contiguous causal: blocks in a rank's future never travel to it. */
+  readonly skipsFuture: boolean;
 
   constructor(
     readonly shards: SequenceShards,
@@ -103,23 +128,54 @@ class RingPlan {
     private readonly documents: Int32Array | undefined,
     private readonly who: string,
   ) {
-    this.queryIds = documentSlice(documents, batch, shards.length, shards.starts[rank]!, shards.sizes[rank]!, who);
+    this.skipsFuture = causal && isContiguous(shards);
+    // checks the ids before any communication
+    documentRuns(documents, batch, shards.length, shards.runs[rank]!, who);
   }
 
-  /** The local options for block j, or null when no query of this rank sees any of its keys. */
-  options(block: number): AttentionOptions | null {
-    if (this.causal && block > this.rank) return null;
-    const options: AttentionOptions = { causal: this.causal && block === this.rank };
-    if (this.scale !== undefined) options.scale = this.scale;
-    if (this.queryIds === null) return options;
-    let key = this.keyIds.get(block);
-    if (key === undefined) {
-      key = documentSlice(this.documents, this.batch, this.shards.length, this.shards.starts[block]!, this.shards.sizes[block]!, this.who);
-      this.keyIds.set(block, key);
+  /** The calls for block j (none when no query of this rank sees any of its keys). */
+  blockCalls(block: number): BlockCall[] {
+    let calls = this.calls.get(block);
+    if (calls === undefined) {
+      calls = this.plan(block);
+      this.calls.set(block, calls);
     }
-    if (!documentsOverlap(this.queryIds, key!, this.batch)) return null;
-    options.documents = { query: this.queryIds, key: key! };
-    return options;
+    return calls;
+  }
+
+  private plan(block: number): BlockCall[] {
+    const { shards, rank } = this;
+    const size = shards.sizes[rank]!;
+    const keys = shards.sizes[block]!;
+    const spans: { qStart: number; qLength: number; kLength: number; causal: boolean }[] = [];
+    if (block === rank || !this.causal) {
+      spans.push({ qStart: 0, qLength: size, kLength: keys, causal: this.causal });
+    } else {
+      // each query run sees the key runs before it (a prefix of the block); neighbouring runs with the same prefix share a call
+      let qStart = 0;
+      for (const run of shards.runs[rank]!) {
+        let kLength = 0;
+        for (const key of shards.runs[block]!) if (key.start < run.start) kLength += key.length;
+        const last = spans[spans.length - 1];
+        if (last !== undefined && last.kLength === kLength && last.qStart + last.qLength === qStart) last.qLength += run.length;
+        else spans.push({ qStart, qLength: run.length, kLength, causal: false });
+        qStart += run.length;
+      }
+    }
+    const calls: BlockCall[] = [];
+    for (const span of spans) {
+      if (span.kLength === 0) continue;
+      const options: AttentionOptions = { causal: span.causal };
+      if (this.scale !== undefined) options.scale = this.scale;
+      if (this.documents !== undefined) {
+        const query = documentRuns(this.documents, this.batch, shards.length, takeRuns(shards.runs[rank]!, span.qStart, span.qLength), this.who)!;
+        const key = documentRuns(this.documents, this.batch, shards.length, takeRuns(shards.runs[block]!, 0, span.kLength), this.who)!;
+        if (!documentsOverlap(query, key, this.batch)) continue;
+        options.documents = { query, key };
+      }
+      calls.push({ qStart: span.qStart, qLength: span.qLength, kLength: span.kLength, options });
+    }
+    return calls;
   }
 }
 
@@ -136,20 +192,39 @@ function documentsOverlap(query: Int32Array, key: Int32Array, batch: number): bo
 /** What ring forward keeps: this rank's q, k, v, the merged out [b, s_r, H, D] and log-sum-exp [b, H, s_r]. */
 export type RingContext = SavedLocalAttention<RingPlan>;
 
+export interface RingAttentionOptions {
+  /** Post the next block's transfer before the current block computes (default true); false awaits it first. */
+  overlap?: boolean;
+}
+
+/** Where one rank's ring time went, summed over calls since the last reset (milliseconds). */
+export interface RingStats {
+  /** In local kernel calls (forward and backward). */
+  computeMs: number;
+  /** Awaiting k, v (and dk, dv) transfers after (or, without overlap, before) the compute. */
+  waitMs: number;
+  /** Local kernel calls made. */
+  calls: number;
+}
+
 export class RingAttention implements ShardedAttention<RingContext> {
   readonly name: string;
   busy = false;
+  readonly overlap: boolean;
+  readonly stats: RingStats = { computeMs: 0, waitMs: 0, calls: 0 };
   private readonly pool = new TensorPool();
 
   constructor(
     readonly local: LocalAttention,
     readonly group: ProcessGroup,
+    options: RingAttentionOptions = {},
   ) {
+    this.overlap = options.overlap ?? true;
     this.name = `ring(${local.name}, P=${group.size})`;
     if (group.size > 1 && local instanceof ReferenceAttention) {
       throw new ParallelError(
         `${this.name}: ReferenceAttention's backward recomputes the probabilities from q and k instead of the logSumExp and out it is given, ` +
-          `so ring blocks would get their own softmax's gradients; use OrtAttention, FusedAttention or another kernel whose backward reads them`,
+          `so ring blocks would get their own softmax's gradients; use OrtAttention, FusedAttention, StatsReferenceAttention or another kernel whose backward reads them`,
       );
     }
   }
@@ -157,6 +232,12 @@ export class RingAttention implements ShardedAttention<RingContext> {
   checkHeads(heads: number, kvHeads: number): void {
     // Every rank holds every head: only the GQA rule applies (as on one rank).
     checkHeads(heads, kvHeads, 1);
+  }
+
+  resetStats(): void {
+    this.stats.computeMs = 0;
+    this.stats.waitMs = 0;
+    this.stats.calls = 0;
   }
 
   async forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<RingContext>> {
@@ -167,18 +248,23 @@ export class RingAttention implements ShardedAttention<RingContext> {
     const plan = new RingPlan(shards, rank, b, options.causal, options.scale, options.sequenceDocuments, this.name);
     return exclusive(this, async () => {
       let out: F32 | null = null;
-      let lse: F32 | null = null;
       let lse64 = new Float64Array(0);
+      let lse: F32 | null = null;
       await this.ring(k, v, plan, async (_step, block, kBlock, vBlock) => {
-        const blockOptions = plan.options(block);
-        if (blockOptions === null) return;
-        const part = await this.local.forward(q, kBlock, vBlock, blockOptions);
-        if (out === null || lse === null) {
-          out = part.out;
-          lse = part.logSumExp;
-          lse64 = Float64Array.from(lse.data);
-        } else {
-          mergeInto(out, lse64, part.out, part.logSumExp);
+        for (const call of plan.blockCalls(block)) {
+          const qPart = call.qLength === s ? q : narrow(q, 1, call.qStart, call.qLength);
+          const [kPart, vPart] =
+            call.kLength === shards.sizes[block]! ? [kBlock, vBlock] : [narrow(kBlock, 1, 0, call.kLength), narrow(vBlock, 1, 0, call.kLength)];
+          const part = await this.timed(() => this.local.forward(qPart, kPart, vPart, call.options));
+          if (out === null) {
+            // the own block comes first, as one call over every query
+            if (call.qLength !== s) throw new ParallelError(`${this.name}: rank ${rank}'s first call covers ${call.qLength} of its ${s} queries`);
+            out = part.out;
+            lse = part.logSumExp;
+            lse64 = Float64Array.from(lse.data);
+          } else {
+            mergeInto(out, lse64, part.out, part.logSumExp, call.qStart);
+          }
         }
       });
       // the own block (step 0) is always computed: its queries see their own keys
@@ -199,7 +285,8 @@ export class RingAttention implements ShardedAttention<RingContext> {
       const { q, k, v, out, logSumExp } = context;
       const plan = context.layout;
       const { rank, size } = this.group;
-      const { causal, shards } = plan;
+      const { skipsFuture, shards } = plan;
+      const s = shards.sizes[rank]!;
       const [b, , kvHeads, d] = k.shape as unknown as [number, number, number, number];
       const blockShape = (block: number) => [b, shards.sizes[block]!, kvHeads, d];
       const sent: F32[] = [];
@@ -212,39 +299,68 @@ export class RingAttention implements ShardedAttention<RingContext> {
       let incoming: Promise<F32[]> | null = null;
       for (let step = 0; step < size; step++) {
         const block = (rank - step + size) % size;
-        const held: boolean = kBlock !== null && vBlock !== null && ringHolds(rank, size, step, causal);
+        const held: boolean = kBlock !== null && vBlock !== null && ringHolds(rank, size, step, skipsFuture);
         const kv: { next: [F32, F32] | null; moving: Promise<unknown> } | null = held ? this.kvRound(step, plan, kBlock!, vBlock!) : null;
-        const blockOptions = held ? plan.options(block) : null;
-        const grads = blockOptions === null ? null : await this.local.backward(q, kBlock!, vBlock!, out, dOut, logSumExp, blockOptions);
-        if (grads !== null) dq = dq === null ? grads.dq : addInto(dq, grads.dq);
-        if (step === 0) own = grads;
+        if (kv !== null && !this.overlap) await this.waited(kv.moving);
+        // this block's dk, dv from every call (null: no call), sized like the block
+        let dkBlock: F32 | null = null;
+        let dvBlock: F32 | null = null;
+        let pooled = false;
+        for (const call of held ? plan.blockCalls(block) : []) {
+          const keys = shards.sizes[block]!;
+          const rows = call.qLength === s ? null : ([call.qStart, call.qLength] as const);
+          const slice = (t: F32) => (rows === null ? t : narrow(t, 1, rows[0], rows[1]));
+          const [kPart, vPart] = call.kLength === keys ? [kBlock!, vBlock!] : [narrow(kBlock!, 1, 0, call.kLength), narrow(vBlock!, 1, 0, call.kLength)];
+          const lsePart = rows === null ? logSumExp : narrow(logSumExp, 2, rows[0], rows[1]);
+          const grads = await this.timed(() => this.local.backward(slice(q), kPart, vPart, slice(out), slice(dOut), lsePart, call.options));
+          if (dq === null) {
+            if (rows !== null) throw new ParallelError(`${this.name}: rank ${rank}'s first backward call covers ${call.qLength} of its ${s} queries`);
+            dq = grads.dq;
+          } else addRows(dq, grads.dq, call.qStart);
+          if (call.kLength === keys && dkBlock === null) {
+            dkBlock = grads.dk;
+            dvBlock = grads.dv;
+          } else {
+            if (dkBlock === null) {
+              dkBlock = this.pool.take(blockShape(block), true);
+              dvBlock = this.pool.take(blockShape(block), true);
+              pooled = true;
+            }
+            addRows(dkBlock, grads.dk, 0);
+            addRows(dvBlock!, grads.dv, 0);
+          }
+        }
+        if (step === 0) own = dkBlock === null ? null : { dq: dq!, dk: dkBlock, dv: dvBlock! };
         let outgoing: F32[] | null = null;
-        if (step >= 1 && carries(block, size, causal)) {
+        if (step >= 1 && carries(block, size, skipsFuture)) {
           // the first user after the owner starts the accumulator; later ones add to the one from r − 1, or relay it
           if (step === 1) {
-            outgoing = [grads?.dk ?? this.pool.take(blockShape(block), true), grads?.dv ?? this.pool.take(blockShape(block), true)];
+            outgoing = [dkBlock ?? this.pool.take(blockShape(block), true), dvBlock ?? this.pool.take(blockShape(block), true)];
           } else {
-            outgoing = await incoming!;
-            if (grads !== null) {
-              addInto(outgoing[0]!, grads.dk);
-              addInto(outgoing[1]!, grads.dv);
+            outgoing = await this.waited(incoming!);
+            if (dkBlock !== null) {
+              addInto(outgoing[0]!, dkBlock);
+              addInto(outgoing[1]!, dvBlock!);
+              if (pooled) this.pool.give(dkBlock, dvBlock!);
             }
           }
           sent.push(...outgoing);
         }
         const nextBlock = (block - 1 + size) % size;
         const receive =
-          step >= 1 && carries(nextBlock, size, causal) ? [this.pool.take(blockShape(nextBlock), false), this.pool.take(blockShape(nextBlock), false)] : null;
+          step >= 1 && carries(nextBlock, size, skipsFuture)
+            ? [this.pool.take(blockShape(nextBlock), false), this.pool.take(blockShape(nextBlock), false)]
+            : null;
         // ACC round `step`: this accumulator to r + 1, the next one from r − 1
         const moving = this.round(outgoing, receive, [TAGS.dk, TAGS.dv]);
         rounds.push(moving);
         incoming = receive === null ? null : moving.then(() => receive);
-        if (kv !== null) await kv.moving;
+        if (kv !== null) await this.waited(kv.moving);
         if (step > 0 && held) this.pool.give(kBlock!, vBlock!);
         [kBlock, vBlock] = kv?.next ?? [null, null];
       }
-      const home = incoming === null ? null : await incoming;
-      await Promise.all(rounds);
+      const home = incoming === null ? null : await this.waited(incoming);
+      await this.waited(Promise.all(rounds));
       this.pool.give(...sent);
       const mine = own as AttentionGradients | null;
       if (dq === null || mine === null) throw new ParallelError(`${this.name}: rank ${rank} computed no block (its own block was skipped)`);
@@ -259,15 +375,35 @@ export class RingAttention implements ShardedAttention<RingContext> {
     this.pool.give(...tensors);
   }
 
-  /** Calls `visit` for every block this rank holds, in step order, with the next block's k, v round already posted. */
+  private async timed<T>(fn: () => Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    try {
+      return await fn();
+    } finally {
+      this.stats.computeMs += performance.now() - t0;
+      this.stats.calls++;
+    }
+  }
+
+  private async waited<T>(p: Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    try {
+      return await p;
+    } finally {
+      this.stats.waitMs += performance.now() - t0;
+    }
+  }
+
+  /** Calls `visit` for every block this rank holds, in step order, with the next block's k, v round already posted (awaited first without overlap). */
   private async ring(k: F32, v: F32, plan: RingPlan, visit: (step: number, block: number, k: F32, v: F32) => Promise<void>): Promise<void> {
     let kBlock = k;
     let vBlock = v;
-    for (let step = 0; ringHolds(this.group.rank, this.group.size, step, plan.causal); step++) {
+    for (let step = 0; ringHolds(this.group.rank, this.group.size, step, plan.skipsFuture); step++) {
       const block = (this.group.rank - step + this.group.size) % this.group.size;
       const { next, moving } = this.kvRound(step, plan, kBlock, vBlock);
+      if (!this.overlap) await this.waited(moving);
       await visit(step, block, kBlock, vBlock);
-      await moving;
+      await this.waited(moving);
       if (step > 0) this.pool.give(kBlock, vBlock);
       if (next === null) break;
       [kBlock, vBlock] = next;
@@ -277,9 +413,9 @@ export class RingAttention implements ShardedAttention<RingContext> {
   /** KV round `step`: the held block to r + 1, the next step's block [b, s_j', Hkv, D] (j' = j − 1, sized from the shards) from r − 1. */
   private kvRound(step: number, plan: RingPlan, k: F32, v: F32): { next: [F32, F32] | null; moving: Promise<unknown> } {
     const { rank, size } = this.group;
-    const send = ringHolds((rank + 1) % size, size, step + 1, plan.causal) ? [k, v] : null;
+    const send = ringHolds((rank + 1) % size, size, step + 1, plan.skipsFuture) ? [k, v] : null;
     let next: [F32, F32] | null = null;
-    if (ringHolds(rank, size, step + 1, plan.causal)) {
+    if (ringHolds(rank, size, step + 1, plan.skipsFuture)) {
       const [b, , kvHeads, d] = k.shape as unknown as [number, number, number, number];
       const shape = [b, plan.shards.sizes[(rank - step - 1 + 2 * size) % size]!, kvHeads, d];
       next = [this.pool.take(shape, false), this.pool.take(shape, false)];
@@ -304,9 +440,24 @@ export class RingAttention implements ShardedAttention<RingContext> {
   }
 }
 
-/** Whether block j's dk, dv accumulator travels (causal: block P − 1 has no user but its owner). */
-function carries(block: number, size: number, causal: boolean): boolean {
-  return !causal || block !== size - 1;
+/** Whether block j's dk, dv accumulator travels (contiguous causal: block P − 1 has no user but its owner). */
+function carries(block: number, size: number, skipsFuture: boolean): boolean {
+  return !skipsFuture || block !== size - 1;
+}
+
+/** sum [b, S, ...] rows [start, start + L) += part [b, L, ...]; returns sum. */
+function addRows(sum: F32, part: F32, start: number): F32 {
+  const [b, rows] = sum.shape as unknown as [number, number];
+  const l = part.shape[1]!;
+  const inner = sum.data.length / (b * rows);
+  const a = sum.data;
+  const x = part.data;
+  for (let row = 0; row < b; row++) {
+    const to = (row * rows + start) * inner;
+    const from = row * l * inner;
+    for (let i = 0; i < l * inner; i++) a[to + i]! += x[from + i]!;
+  }
+  return sum;
 }
 
 /** sum += part (same shapes); returns sum. */
@@ -318,32 +469,35 @@ function addInto(sum: F32, part: F32): F32 {
 }
 
 /**
- * Merges one block's partial attention into the running one, in place:
- * out [b, s, H, D], lse [b, H, s] (float64 while merging) with part, partLse.
+ * Merges one call's partial attention into the running one, in place:
+ * out [b, s, H, D], lse [b, H, s] (float64 while merging) with part
+ * [b, L, H, D], partLse [b, H, L] for queries [start, start + L).
  */
-function mergeInto(out: F32, lse: Float64Array, part: F32, partLse: F32): void {
+function mergeInto(out: F32, lse: Float64Array, part: F32, partLse: F32, start: number): void {
   const [b, s, heads, d] = out.shape as unknown as [number, number, number, number];
+  const l = part.shape[1]!;
   const o = out.data;
   const p = part.data;
   for (let row = 0; row < b; row++) {
     for (let h = 0; h < heads; h++) {
-      for (let i = 0; i < s; i++) {
-        const at = (row * heads + h) * s + i;
-        const lj = partLse.data[at]!;
+      for (let i = 0; i < l; i++) {
+        const at = (row * heads + h) * s + start + i;
+        const lj = partLse.data[(row * heads + h) * l + i]!;
         if (lj === -Infinity) continue;
-        const l = lse[at]!;
-        // out [row, i, h, :]
-        const base = ((row * s + i) * heads + h) * d;
-        if (l === -Infinity) {
-          o.set(p.subarray(base, base + d), base);
+        const l0 = lse[at]!;
+        // out [row, start + i, h, :] and part [row, i, h, :]
+        const base = ((row * s + start + i) * heads + h) * d;
+        const from = ((row * l + i) * heads + h) * d;
+        if (l0 === -Infinity) {
+          o.set(p.subarray(from, from + d), base);
           lse[at] = lj;
           continue;
         }
-        const m = Math.max(l, lj);
-        const merged = m + Math.log(Math.exp(l - m) + Math.exp(lj - m));
-        const a = Math.exp(l - merged);
+        const m = Math.max(l0, lj);
+        const merged = m + Math.log(Math.exp(l0 - m) + Math.exp(lj - m));
+        const a = Math.exp(l0 - merged);
         const c = Math.exp(lj - merged);
-        for (let e = 0; e < d; e++) o[base + e] = a * o[base + e]! + c * p[base + e]!;
+        for (let e = 0; e < d; e++) o[base + e] = a * o[base + e]! + c * p[from + e]!;
         lse[at] = merged;
       }
     }

@@ -217,3 +217,46 @@ export function seqToHeads<const T extends readonly SeqAllToAllPart[]>(exchange:
 export function headsToSeq<const T extends readonly SeqAllToAllPart[]>(exchange: SeqExchange, parts: T): Promise<SeqAllToAllOutputs<T>> {
   return seqAllToAll("heads-to-sequence", exchange, parts);
 }
+
+/**
+ * Ulysses around an inner attention on the heads layout: q, k, v to heads in
+ * one exchange, `inner`, its out back to the sequence layout. The inner
+ * result's out stays valid (kept for backward); only the exchanged copy is returned.
+ */
+export async function aroundHeads<C>(
+  exchange: SeqExchange,
+  q: F32,
+  k: F32,
+  v: F32,
+  inner: (q: F32, k: F32, v: F32) => Promise<{ out: F32; context: C }>,
+): Promise<{ out: F32; context: C }> {
+  // q [b, s_r, H, D], k, v [b, s_r, Hkv, D] -> q [b, N, h_r, D], k, v [b, N, k_r, D]
+  const [qh, kh, vh] = await seqToHeads(exchange, [
+    { tensor: q, heads: "q" },
+    { tensor: k, heads: "kv" },
+    { tensor: v, heads: "kv" },
+  ]);
+  const result = await inner(qh, kh, vh);
+  // out [b, N, h_r, D] -> [b, s_r, H, D]
+  const [out] = await headsToSeq(exchange, [{ tensor: result.out, heads: "q" }]);
+  return { out, context: result.context };
+}
+
+/** The backward of `aroundHeads`: dOut to heads, `inner`, dq, dk, dv back (gradients of replicated kv heads summed). */
+export async function aroundHeadsBackward(
+  exchange: SeqExchange,
+  dOut: F32,
+  inner: (dOut: F32) => Promise<{ dq: F32; dk: F32; dv: F32 }>,
+): Promise<{ dq: F32; dk: F32; dv: F32 }> {
+  // dOut [b, s_r, H, D] -> [b, N, h_r, D] (the inverse of forward's last exchange)
+  const [dOutH] = await seqToHeads(exchange, [{ tensor: dOut, heads: "q" }]);
+  const grads = await inner(dOutH);
+  exchange.pool?.give(dOutH);
+  // dq [b, N, h_r, D], dk, dv [b, N, k_r, D] -> dq [b, s_r, H, D], dk, dv [b, s_r, Hkv, D]
+  const [dq, dk, dv] = await headsToSeq(exchange, [
+    { tensor: grads.dq, heads: "q" },
+    { tensor: grads.dk, heads: "kv", accumulate: true },
+    { tensor: grads.dv, heads: "kv", accumulate: true },
+  ]);
+  return { dq, dk, dv };
+}

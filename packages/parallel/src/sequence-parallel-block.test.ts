@@ -1,10 +1,9 @@
 import { BlockError, blockWeightSpecs, initBlockWeights, resolveBlockConfig } from "@ulysses/block";
-import { maxRelativeError, randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, StatsReferenceAttention } from "@ulysses/kernels";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { ParallelError } from "./errors.js";
 import { ringBackwardBytes, ringForwardBytes } from "./ring-attention.js";
-import { StatsReferenceAttention } from "./testing-fixtures/stats-reference-attention.js";
 import { joinShards, runRanks, shardOf, spBlock, type SpBlockConfig } from "./testing-fixtures/test-support.js";
 
 type F32 = Tensor<"float32">;

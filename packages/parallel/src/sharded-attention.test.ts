@@ -1,4 +1,4 @@
-import { maxRelativeError, randomTensor, ReferenceAttention, seededRandom } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, ReferenceAttention, seededRandom, StatsReferenceAttention } from "@ulysses/kernels";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
@@ -6,8 +6,8 @@ import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
 import { RingAttention } from "./ring-attention.js";
 import type { ShardedAttention } from "./sharded-attention.js";
-import { StatsReferenceAttention } from "./testing-fixtures/stats-reference-attention.js";
 import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
+import { attentionInputs } from "./testing-fixtures/test-support.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;
@@ -33,14 +33,7 @@ function wrap(kind: Kind, group: ProcessGroup): ShardedAttention {
   return kind === "ulysses" ? new UlyssesAttention(reference, group) : new AllGatherKVAttention(reference, group);
 }
 
-function inputs(c: Case, seed: number) {
-  const random = seededRandom(seed);
-  const q = randomTensor([c.batch, c.seq, c.heads, c.headDim], random);
-  const k = randomTensor([c.batch, c.seq, c.kvHeads, c.headDim], random);
-  const v = randomTensor([c.batch, c.seq, c.kvHeads, c.headDim], random);
-  const dOut = randomTensor([c.batch, c.seq, c.heads, c.headDim], random);
-  return { q, k, v, dOut };
-}
+const inputs = attentionInputs;
 
 /** Runs the wrapper on `p` ranks and joins the shards of out, dq, dk, dv. */
 async function runSharded(kind: Kind, p: number, c: Case, x: ReturnType<typeof inputs>) {

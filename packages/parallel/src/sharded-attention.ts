@@ -16,7 +16,7 @@ import { attentionDims, type AttentionOptions } from "@ulysses/kernels";
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
-import type { SequenceOptions } from "./sequence-shards.js";
+import { gatherRuns, type SequenceOptions, type SequenceRun } from "./sequence-shards.js";
 
 type F32 = Tensor<"float32">;
 
@@ -27,17 +27,19 @@ export interface ShardedAttentionOptions extends Omit<AttentionOptions, "documen
 
 /** Document ids of tokens [start, start + length) of every row of [b, N] ids (null when there are none). */
 export function documentSlice(ids: Int32Array | undefined, batch: number, seqLength: number, start: number, length: number, who: string): Int32Array | null {
+  return documentRuns(ids, batch, seqLength, [{ start, length }], who);
+}
+
+/** Document ids of the tokens at `runs` (global positions, increasing) of every row of [b, N] ids: [b, total] (null when there are none). */
+export function documentRuns(ids: Int32Array | undefined, batch: number, seqLength: number, runs: readonly SequenceRun[], who: string): Int32Array | null {
   if (ids === undefined) return null;
   if (!(ids instanceof Int32Array) || ids.length !== batch * seqLength) {
     throw new ParallelError(
       `${who}: sequenceDocuments must be an Int32Array of b * N = ${batch} * ${seqLength} = ${batch * seqLength} ids, got ${ids?.length ?? typeof ids}`,
     );
   }
-  if (start === 0 && length === seqLength) return ids;
-  const out = new Int32Array(batch * length);
-  // [b, N] -> [b, length] at tokens [start, start + length)
-  for (let row = 0; row < batch; row++) out.set(ids.subarray(row * seqLength + start, row * seqLength + start + length), row * length);
-  return out;
+  // [b, N] -> [b, total]
+  return gatherRuns(ids, batch, seqLength, runs);
 }
 
 export interface ShardedAttentionForward<C extends BlockAttentionContext = BlockAttentionContext> extends BlockAttentionForward<C> {}

@@ -24,8 +24,8 @@ import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
 import { ParallelError } from "./errors.js";
 import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
-import { headsToSeq, seqToHeads, type SeqExchange } from "./seq-all-to-all.js";
-import { sequenceShards, type SequenceShards } from "./sequence-shards.js";
+import { aroundHeads, aroundHeadsBackward, type SeqExchange } from "./seq-all-to-all.js";
+import { joinRuns, sequenceShards, type SequenceShards } from "./sequence-shards.js";
 import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
 
@@ -72,23 +72,20 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     const { batch: b, seq: s, heads, kvHeads } = shardDims(q, k, v, this.name);
     const routing = this.routing(heads, kvHeads);
     const shards = sequenceShards(s, this.group.rank, this.group.size, options);
+    if (joinRuns(shards.runs).length !== 1)
+      throw new ParallelError(
+        `${this.name}: the ranks' tokens must follow each other in sequence order (contiguous layout); zigzag runs with ring or hybrid attention`,
+      );
     // every rank holds the whole sequence now: the documents are the whole sequence's
     const ids = documentSlice(options.sequenceDocuments, b, shards.length, 0, shards.length, this.name);
     return exclusive(this, async () => {
-      const exchange = this.exchange(routing, shards);
-      // q [b, s_r, H, D], k, v [b, s_r, Hkv, D] -> q [b, N, h_r, D], k, v [b, N, k_r, D] (one all-to-all).
-      const [qh, kh, vh] = await seqToHeads(exchange, [
-        { tensor: q, heads: "q" },
-        { tensor: k, heads: "kv" },
-        { tensor: v, heads: "kv" },
-      ]);
       const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale };
       if (ids !== null) localOptions.documents = { query: ids, key: ids };
-      const local = await this.local.forward(qh, kh, vh, localOptions);
-      // out [b, N, h_r, D] -> [b, s_r, H, D].
-      const [out] = await headsToSeq(exchange, [{ tensor: local.out, heads: "q" }]);
-      const context: UlyssesContext = new SavedLocalAttention(this, { routing, shards }, localOptions, qh, kh, vh, local.out, local.logSumExp);
-      return { out, context };
+      return aroundHeads(this.exchange(routing, shards), q, k, v, async (qh, kh, vh) => {
+        const local = await this.local.forward(qh, kh, vh, localOptions);
+        const context: UlyssesContext = new SavedLocalAttention(this, { routing, shards }, localOptions, qh, kh, vh, local.out, local.logSumExp);
+        return { out: local.out, context };
+      });
     });
   }
 
@@ -100,18 +97,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     const [b, , , d] = context.q.shape as unknown as [number, number, number, number];
     checkGradShape(dOut, [b, shards.sizes[this.group.rank]!, routing.heads, d], this.name);
     return exclusive(this, async () => {
-      const exchange = this.exchange(routing, shards);
-      // dOut [b, s_r, H, D] -> [b, N, h_r, D] (the inverse of forward's last exchange).
-      const [dOutH] = await seqToHeads(exchange, [{ tensor: dOut, heads: "q" }]);
-      const grads = await context.localBackward(this.local, dOutH);
-      this.pool.give(dOutH);
-      // dq [b, N, h_r, D], dk, dv [b, N, k_r, D] -> dq [b, s_r, H, D], dk, dv [b, s_r, Hkv, D], replicated kv heads summed.
-      const [dq, dk, dv] = await headsToSeq(exchange, [
-        { tensor: grads.dq, heads: "q" },
-        { tensor: grads.dk, heads: "kv", accumulate: true },
-        { tensor: grads.dv, heads: "kv", accumulate: true },
-      ]);
-      return { dq, dk, dv };
+      return aroundHeadsBackward(this.exchange(routing, shards), dOut, (dOutH) => context.localBackward(this.local, dOutH));
     });
   }
 

@@ -2,13 +2,15 @@
  * One model definition, parallelised from outside: the one-device Gpt (no
  * group at all) trained for some steps, against the same model after
  * `parallelize` at SP 2 and 4 (uneven shards), ZeRO-1, a tied head,
- * all-gather attention and activation checkpointing.
+ * all-gather attention and activation checkpointing; ring and hybrid
+ * attention (zigzag and contiguous) for MHA, GQA and MQA with losses,
+ * gradients of every step and final logits.
  */
 import { createLocalGroups } from "@ulysses/collectives";
-import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAttention } from "@ulysses/kernels";
 import { Gpt, type GptConfig } from "@ulysses/model";
-import { ParallelDims, parallelize, type SequenceParallelKind } from "@ulysses/parallel";
-import { Rng } from "@ulysses/tensors";
+import { ParallelDims, parallelize, type ParallelDimsOptions, type SequenceParallelKind } from "@ulysses/parallel";
+import { Rng, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { recallBatch } from "./data/recall-task.js";
 import { learningRateAt } from "./lr-schedule.js";
@@ -23,37 +25,96 @@ interface Options {
   tiedHead?: boolean;
   attention?: SequenceParallelKind;
   checkpointing?: boolean;
+  /** Hybrid degrees and the sequence layout (ParallelDims' options). */
+  dims?: Pick<ParallelDimsOptions, "ulyssesDegree" | "ringDegree" | "layout">;
+  kvHeads?: number;
+  /** The local kernel (default ReferenceAttention; ring and hybrid need one whose backward reads the lse). */
+  local?: () => LocalAttention;
+  /** Keep every step's (reduced, clipped) gradients and the final logits in sequence order. */
+  record?: boolean;
 }
 
 /** Trains on one device (sp null) or on `sp` ranks of one local world; returns per-step losses and rank 0's final weights. */
 async function train(sp: number | null, options: Options = {}) {
   const steps = options.steps ?? 20;
   const ops = new ReferenceOps();
-  const modelConfig = { ...config, tiedHead: options.tiedHead ?? false };
+  const modelConfig = { ...config, tiedHead: options.tiedHead ?? false, kvHeads: options.kvHeads ?? config.kvHeads };
   const loop = async (trainer: Trainer) => {
     const data = new Rng(99, 1);
     const losses: number[] = [];
+    const grads: Float32Array[] = [];
     for (let step = 0; step < steps; step++) {
       const batch = recallBatch(task, 2, () => data.uniform());
       losses.push((await trainer.trainStep(batch, learningRateAt(step, { peak: 1e-2, warmupSteps: 3, totalSteps: steps }))).loss);
+      if (options.record) grads.push(trainer.model.params.grads.slice());
     }
-    return { losses, weights: trainer.model.params.values };
+    let logits: Float32Array | null = null;
+    if (options.record) logits = await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens);
+    return { losses, weights: trainer.model.params.values, grads, logits };
   };
   const stepOptions = { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: options.zero1 ?? false };
-  const model = () => new Gpt(modelConfig, { ops, localAttention: new ReferenceAttention(), seed: 7, activationCheckpointing: options.checkpointing ?? false });
+  const local = options.local ?? (() => new ReferenceAttention());
+  const model = () => new Gpt(modelConfig, { ops, localAttention: local(), seed: 7, activationCheckpointing: options.checkpointing ?? false });
   if (sp === null) return loop(new Trainer(model(), stepOptions));
   const results = await Promise.all(
     createLocalGroups(sp).map(async (world) => {
       const dims = await ParallelDims.create(
         world,
-        { sp, attention: options.attention ?? "ulysses" },
-        { heads: config.heads, kvHeads: config.kvHeads, seqLength: task.seq },
+        { sp, attention: options.attention ?? "ulysses", ...options.dims },
+        { heads: config.heads, kvHeads: modelConfig.kvHeads, seqLength: task.seq },
       );
       return loop(new Trainer(parallelize(model(), dims), stepOptions));
     }),
   );
   for (const r of results.slice(1)) expect([...r.weights]).toEqual([...results[0]!.weights]);
-  return results[0]!;
+  if (!options.record) return results[0]!;
+  // every rank's logits rows are its tokens: put them back in sequence order
+  const vocab = config.vocab;
+  const logits = new Float32Array(2 * task.seq * vocab);
+  results.forEach((r, rank) => {
+    const rows = r.logits!;
+    const runs = runsOf[rank]!;
+    const perRow = rows.length / vocab / 2;
+    for (let b = 0; b < 2; b++) {
+      let at = 0;
+      for (const run of runs)
+        for (let t = 0; t < run.length; t++, at++)
+          logits.set(rows.subarray((b * perRow + at) * vocab, (b * perRow + at + 1) * vocab), (b * task.seq + run.start + t) * vocab);
+    }
+  });
+  return { ...results[0]!, logits };
+}
+
+/** Each rank's runs of the last parallel run (for putting logits back in order). */
+let runsOf: { start: number; length: number }[][] = [];
+
+/** The trained model's logits [b * s_r, vocab] on `tokens` (this rank's shard of them when parallel). */
+async function finalLogits(trainer: Trainer, tokens: Tensor<"int32">): Promise<Float32Array> {
+  const model = trainer.model;
+  if (model instanceof Gpt) {
+    const context = await model.forward(tokens);
+    const out = context.logits.data.slice();
+    model.release(context);
+    return out;
+  }
+  const labels = new Tensor("int32", tokens.shape, new Int32Array(tokens.size));
+  const shard = model.shard({ tokens, labels });
+  if (model.dims.spGroup.rank === 0) runsOf = shard.runs;
+  const context = await model.forwardShard(shard);
+  const out = context.logits.data.slice();
+  model.release(context);
+  return out;
+}
+
+/** ||a − b|| / ||b|| (Euclidean). */
+function normRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let diff = 0;
+  let norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff += (a[i]! - b[i]!) ** 2;
+    norm += b[i]! ** 2;
+  }
+  return Math.sqrt(diff / norm);
 }
 
 function maxRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
@@ -95,4 +156,34 @@ describe("sequence-parallel equivalence (local backend, reference kernels)", () 
       expect(maxRelative(sharded.weights, single.weights)).toBeLessThanOrEqual(1e-4);
     }
   });
+});
+
+// Losses and logits: max |a − b| / max |b| <= 1e-5; each step's whole gradient vector: ||a − b|| / ||b|| <= 1e-5 (its largest
+// element differences reach 1e-5 of its largest element at some steps: float32 sums in another order, then 20 Adam steps);
+// weights 2e-5 in the max metric: Adam divides each update by the root of the gradient's second moment, so a weight whose
+// gradient is float32 noise in both runs moves by a rounding-sized difference times lr / sqrt(v).
+describe("ring and hybrid attention train like one rank (losses, every step's gradients and final logits within 1e-5)", () => {
+  const stats = () => new StatsReferenceAttention();
+  const cases: { name: string; sp: number; attention: SequenceParallelKind; dims?: Options["dims"] }[] = [
+    { name: "ring P = 2 (zigzag)", sp: 2, attention: "ring" },
+    { name: "ring P = 4 (zigzag)", sp: 4, attention: "ring" },
+    { name: "ring P = 4 (contiguous)", sp: 4, attention: "ring", dims: { layout: "contiguous" } },
+    { name: "hybrid 2x2 (zigzag)", sp: 4, attention: "hybrid", dims: { ulyssesDegree: 2, ringDegree: 2 } },
+    { name: "hybrid 2x2 (contiguous)", sp: 4, attention: "hybrid", dims: { ulyssesDegree: 2, ringDegree: 2, layout: "contiguous" } },
+    { name: "hybrid 1x4 (zigzag)", sp: 4, attention: "hybrid", dims: { ulyssesDegree: 1, ringDegree: 4 } },
+    { name: "hybrid 4x1", sp: 4, attention: "hybrid", dims: { ulyssesDegree: 4, ringDegree: 1 } },
+  ];
+  for (const kvHeads of [4, 2, 1]) {
+    it(`kv heads ${kvHeads} (of 4), 22 tokens (not divisible by 2P): ${cases.map((c) => c.name).join(", ")}`, async () => {
+      const single = await train(null, { kvHeads, local: stats, record: true });
+      expect(single.losses[19]!).toBeLessThan(single.losses[0]!);
+      for (const c of cases) {
+        const got = await train(c.sp, { kvHeads, local: stats, record: true, attention: c.attention, dims: c.dims });
+        single.losses.forEach((loss, step) => expect(Math.abs(got.losses[step]! - loss) / loss, `${c.name} loss ${step}`).toBeLessThanOrEqual(1e-5));
+        single.grads.forEach((g, step) => expect(normRelative(got.grads[step]!, g), `${c.name} gradients ${step}`).toBeLessThanOrEqual(1e-5));
+        expect(maxRelative(got.logits!, single.logits!), `${c.name} logits`).toBeLessThanOrEqual(1e-5);
+        expect(maxRelative(got.weights, single.weights), `${c.name} weights`).toBeLessThanOrEqual(2e-5);
+      }
+    });
+  }
 });

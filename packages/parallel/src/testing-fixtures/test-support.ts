@@ -5,6 +5,7 @@
  */
 import { createLocalGroups, type ProcessGroup } from "@ulysses/collectives";
 import { TransformerBlock, type BlockConfig, type TransformerBlockOptions } from "@ulysses/block";
+import { randomTensor, seededRandom } from "@ulysses/kernels";
 import { concat, narrow, type Tensor } from "@ulysses/tensors";
 import type { SequenceParallelKind } from "../parallel-dims.js";
 import { ParallelBlock } from "../parallelize.js";
@@ -38,4 +39,49 @@ export type SpBlockConfig = BlockConfig & { attention?: SequenceParallelKind };
 export function spBlock(config: SpBlockConfig, group: ProcessGroup, options: TransformerBlockOptions, share?: ShardedAttention): ParallelBlock {
   const { attention: kind = "ulysses", ...blockConfig } = config;
   return new ParallelBlock(new TransformerBlock(blockConfig, options), group, share ?? kind);
+}
+
+/** The tokens at `runs` of t along axis 1 ([b, N, ...] -> [b, total, ...]), in order. */
+export function gatherShard<T extends Tensor<"float32">>(t: T, runs: readonly { start: number; length: number }[]): T {
+  return concat(
+    runs.map((run) => narrow(t, 1, run.start, run.length)),
+    1,
+  ) as T;
+}
+
+/** Puts per-rank shards (rank r's tokens at runs[r]) back in sequence order along axis 1. */
+export function scatterShards(parts: readonly Tensor<"float32">[], runs: readonly (readonly { start: number; length: number }[])[]): Tensor<"float32"> {
+  const pieces: { start: number; tensor: Tensor<"float32"> }[] = [];
+  parts.forEach((part, r) => {
+    let at = 0;
+    for (const run of runs[r]!) {
+      pieces.push({ start: run.start, tensor: narrow(part, 1, at, run.length) });
+      at += run.length;
+    }
+  });
+  pieces.sort((a, b) => a.start - b.start);
+  return concat(
+    pieces.map((p) => p.tensor),
+    1,
+  );
+}
+
+/** The shape of one attention case: q [batch, seq, heads, headDim], k and v [batch, seq, kvHeads, headDim]. */
+export interface AttentionShape {
+  batch: number;
+  seq: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+}
+
+/** Seeded random q, k, v and an output gradient dOut for one attention case. */
+export function attentionInputs(c: AttentionShape, seed: number) {
+  const random = seededRandom(seed);
+  return {
+    q: randomTensor([c.batch, c.seq, c.heads, c.headDim], random),
+    k: randomTensor([c.batch, c.seq, c.kvHeads, c.headDim], random),
+    v: randomTensor([c.batch, c.seq, c.kvHeads, c.headDim], random),
+    dOut: randomTensor([c.batch, c.seq, c.heads, c.headDim], random),
+  };
 }

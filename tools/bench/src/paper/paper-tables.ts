@@ -19,7 +19,7 @@ export function table(header: string[], rows: string[][]): string {
 }
 
 const MiB = (bytes: number) => (bytes / 2 ** 20).toFixed(2);
-const NAMES: Record<SequenceParallelKind, string> = { ulysses: "Ulysses", allgather: "all-gather-KV", ring: "ring" };
+const NAMES: Record<SequenceParallelKind, string> = { ulysses: "Ulysses", allgather: "all-gather-KV", ring: "ring", hybrid: "hybrid Ulysses x ring" };
 
 /** Forward bytes per rank per block from the formulas (b = 1, MHA, N divisible by P). */
 export function formulaForwardBytes(kind: SequenceParallelKind, p: number, n: number, f: PaperFlags): number {

@@ -1,22 +1,18 @@
 /**
- * StatsReferenceAttention (tests only): ReferenceAttention's forward, and a
- * float64 backward that, as the LocalAttention contract says and OrtAttention
- * and FusedAttention do, takes the probabilities from the logSumExp it is
- * given (P_ij = exp(scale q_i . k_j - lse_i)) and D_i = dOut_i . out_i from
- * the out it is given. ReferenceAttention recomputes both from q and k, which
- * is exact for its own forward but not for a ring block, whose backward gets
- * the lse and out merged over every block (ring-attention.ts refuses it).
- * Written from the formulas, independent of the ring code it checks.
+ * StatsReferenceAttention: ReferenceAttention's forward, and a float64
+ * backward that, as the LocalAttention contract says and OrtAttention and
+ * FusedAttention do, takes the probabilities from the logSumExp it is given
+ * (P_ij = exp(scale q_i . k_j - lse_i)) and D_i = dOut_i . out_i from the out
+ * it is given. ReferenceAttention recomputes both from q and k, which is
+ * exact for its own forward but not for a block of ring attention, whose
+ * backward gets the lse and out merged over every block (@ulysses/parallel's
+ * RingAttention refuses it). For tests of such wrappers; written from the
+ * formulas, independent of the code it checks.
  */
-import {
-  attentionDims,
-  ReferenceAttention,
-  type AttentionForwardResult,
-  type AttentionGradients,
-  type AttentionOptions,
-  type LocalAttention,
-} from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
+import { attentionDims } from "../attention/shapes.js";
+import type { AttentionForwardResult, AttentionGradients, AttentionOptions, LocalAttention } from "../attention/types.js";
+import { ReferenceAttention } from "./attention.js";
 
 type F32 = Tensor<"float32">;
 
