@@ -30,7 +30,11 @@ const HELP: Record<keyof TrainConfig, string> = {
   mlp: "gelu | swiglu",
   mlpRatio: "MLP width as a multiple of --hidden",
   tiedHead: "tie the LM head to the token embedding",
-  attention: "ulysses (all-to-all over heads) | allgather (all-gather K and V) | ring (K and V passed around the ranks: any SP degree, past the head count)",
+  attention:
+    "ulysses (all-to-all over heads) | ring (K and V passed around the ranks: any SP degree, past the head count) | hybrid (Ulysses in groups of --ulysses-degree ranks, ring across them) | allgather (all-gather K and V, the baseline); see 'Which scheme' in the README",
+  ulyssesDegree: "hybrid attention: ranks per Ulysses group, u (default --sp / --ring-degree, or gcd(--sp, --kv-heads))",
+  ringDegree: "hybrid attention: Ulysses groups around the ring, r = --sp / u",
+  sequenceLayout: "auto (zigzag when a ring runs, which balances causal attention over the ranks; else contiguous) | contiguous | zigzag",
   batch: "sequences per step per data-parallel group",
   steps: "training steps (total, including resumed ones)",
   lr: "peak learning rate",
@@ -69,7 +73,7 @@ export function helpText(): string {
   ];
   for (const key of Object.keys(HELP) as (keyof TrainConfig)[]) {
     const value = DEFAULTS[key];
-    const flag = typeof value === "boolean" ? `--${kebab(key)}` : `--${kebab(key)} <${typeof value === "number" || key === "threads" ? "n" : "value"}>`;
+    const flag = typeof value === "boolean" ? `--${kebab(key)}` : `--${kebab(key)} <${typeof value === "number" || NULLABLE_NUMBERS.has(key) ? "n" : "value"}>`;
     const shown = value === null ? "" : ` (default ${String(value)})`;
     lines.push(`  ${flag.padEnd(34)} ${HELP[key]}${shown}`);
   }
@@ -97,6 +101,9 @@ export function helpText(): string {
   return lines.join("\n");
 }
 
+/** Numeric settings whose default is null (computed when the run starts). */
+const NULLABLE_NUMBERS: ReadonlySet<keyof TrainConfig> = new Set(["threads", "ulyssesDegree", "ringDegree"]);
+
 export type ParseResult =
   | { help: true }
   | { help: false; version: true }
@@ -105,7 +112,7 @@ export type ParseResult =
 /** Converts one raw value to the type of `key`'s default. */
 export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
   const template = DEFAULTS[key];
-  const numeric = typeof template === "number" || key === "threads";
+  const numeric = typeof template === "number" || NULLABLE_NUMBERS.has(key);
   if (numeric) {
     const value = typeof raw === "number" ? raw : typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;
     if (!Number.isFinite(value)) throw new TrainerError(`${source}: --${kebab(key)} needs a number, got '${String(raw)}'`);
@@ -228,9 +235,13 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
     );
   }
   const shape = new Set<string>([...MODEL_SHAPE_KEYS, "vocab"]);
+  // a new --attention (or --sp) given now also resets the recorded hybrid degrees and layout, which belong to the old scheme
+  const layoutKeys = new Set<string>(["ulyssesDegree", "ringDegree", "sequenceLayout"]);
+  const newScheme = explicit.has("attention") || explicit.has("sp");
   for (const [name, raw] of Object.entries(recorded)) {
     const key = name as keyof TrainConfig;
     if (!(key in DEFAULTS) || (NEVER_FROM_CHECKPOINT as readonly string[]).includes(key) || shape.has(key) || key === "task" || explicit.has(key)) continue;
+    if (newScheme && layoutKeys.has(key)) continue;
     if (raw === null && DEFAULTS[key] === null) {
       (config as unknown as Record<string, unknown>)[key] = null;
       continue;

@@ -2,8 +2,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { helpText, parseArgs } from "./args.js";
-import { DEFAULTS, validateConfig, type TrainConfig } from "./config.js";
+import { helpText, parseArgs, resumeSettings } from "./args.js";
+import { checkpointSettings, DEFAULTS, gptConfigOf, validateConfig, type TrainConfig } from "./config.js";
 
 function parse(argv: string[]): TrainConfig {
   const result = parseArgs(argv);
@@ -68,6 +68,20 @@ describe("validation before any rank starts", () => {
     expect(problems({ steps: 0, batch: 1.5 })).toMatch(/--batch must be a positive integer, got 1.5[\s\S]*--steps must be a positive integer, got 0/);
     expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
   });
+
+  it("names hybrid degree and layout problems in flag names; reads --ulysses-degree, --ring-degree and --sequence-layout", () => {
+    expect(problems({ sp: 8, attention: "hybrid", ulyssesDegree: 3 })).toMatch(
+      /--ulysses-degree 3 x --ring-degree 2.667 must be positive integers whose product is --sp 8/,
+    );
+    expect(problems({ sp: 8, heads: 4, attention: "hybrid", ulyssesDegree: 8 })).toMatch(/--heads 4 is smaller than --ulysses-degree 8/);
+    expect(problems({ sp: 2, ringDegree: 2 })).toMatch(/--ring-degree 2 is for hybrid attention only \(--attention is ulysses\)/);
+    expect(problems({ sp: 2, sequenceLayout: "zigzag" })).toMatch(/--sequence-layout zigzag balances a ring; ulysses attention has none/);
+    expect(problems({ sequenceLayout: "spiral" as never })).toMatch(/--sequence-layout must be auto, contiguous or zigzag, got 'spiral'/);
+    expect(problems({ sp: 8, heads: 4, hidden: 64, kvHeads: 2, attention: "hybrid", ringDegree: 4, sequenceLayout: "contiguous" })).toBe("");
+    const config = parse(["--attention", "hybrid", "--sp", "4", "--ulysses-degree", "2", "--sequence-layout", "contiguous"]);
+    expect([config.attention, config.ulyssesDegree, config.ringDegree, config.sequenceLayout]).toEqual(["hybrid", 2, null, "contiguous"]);
+    expect(helpText()).toMatch(/--ulysses-degree <n>[\s\S]*--ring-degree <n>[\s\S]*--sequence-layout <value>/);
+  });
 });
 
 describe("localRanksOnHost", () => {
@@ -97,5 +111,17 @@ describe("--kernel", () => {
     const { fusedAttentionStatus } = await import("@ulysses/fused-attention");
     expect(resolveKernel("ort").kernel).toBe("ort");
     expect(resolveKernel("auto").kernel).toBe(fusedAttentionStatus().available ? "fused" : "ort");
+  });
+});
+
+describe("resuming a hybrid run", () => {
+  const recorded: TrainConfig = { ...DEFAULTS, sp: 4, attention: "hybrid", ulyssesDegree: 2, sequenceLayout: "contiguous" };
+  const checkpoint = { file: "run/checkpoint.safetensors", step: 10, config: gptConfigOf(recorded), settings: checkpointSettings(recorded) };
+  it("keeps the recorded degrees and layout unless the scheme changes; a new --attention or --sp resets them", () => {
+    const same = resumeSettings({ ...DEFAULTS }, new Set(), checkpoint).config;
+    expect([same.attention, same.ulyssesDegree, same.sequenceLayout]).toEqual(["hybrid", 2, "contiguous"]);
+    const ulysses = resumeSettings({ ...DEFAULTS, attention: "ulysses" }, new Set(["attention"]), checkpoint).config;
+    expect([ulysses.sp, ulysses.attention, ulysses.ulyssesDegree, ulysses.ringDegree, ulysses.sequenceLayout]).toEqual([4, "ulysses", null, null, "auto"]);
+    expect(() => validateConfig(ulysses)).not.toThrow();
   });
 });

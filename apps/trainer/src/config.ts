@@ -6,7 +6,7 @@
  */
 import fs from "node:fs";
 import { validateGptConfig, type GptConfig } from "@ulysses/model";
-import { parallelDimsProblems, type SequenceParallelKind } from "@ulysses/parallel";
+import { parallelDimsProblems, type ParallelDimsOptions, type SequenceLayoutKind, type SequenceParallelKind } from "@ulysses/parallel";
 import { recallMinSeq, recallVocabulary, validateRecallTask, BYTE_VOCAB, type LongDocuments, type TextFormatOption } from "@ulysses/training";
 import { dataDigest, documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
@@ -38,6 +38,12 @@ export interface TrainConfig {
   mlpRatio: number;
   tiedHead: boolean;
   attention: SequenceParallelKind;
+  /** Hybrid attention: ranks per Ulysses group (null: --sp / --ring-degree, or gcd(--sp, --kv-heads)). */
+  ulyssesDegree: number | null;
+  /** Hybrid attention: Ulysses groups around the ring (null: --sp / --ulysses-degree). */
+  ringDegree: number | null;
+  /** How a sequence is cut over the SP ranks: auto (zigzag when a ring runs, else contiguous) | contiguous | zigzag. */
+  sequenceLayout: "auto" | SequenceLayoutKind;
   /** Sequences per data-parallel group per step. */
   batch: number;
   steps: number;
@@ -90,6 +96,9 @@ export const DEFAULTS: TrainConfig = {
   mlpRatio: 4,
   tiedHead: false,
   attention: "ulysses",
+  ulyssesDegree: null,
+  ringDegree: null,
+  sequenceLayout: "auto",
   batch: 8,
   steps: 1000,
   lr: 2e-3,
@@ -130,6 +139,15 @@ export function gptConfigOf(config: TrainConfig): GptConfig {
     maxSeq: config.seq,
     tiedHead: config.tiedHead,
   };
+}
+
+/** The parallel layout a configuration asks for (ParallelDims' options). */
+export function parallelOptionsOf(config: TrainConfig): ParallelDimsOptions {
+  const options: ParallelDimsOptions = { sp: config.sp, dp: config.dp, attention: config.attention };
+  if (config.ulyssesDegree !== null) options.ulyssesDegree = config.ulyssesDegree;
+  if (config.ringDegree !== null) options.ringDegree = config.ringDegree;
+  if (config.sequenceLayout !== "auto") options.layout = config.sequenceLayout;
+  return options;
 }
 
 /** The vocabulary the task implies. */
@@ -231,15 +249,26 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (hidden % heads !== 0) problems.push(`--hidden ${hidden} is not divisible by --heads ${heads}`);
     else if ((hidden / heads) % 2 !== 0) problems.push(`head dimension hidden/heads = ${hidden}/${heads} = ${hidden / heads} must be even (rotary embeddings)`);
     if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
-    // the layout's own checks (heads per rank, tokens per rank), in flag names
-    const layout = { sp, dp, attention: config.attention };
-    problems.push(
-      ...parallelDimsProblems(
-        layout,
-        { worldSize: sp * dp, heads, kvHeads, seqLength: seq },
-        { sp: "--sp", dp: "--dp", heads: "--heads", seqLength: "--seq", attention: "--attention" },
-      ),
-    );
+    // the layout's own checks (heads per rank, hybrid degrees, layout, tokens per rank), in flag names
+    if (!["auto", "contiguous", "zigzag"].includes(config.sequenceLayout))
+      problems.push(`--sequence-layout must be auto, contiguous or zigzag, got '${config.sequenceLayout}'`);
+    else
+      problems.push(
+        ...parallelDimsProblems(
+          parallelOptionsOf(config),
+          { worldSize: sp * dp, heads, kvHeads, seqLength: seq },
+          {
+            sp: "--sp",
+            dp: "--dp",
+            heads: "--heads",
+            seqLength: "--seq",
+            attention: "--attention",
+            ulyssesDegree: "--ulysses-degree",
+            ringDegree: "--ring-degree",
+            layout: "--sequence-layout",
+          },
+        ),
+      );
     const mlpWidth = hidden * config.mlpRatio;
     if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
     if (config.task === "recall") {

@@ -1,7 +1,8 @@
 /**
  * The MPI backend trains exactly like the threads backend: the same flags
  * under `mpirun -np 2 ... --backend mpi` give the same loss curve (to 1e-5
- * relative) as the default worker-threads run. Skipped only where OpenMPI is
+ * relative) as the default worker-threads run, and so do ring attention
+ * (np 2) and hybrid Ulysses x ring attention (np 4). Skipped only where OpenMPI is
  * not installed and this is not CI (CI installs it).
  */
 import fs from "node:fs";
@@ -59,15 +60,15 @@ function losses(dir: string): number[] {
 const available = mpirunAvailable();
 const skip = !available && process.env.CI !== "true";
 
-/** Loss curves of the flags on the threads backend, and under mpirun -np 2 with `mpiFlags` added. */
-async function threadsAndMpi(mpiFlags: string[]): Promise<{ threads: number[]; mpi: number[]; mpiOutput: string }> {
+/** Loss curves of the flags on the threads backend, and under mpirun -np `np` with `mpiFlags` added (a later flag wins). */
+async function threadsAndMpi(mpiFlags: string[], np = 2): Promise<{ threads: number[]; mpi: number[]; mpiOutput: string }> {
   const node = ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts"];
   const threadsDir = fs.mkdtempSync(path.join(os.tmpdir(), "threads-"));
   const mpiDir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-"));
   const threads = await run(process.execPath, [...node, ...flags, "--out", threadsDir]);
   expect(threads.code, threads.output).toBe(0);
   const [mpirun, ...mpirunArgs] = mpirunCommand({
-    np: 2,
+    np,
     node: process.execPath,
     entry: "src/cli.ts",
     args: ["--backend", "mpi", ...flags, ...mpiFlags, "--out", mpiDir],
@@ -99,4 +100,10 @@ describe.skipIf(skip)(`threads vs mpi backend${skip ? " (skipped: mpirun not ins
     expect(mpiOutput).toMatch(/on mpi.*ring attention/);
     expectSameCurve(threads, mpi, "threads ulysses vs mpi ring");
   }, 180_000);
+
+  it("hybrid Ulysses 2 x ring 2 under mpirun -np 4 (its subgroups' all-to-all and send/recv) gives the threads backend's SP 2 Ulysses loss curve to 1e-5", async () => {
+    const { threads, mpi, mpiOutput } = await threadsAndMpi(["--sp", "4", "--attention", "hybrid", "--ulysses-degree", "2"], 4);
+    expect(mpiOutput).toMatch(/sp 4 x dp 1 on mpi.*hybrid attention \(Ulysses 2 x ring 2, zigzag layout\)/);
+    expectSameCurve(threads, mpi, "threads ulysses vs mpi hybrid");
+  }, 240_000);
 });

@@ -6,6 +6,7 @@ import { readSafetensors } from "@ulysses/model";
 import { DEFAULTS, type TrainConfig } from "./config.js";
 import { InProcessPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
+import { spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
 
 const base: TrainConfig = {
   ...DEFAULTS,
@@ -59,8 +60,64 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
     for (const sp of [2, 4, 8]) expectClose(single, await train({ sp, steps: 10, batch: 2, attention: "ring" }));
   });
 
+  it("hybrid Ulysses x ring at SP 4 (2 x 2, 1 x 4, 4 x 1; zigzag and contiguous) and SP 8 (2 x 4, 4 heads and 2 kv heads: past the head count): losses and final weights within 1e-4 of one rank", async () => {
+    const single = await train({ sp: 1, steps: 10, batch: 2 });
+    expect(single.losses[9]!).toBeLessThan(single.losses[0]!);
+    for (const run of [
+      { sp: 4, ulyssesDegree: 2 },
+      { sp: 4, ulyssesDegree: 2, sequenceLayout: "contiguous" as const },
+      { sp: 4, ulyssesDegree: 1 },
+      { sp: 4, ulyssesDegree: 4 },
+      { sp: 8, ulyssesDegree: 2 },
+    ])
+      expectClose(single, await train({ ...run, steps: 10, batch: 2, attention: "hybrid" }));
+  });
+
   it("sp 2 x dp 2 (batch 2 per group) and ZeRO-1 over the 4 ranks train like one rank with the global batch of 4", async () => {
     const single = await train({ sp: 1, dp: 1, batch: 4 });
     expectClose(single, await train({ sp: 2, dp: 2, batch: 2, zero1: true }));
   });
+});
+
+describe("past the head count on the threads backend (one worker thread per rank)", () => {
+  /** The loss of every step of `pnpm train` with `flags` (a later flag wins over tinyFlags). */
+  async function curve(flags: string[]): Promise<number[]> {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), "threads-"));
+    const args = [
+      ...tinyFlags(4),
+      "--kv-heads",
+      "2",
+      "--steps",
+      "6",
+      "--warmup",
+      "2",
+      "--log-every",
+      "1",
+      "--no-export",
+      "--checkpoint-every",
+      "0",
+      ...flags,
+      "--out",
+      out,
+    ];
+    const run = await spawnTrainer(args);
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    return fs
+      .readFileSync(path.join(out, "metrics.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => (JSON.parse(line) as { loss: number }).loss);
+  }
+
+  it("SP 8 with 4 heads and 2 kv heads (hybrid 2 x 4, and ring): the loss curve of one rank within 1e-4", async () => {
+    const single = await curve(["--sp", "1"]);
+    expect(single[5]).toBeLessThan(single[0]!);
+    for (const flags of [
+      ["--sp", "8", "--attention", "hybrid", "--ulysses-degree", "2"],
+      ["--sp", "8", "--attention", "ring"],
+    ]) {
+      const got = await curve(["--backend", "threads", ...flags]);
+      single.forEach((loss, step) => expect(Math.abs(got[step]! - loss) / loss, `${flags.join(" ")} step ${step}`).toBeLessThanOrEqual(1e-4));
+    }
+  }, 240_000);
 });

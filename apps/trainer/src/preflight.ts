@@ -38,8 +38,8 @@
 import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
-import type { SequenceParallelKind } from "@ulysses/parallel";
-import { gptConfigOf, type TrainConfig } from "./config.js";
+import { resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
+import { gptConfigOf, parallelOptionsOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 const MiB = 1024 * 1024;
@@ -76,14 +76,23 @@ export function layerFloatsPerToken(
   model: GptConfig,
   sp: number,
   kind: SequenceParallelKind,
+  ulyssesDegree = kind === "ring" ? 1 : sp,
 ): { saved: number; backward: number; exchange: number; attention: number } {
   const block = blockConfigOf(model);
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
   const qWidth = heads * headDim;
   // k and v as the local kernel sees them, per local token: Ulysses gathers the sequence for the rank's
   // kv heads (replicated up to one per rank when kvHeads < sp); all-gather KV holds every rank's keys;
-  // ring holds its own block, the visiting one and the next one arriving
-  const kvWidth = kind === "allgather" ? kvHeads * headDim * sp : kind === "ring" ? 3 * kvHeads * headDim : Math.max(kvHeads, sp) * headDim;
+  // ring holds its own block, the visiting one and the next one arriving; hybrid does the ring on its Ulysses
+  // group's tokens with the group's (replicated) kv heads
+  const kvWidth =
+    kind === "allgather"
+      ? kvHeads * headDim * sp
+      : kind === "ring"
+        ? 3 * kvHeads * headDim
+        : kind === "hybrid"
+          ? 3 * Math.max(kvHeads, ulyssesDegree) * headDim
+          : Math.max(kvHeads, sp) * headDim;
   const normStats = block.norm === "layernorm" ? 2 : 1;
   const mlpTensors = block.mlp === "swiglu" ? 3 : 2;
   const saved =
@@ -122,7 +131,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const params = parameterCount(model);
   const block = blockConfigOf(model);
   const tokensPerRank = config.batch * Math.ceil(config.seq / config.sp);
-  const perLayer = layerFloatsPerToken(model, config.sp, config.attention);
+  const perLayer = layerFloatsPerToken(model, config.sp, config.attention, resolveDims(parallelOptionsOf(config), model.kvHeads).ulyssesDegree);
   const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.saved : model.layers * perLayer.saved;
   const logitsFloats = 3 * model.vocab; // logits, softmax, dLogits
   const finalNormFloats = 2 * model.hidden + 2; // the final norm's input and output

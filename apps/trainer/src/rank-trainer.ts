@@ -24,7 +24,7 @@ import {
   type PackedBatch,
 } from "@ulysses/training";
 import { Rng, type RngState } from "@ulysses/tensors";
-import { checkpointSettings, dataDigest, gptConfigOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import { checkpointSettings, dataDigest, gptConfigOf, parallelOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "./kernels.js";
 
@@ -132,11 +132,7 @@ export class RankTrainer {
     const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile);
     const gptConfig = checkpoint?.config ?? gptConfigOf(config);
     // validated before any group is built: one message naming every value that is off
-    const dims = await ParallelDims.create(
-      world,
-      { sp: config.sp, dp: config.dp, attention: config.attention },
-      { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq },
-    );
+    const dims = await ParallelDims.create(world, parallelOptionsOf(config), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
     const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
     const kernels = await createRankKernels(threads, config.kernel);
     // the one-device model, parallelised from outside

@@ -10,10 +10,11 @@
  */
 import fs from "node:fs";
 import path from "node:path";
+import { resolveDims } from "@ulysses/parallel";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { resolveTextFormat } from "@ulysses/training";
-import { errnoText, fileProblem, gptConfigOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import { errnoText, fileProblem, gptConfigOf, parallelOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { modelFlopsPerStep } from "./flops.js";
@@ -135,7 +136,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     if (leader) {
       log(
         `ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` +
-          `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${config.attention} attention`,
+          `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${schemeText(config, gpt.kvHeads)}`,
       );
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s; run directory ${outDir}`);
       if (usesDocuments(config)) {
@@ -202,4 +203,12 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     removeHandlers();
     await pool.close();
   }
+}
+
+/** "ulysses attention", "hybrid attention (Ulysses 2 x ring 2, zigzag layout)": the scheme as the run resolves it. */
+function schemeText(config: TrainConfig, kvHeads: number): string {
+  const dims = resolveDims(parallelOptionsOf(config), kvHeads);
+  if (config.sp === 1) return `${config.attention} attention`;
+  if (config.attention === "hybrid") return `hybrid attention (Ulysses ${dims.ulyssesDegree} x ring ${dims.ringDegree}, ${dims.layout} layout)`;
+  return config.attention === "ring" ? `ring attention (${dims.layout} layout)` : `${config.attention} attention`;
 }
