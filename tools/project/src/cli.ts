@@ -1,49 +1,68 @@
 /**
- * `pnpm project`: projects Ulysses and Megatron-style sequence parallelism to
- * cluster scale from a hardware profile and writes markdown tables, JSON and
- * SVG charts (throughput per device against sequence length, 8K to 1M tokens,
- * for 1.2B, 7B and 30B GPTs on 32 and 64 devices).
+ * `pnpm project`: projects Ulysses, ring attention, their hybrid and
+ * Megatron-style sequence parallelism to cluster scale from a hardware
+ * profile and writes markdown tables, JSON and SVG charts (throughput per
+ * device against sequence length, 8K to 1M tokens, for 1.2B, 7B and 30B GPTs
+ * on 32 and 64 devices), the (u, r) split a hybrid would use, and the
+ * comparison with the DeepSpeed-Ulysses blog. `--check-schemes FILE` instead
+ * checks the schemes' cost against bench:schemes' measured block steps.
  */
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { lineChart } from "@ulysses/measure";
-import { bestProjection, parameterCount, project, type GptShape, type Projection, type Scheme } from "./cost-model.js";
+import { blogComparisonReport } from "./blog-comparison.js";
+import { checkSchemes, parseSchemesFile, profileFromRates, schemesCheckMarkdown } from "./check-schemes.js";
 import { parseProfile, ProjectionError, type HardwareProfile } from "./profile.js";
+import { runProjection } from "./projection-report.js";
+import type { RingLayout } from "./sp-cost.js";
+
+export { PAPER_MODELS, SEQUENCE_LENGTHS, fullDegree, runProjection } from "./projection-report.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
-export const PAPER_MODELS: GptShape[] = [
-  { name: "GPT 1.2B", layers: 24, hidden: 2048, heads: 32, vocab: 50304, ffnMultiplier: 4 },
-  { name: "GPT 7B", layers: 32, hidden: 4096, heads: 32, vocab: 50304, ffnMultiplier: 4 },
-  { name: "GPT 30B", layers: 48, hidden: 7168, heads: 56, vocab: 50304, ffnMultiplier: 4 },
-];
-
-export const SEQUENCE_LENGTHS = [8, 16, 32, 64, 128, 256, 512, 1024].map((k) => k * 1024);
-
 const HELP = `Usage: pnpm project [options]
 
-Projects one training step of a GPT under Ulysses and Megatron-style sequence
-parallelism from a hardware profile (see tools/project/README.md).
+Projects one training step of a GPT under Ulysses, ring attention, their
+hybrid (Ulysses inside u ranks, ring across r groups) and Megatron-style
+sequence parallelism from a hardware profile, and compares the A100 projection
+with the DeepSpeed-Ulysses blog (see tools/project/README.md).
 
 Options:
   --profile FILE     hardware profile JSON (default profiles/a100-40gb-nvlink-ib.json)
   --out DIR          output folder (default bench-results/project)
   --devices LIST     device counts, comma-separated (default 32,64)
-  --zero-ulysses N   ZeRO stage for Ulysses (default 3)
+  --zero-ulysses N   ZeRO stage for Ulysses, ring and hybrid (default 3)
   --zero-megatron N  ZeRO stage for Megatron (default 1)
   --global-batch-tokens N  tokens per optimizer step (default 4194304)
+  --layout L         causal layout of ring and hybrid: zigzag (default) or contiguous
+  --compare-profile FILE  also compare the blog's charts under this profile
+                     (repeatable; default, when --profile is not given:
+                     profiles/a100-40gb-nvlink-ib-fa-triton.json, the kernel
+                     the DeepSpeed team's scripts select)
+  --check-schemes FILE  instead of the projection: predict bench:schemes' rows
+                     (bench-results/schemes/schemes.json: one block's forward +
+                     backward per row) with the profile FILE carries (or
+                     --profile, which replaces it), or one built from FILE's
+                     measured rates (--profile then supplies what they do
+                     not measure: fixed costs, memory), and report the error
+                     per row; writes check-schemes.md and check-schemes.json
   --help             this text
 `;
 
 export interface Options {
   profile: string;
+  /** Whether --profile was given (the schemes check prefers the file's own profile otherwise). */
+  profileGiven: boolean;
   out: string;
   devices: number[];
   zeroUlysses: 0 | 1 | 2 | 3;
   zeroMegatron: 0 | 1 | 2 | 3;
   globalBatchTokens: number;
+  layout: RingLayout;
+  /** Profiles under which the blog comparison is repeated. */
+  compareProfiles: string[];
+  checkSchemes?: string;
 }
 
 const FLAGS = {
@@ -53,6 +72,9 @@ const FLAGS = {
   "zero-ulysses": { type: "string" },
   "zero-megatron": { type: "string" },
   "global-batch-tokens": { type: "string" },
+  layout: { type: "string" },
+  "compare-profile": { type: "string", multiple: true },
+  "check-schemes": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -88,91 +110,57 @@ export function parseOptions(argv: readonly string[]): Options | undefined {
     if (!Number.isInteger(globalBatchTokens) || globalBatchTokens < 1)
       throw new ProjectionError(`--global-batch-tokens: expected a positive integer, got '${values["global-batch-tokens"]}'`);
   }
+  const layout = values.layout ?? "zigzag";
+  if (layout !== "zigzag" && layout !== "contiguous") throw new ProjectionError(`--layout: expected zigzag or contiguous, got '${layout}'`);
   return {
     profile: values.profile === undefined ? path.join(here, "..", "profiles", "a100-40gb-nvlink-ib.json") : path.resolve(from, values.profile),
+    profileGiven: values.profile !== undefined,
     out: path.resolve(from, values.out ?? path.join("bench-results", "project")),
     devices,
     zeroUlysses: stage("zero-ulysses", values["zero-ulysses"], 3),
     zeroMegatron: stage("zero-megatron", values["zero-megatron"], 1),
     globalBatchTokens,
+    layout,
+    compareProfiles:
+      values["compare-profile"] !== undefined
+        ? values["compare-profile"].map((file) => path.resolve(from, file))
+        : values.profile === undefined
+          ? [path.join(here, "..", "profiles", "a100-40gb-nvlink-ib-fa-triton.json")]
+          : [],
+    ...(values["check-schemes"] === undefined ? {} : { checkSchemes: path.resolve(from, values["check-schemes"]) }),
   };
 }
 
-export function loadProfile(file: string): HardwareProfile {
+function readJson(file: string, what: string): unknown {
   let text: string;
   try {
     text = fs.readFileSync(file, "utf8");
   } catch (cause) {
-    throw new ProjectionError(`cannot read profile '${file}': ${(cause as Error).message}`, { cause });
+    throw new ProjectionError(`cannot read ${what} '${file}': ${(cause as Error).message}`, { cause });
   }
-  return parseProfile(JSON.parse(text), file);
-}
-
-const kTokens = (n: number) => (n >= 1024 * 1024 ? `${n / (1024 * 1024)}M` : `${n / 1024}K`);
-
-function cell(p: Projection | undefined): string {
-  if (!p) return "n/a";
-  if (p.outOfMemory) return `OOM (${(p.memoryBytes.total / 2 ** 30).toFixed(0)} GiB at d=${p.run.degree})`;
-  return `${p.tflopsPerDevice.toFixed(1)} (d=${p.run.degree})`;
-}
-
-/** The largest power of two that divides `devices` and is at most the model's heads. */
-export function fullDegree(model: GptShape, devices: number): number {
-  let d = 1;
-  while (d * 2 <= Math.min(devices, model.heads) && devices % (d * 2) === 0) d *= 2;
-  return d;
-}
-
-export function runProjection(options: Options): { markdown: string; json: unknown; charts: Record<string, string> } {
-  const hw = loadProfile(options.profile);
-  const lines: string[] = [`# Projection: ${hw.name}`, "", `Profile: ${hw.source}`, ""];
-  const json: Record<string, unknown>[] = [];
-  const charts: Record<string, string> = {};
-  for (const model of PAPER_MODELS) {
-    for (const devices of options.devices) {
-      lines.push(`## ${model.name} (${(parameterCount(model) / 1e9).toFixed(2)}B parameters) on ${devices} devices`, "");
-      const degree = fullDegree(model, devices);
-      lines.push(
-        `Model TFLOP/s per device. Both schemes parallelise each sequence over d = ${degree} devices (the largest power of two dividing the devices and at most the heads; data parallel over the rest); "best" is the highest-throughput power-of-two degree that fits in memory. OOM: over ${hw.memoryGiB} GiB per device.`,
-        "",
-      );
-      lines.push("| sequence | Ulysses | Megatron-SP | Ulysses / Megatron | SP bytes/device/sequence, Ulysses | Megatron | Ulysses best | Megatron best |");
-      lines.push("|---|---|---|---|---|---|---|---|");
-      const series: Record<Scheme, { x: number; y: number | null }[]> = { ulysses: [], megatron: [] };
-      for (const seqLen of SEQUENCE_LENGTHS) {
-        const base = { devices, seqLen, microBatch: 1, globalBatchTokens: options.globalBatchTokens, activationCheckpointing: true, causal: true };
-        const ulyssesRun = { ...base, scheme: "ulysses" as const, zeroStage: options.zeroUlysses };
-        const megatronRun = { ...base, scheme: "megatron" as const, zeroStage: options.zeroMegatron };
-        const u = project(model, { ...ulyssesRun, degree }, hw);
-        const m = project(model, { ...megatronRun, degree }, hw);
-        const ub = bestProjection(model, ulyssesRun, hw);
-        const mb = bestProjection(model, megatronRun, hw);
-        const ratio = !u.outOfMemory && !m.outOfMemory ? (u.tflopsPerDevice / m.tflopsPerDevice).toFixed(2) : "-";
-        const gb = (p: Projection) => `${(p.parallelBytesPerDevice / 1e9).toFixed(2)} GB`;
-        lines.push(`| ${kTokens(seqLen)} | ${cell(u)} | ${cell(m)} | ${ratio} | ${gb(u)} | ${gb(m)} | ${cell(ub)} | ${cell(mb)} |`);
-        series.ulysses.push({ x: seqLen, y: u.outOfMemory ? null : u.tflopsPerDevice });
-        series.megatron.push({ x: seqLen, y: m.outOfMemory ? null : m.tflopsPerDevice });
-        json.push({ model: model.name, devices, seqLen, degree, ulysses: u, megatron: m, ulyssesBest: ub, megatronBest: mb });
-      }
-      lines.push("");
-      const name = `${model.name.replace(/\W+/g, "-").toLowerCase()}-${devices}dev.svg`;
-      charts[name] = lineChart(
-        [
-          { name: "Ulysses", points: series.ulysses },
-          { name: "Megatron-SP", points: series.megatron, dash: "6 3" },
-        ],
-        {
-          title: `${model.name}, ${devices} devices, d=${degree}: projected throughput`,
-          xLabel: "sequence length (tokens; x = out of memory)",
-          yLabel: "model TFLOP/s per device",
-          logX: true,
-          formatX: kTokens,
-        },
-      );
-      lines.push(`![${model.name} on ${devices} devices](${name})`, "");
-    }
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw new ProjectionError(`${what} '${file}' is not JSON: ${(cause as Error).message}`, { cause });
   }
-  return { markdown: lines.join("\n"), json: { profile: hw, rows: json }, charts };
+}
+
+export function loadProfile(file: string): HardwareProfile {
+  return parseProfile(readJson(file, "profile"), file);
+}
+
+/** The schemes check of --check-schemes: the file's profile unless --profile was given. */
+export function runSchemesCheck(options: Options): { markdown: string; json: unknown } {
+  const file = options.checkSchemes!;
+  const parsed = parseSchemesFile(readJson(file, "schemes file"), file);
+  const given = options.profileGiven ? loadProfile(options.profile) : undefined;
+  let profile: HardwareProfile;
+  if (parsed.profile !== undefined) profile = given ?? parsed.profile;
+  else if (parsed.rates !== undefined) profile = profileFromRates(parsed.rates, Math.max(...parsed.rows.map((r) => r.P)), given, `${file} rates`);
+  else if (given !== undefined) profile = given;
+  else throw new ProjectionError(`${file} carries no profile (neither 'profile', profile keys beside 'rows', nor 'rates'): pass the machine's with --profile`);
+  const rows = checkSchemes(parsed.rows, profile);
+  return { markdown: schemesCheckMarkdown(rows, profile), json: { profile, rows } };
 }
 
 function main(): void {
@@ -187,12 +175,24 @@ function main(): void {
     process.stdout.write(HELP);
     return;
   }
-  const result = runProjection(options);
   fs.mkdirSync(options.out, { recursive: true });
+  if (options.checkSchemes !== undefined) {
+    const check = runSchemesCheck(options);
+    fs.writeFileSync(path.join(options.out, "check-schemes.md"), check.markdown);
+    fs.writeFileSync(path.join(options.out, "check-schemes.json"), JSON.stringify(check.json, null, 2));
+    process.stdout.write(`${check.markdown}\n\nwrote ${options.out}\n`);
+    return;
+  }
+  const hw = loadProfile(options.profile);
+  const result = runProjection(hw, options);
+  const blogs = [hw, ...options.compareProfiles.map(loadProfile)].map(blogComparisonReport);
+  const blog = { markdown: blogs.map((b) => b.markdown).join("\n\n"), json: blogs.map((b) => b.json) };
   fs.writeFileSync(path.join(options.out, "projection.md"), result.markdown);
   fs.writeFileSync(path.join(options.out, "projection.json"), JSON.stringify(result.json, null, 2));
+  fs.writeFileSync(path.join(options.out, "blog-comparison.md"), blog.markdown);
+  fs.writeFileSync(path.join(options.out, "blog-comparison.json"), JSON.stringify(blog.json, null, 2));
   for (const [name, svg] of Object.entries(result.charts)) fs.writeFileSync(path.join(options.out, name), svg);
-  process.stdout.write(`${result.markdown}\n\nwrote ${options.out}\n`);
+  process.stdout.write(`${result.markdown}\n\n${blog.markdown}\n\nwrote ${options.out}\n`);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {

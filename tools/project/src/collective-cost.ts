@@ -15,6 +15,11 @@ export interface CollectiveCost {
   bytesSent: number;
 }
 
+/** The bandwidth of a ring collective: the intra-node link, or, across nodes, the node's g NICs shared by its g devices (capped by the intra-node link). */
+export function ringBandwidth(spansNodes: boolean, devicesPerNode: number, intraBw: number, interBw: number): number {
+  return spansNodes ? Math.min(intraBw, devicesPerNode * interBw) : intraBw;
+}
+
 /**
  * Cost of one collective where every device holds `localBytes` (the all-to-all
  * input, the all-gather input, the reduce-scatter output, the all-reduce
@@ -44,17 +49,17 @@ export function collectiveCost(kind: CollectiveKind, size: number, localBytes: n
     }
     case "allGather":
     case "reduceScatter": {
-      // Ring: P-1 steps of one chunk each; a ring that leaves the node runs at
-      // the slowest link's speed.
+      // Ring: P-1 steps of one chunk each. A ring that leaves the node crosses
+      // each node boundary once; NCCL runs one ring per NIC, so the g GPUs of
+      // a node share their g NICs' bandwidth on the boundary hops: the ring
+      // runs at min(B_intra, g·B_inter).
       const sent = (size - 1) * localBytes;
-      const bw = spansNodes ? interBw : intraBw;
-      return { seconds: (size - 1) * alpha + sent / bw, bytesSent: sent };
+      return { seconds: (size - 1) * alpha + sent / ringBandwidth(spansNodes, g, intraBw, interBw), bytesSent: sent };
     }
     case "allReduce": {
       // Ring reduce-scatter + all-gather of chunks localBytes / P.
       const sent = 2 * ((size - 1) / size) * localBytes;
-      const bw = spansNodes ? interBw : intraBw;
-      return { seconds: 2 * (size - 1) * alpha + sent / bw, bytesSent: sent };
+      return { seconds: 2 * (size - 1) * alpha + sent / ringBandwidth(spansNodes, g, intraBw, interBw), bytesSent: sent };
     }
   }
 }

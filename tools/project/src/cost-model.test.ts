@@ -123,6 +123,8 @@ describe("cost model", () => {
   it("rejects bad profiles with the offending key", () => {
     expect(() => parseProfile({ ...hw, matmulEfficiency: 1.5 }, "p.json")).toThrow(/p.json: 'matmulEfficiency' .* <= 1, got 1.5/);
     expect(() => parseProfile({ ...hw, intraNode: { bandwidthGBs: -1, latencyUs: 0 } }, "p.json")).toThrow(/intraNode.bandwidthGBs/);
+    expect(() => parseProfile({ ...hw, sources: { peakTflops: 312 } }, "p.json")).toThrow(/p.json: 'sources.peakTflops' must be a string, got 312/);
+    expect(parseProfile({ ...hw, sources: { peakTflops: "datasheet" } }).sources).toEqual({ peakTflops: "datasheet" });
   });
 
   it("fused q, k, v (one all-to-all of 3x the bytes): the same bytes, half the latencies", () => {

@@ -22,6 +22,8 @@ export interface HardwareProfile {
   name: string;
   /** Where the numbers come from (datasheet, measurement, command). */
   source: string;
+  /** Optional: where each field's number comes from, by field name (title, URL, the number quoted and where). */
+  sources?: Record<string, string>;
   /** Devices that share the fast intra-node link. */
   devicesPerNode: number;
   /** Peak dense matrix rate per device, TFLOP/s, in the training precision. */
@@ -159,9 +161,21 @@ export function parseProfile(json: unknown, where = "profile"): HardwareProfile 
   };
   const devicesPerNode = positive("devicesPerNode", p.devicesPerNode, where);
   if (!Number.isInteger(devicesPerNode)) throw new ProjectionError(`${where}: 'devicesPerNode' must be an integer, got ${devicesPerNode}`);
+  let sources: Record<string, string> | undefined;
+  if (p.sources !== undefined) {
+    if (typeof p.sources !== "object" || p.sources === null || Array.isArray(p.sources)) {
+      throw new ProjectionError(`${where}: 'sources' must be an object of field name -> citation text, got ${JSON.stringify(p.sources)?.slice(0, 80)}`);
+    }
+    sources = {};
+    for (const [key, value] of Object.entries(p.sources as Record<string, unknown>)) {
+      if (typeof value !== "string") throw new ProjectionError(`${where}: 'sources.${key}' must be a string, got ${JSON.stringify(value)?.slice(0, 80)}`);
+      sources[key] = value;
+    }
+  }
   return {
     name: p.name,
     source: typeof p.source === "string" ? p.source : "",
+    ...(sources === undefined ? {} : { sources }),
     devicesPerNode,
     peakTflops: positive("peakTflops", p.peakTflops, where),
     matmulEfficiency: efficiency("matmulEfficiency"),
