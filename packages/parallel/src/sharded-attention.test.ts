@@ -8,6 +8,8 @@ import { RingAttention } from "./ring-attention.js";
 import type { ShardedAttention } from "./sharded-attention.js";
 import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
 import { attentionInputs } from "./testing-fixtures/test-support.js";
+import { headRouting } from "./head-routing.js";
+import { allGatherKVBytes, ulyssesBytes } from "./scheme-bytes.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;
@@ -84,7 +86,7 @@ describe("communication accounting", () => {
     runRanks(p, async (group, rank) => {
       const attention = wrap(kind, group);
       const shard = (t: F32) => shardOf(t, evenSplitSizes(c.seq, p), rank);
-      const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true });
+      const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true, seqLength: c.seq });
       const forward = group.stats();
       await attention.backward(context, shard(x.dOut));
       return { forward, step: group.stats() };
@@ -135,6 +137,35 @@ describe("communication accounting", () => {
         expect(r.forward).toBe((p - 1) * kvBytes);
         expect(r.backward).toBe((p - 1) * kvBytes);
         expect(r.total).toBe(2 * (p - 1) * kvBytes);
+      }
+    }
+  });
+});
+
+describe("byte formulas (scheme-bytes.ts) on uneven shards and heads", () => {
+  it("ulyssesBytes and allGatherKVBytes equal every rank's counted bytes: N = 10 on 3 and 4, 6 heads / 2 kv heads, batch 2", async () => {
+    const c: Case = { name: "", batch: 2, seq: 10, heads: 6, kvHeads: 2, headDim: 4, causal: true, ranks: [] };
+    const x = inputs(c, 21);
+    for (const p of [3, 4]) {
+      const sizes = evenSplitSizes(c.seq, p);
+      const routing = headRouting(c.heads, c.kvHeads, p);
+      const formulas = {
+        ulysses: (rank: number) => ulyssesBytes(routing, sizes, rank, c.batch, c.headDim),
+        allgather: (rank: number) => allGatherKVBytes(sizes, rank, c.batch, c.kvHeads, c.headDim),
+      };
+      for (const kind of ["ulysses", "allgather"] as const) {
+        const counted = await runRanks(p, async (group, rank) => {
+          const attention = wrap(kind, group);
+          const shard = (t: F32) => shardOf(t, sizes, rank);
+          const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true, seqLength: c.seq });
+          const forward = group.stats().total.bytesSent;
+          await attention.backward(context, shard(x.dOut));
+          return [forward, group.stats().total.bytesSent - forward];
+        });
+        counted.forEach((got, rank) => {
+          const want = formulas[kind](rank);
+          expect(got, `${kind} P=${p} rank ${rank}`).toEqual([want.forward, want.backward]);
+        });
       }
     }
   });
