@@ -1,0 +1,97 @@
+/**
+ * One rank of `pnpm bench:overlap` (a threads-backend worker started by
+ * `launch`): ring attention alone (no block around it), forward + backward
+ * on this rank's zigzag shard, alternating a RingAttention that posts each
+ * transfer before the block computes with one that awaits it first
+ * (`overlap: false`), so other work on the machine slows both alike. Returns
+ * per iteration each one's wall time and its RingAttention.stats.
+ */
+import type { ProcessGroup } from "@ulysses/collectives";
+import { FusedAttention } from "@ulysses/fused-attention";
+import { OrtAttention, SessionCache, type LocalAttention } from "@ulysses/kernels";
+import { gatherRuns, RingAttention, shardRuns } from "@ulysses/parallel";
+import { randomUniform, Tensor } from "@ulysses/tensors";
+
+export interface ProbeArgs {
+  seq: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  iters: number;
+  warmups: number;
+}
+
+export interface ProbeTimes {
+  /** ms per iteration: [overlap, no overlap]. */
+  stepMs: [number[], number[]];
+  computeMs: [number[], number[]];
+  waitMs: [number[], number[]];
+}
+
+interface RankContext {
+  group: ProcessGroup;
+  ortThreads: number;
+  args?: { kernel?: "fused" | "ort" };
+}
+
+export default function setup(ctx: RankContext) {
+  const { group } = ctx;
+  const cache = new SessionCache({ intraOpThreads: ctx.ortThreads });
+  const local: LocalAttention = (ctx.args?.kernel ?? "fused") === "fused" ? new FusedAttention({ threads: ctx.ortThreads }) : new OrtAttention({ cache });
+  return {
+    async probe(a: ProbeArgs): Promise<ProbeTimes> {
+      const runs = shardRuns(a.seq, group.size, "zigzag");
+      const mine = runs[group.rank]!;
+      // the whole sequence's q, k, v, dOut (same seed on every rank), then this rank's zigzag runs of them
+      const whole = (heads: number, seed: number) => randomUniform([1, a.seq, heads, a.headDim], { seed, low: -1, high: 1 }) as Tensor<"float32">;
+      const shard = (t: Tensor<"float32">) => {
+        const s = mine.reduce((n, r) => n + r.length, 0);
+        return new Tensor(
+          "float32",
+          [1, s, t.shape[2]!, a.headDim],
+          gatherRuns(t.data, 1, a.seq * t.shape[2]! * a.headDim, scaled(mine, t.shape[2]! * a.headDim)),
+        );
+      };
+      const [q, k, v, dOut] = [whole(a.heads, 1), whole(a.kvHeads, 2), whole(a.kvHeads, 3), whole(a.heads, 4)].map(shard) as [
+        Tensor<"float32">,
+        Tensor<"float32">,
+        Tensor<"float32">,
+        Tensor<"float32">,
+      ];
+      const rings = [new RingAttention(local, group, { overlap: true }), new RingAttention(local, group, { overlap: false })] as const;
+      const once = async (ring: RingAttention) => {
+        await group.barrier();
+        ring.resetStats();
+        const t0 = performance.now();
+        const { out, context } = await ring.forward(q, k, v, { causal: true, seqRuns: runs });
+        const grads = await ring.backward(context, dOut);
+        const ms = performance.now() - t0;
+        ring.release(context, out, grads.dq, grads.dk, grads.dv);
+        return { ms, ...ring.stats };
+      };
+      for (let w = 0; w < a.warmups; w++) for (const ring of rings) await once(ring);
+      const times: ProbeTimes = { stepMs: [[], []], computeMs: [[], []], waitMs: [[], []] };
+      for (let i = 0; i < a.iters; i++) {
+        // alternate the order too, so neither always runs first after the barrier
+        const order = i % 2 === 0 ? [0, 1] : [1, 0];
+        for (const j of order) {
+          const r = await once(rings[j]!);
+          times.stepMs[j]!.push(r.ms);
+          times.computeMs[j]!.push(r.computeMs);
+          times.waitMs[j]!.push(r.waitMs);
+        }
+      }
+      return times;
+    },
+
+    async dispose() {
+      if (local instanceof FusedAttention) local.release();
+      await cache.release();
+    },
+  };
+}
+
+/** Runs of token positions as runs of floats (each token `width` floats) in a [1, N * width] row. */
+function scaled(runs: readonly { start: number; length: number }[], width: number) {
+  return runs.map((r) => ({ start: r.start * width, length: r.length * width }));
+}
