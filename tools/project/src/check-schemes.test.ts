@@ -108,6 +108,29 @@ describe("bench:schemes check", () => {
     expect(expected).toBeCloseTo(6713.722368 * us, 12);
   });
 
+  it("contiguous causal bytes: the busiest rank is r − 2, (passes + 1)(r − 1) + (r − 2) blocks = 8 blocks at r = 4 (zigzag: 9)", () => {
+    const blockBytes = 2 * 256 * 2 * 32 * 4;
+    const [contiguous, zigzag] = checkSchemes([row({ layout: "contiguous" }), row({})], profile);
+    expect(contiguous!.predictedBytes).toBe(8 * blockBytes);
+    expect(zigzag!.predictedBytes).toBe(9 * blockBytes);
+  });
+
+  it("more ranks than cores: an uneven layout's attention takes max(busiest x cores / P, total / P) of the busiest rank's time", () => {
+    // contiguous, B = 256: ring rank g attends B(B+1)/2 + g·B² pairs; the busiest (g = 3) 3.5·B² + B/2, the four together 8·B² + 2B
+    const b = 256;
+    const busiest = (b * (b + 1)) / 2 + 3 * b * b;
+    const total = 4 * ((b * (b + 1)) / 2) + 6 * b * b;
+    const shared = checkSchemes([row({ layout: "contiguous" })], profile, { cores: 2 })[0]!;
+    const alone = checkSchemes([row({ layout: "contiguous" })], profile)[0]!;
+    const factor = Math.max(2 / 4, total / (busiest * 4));
+    expect(factor).toBeCloseTo(0.5714, 3);
+    expect(shared.terms.attention).toBeCloseTo(alone.terms.attention * factor, 12);
+    expect(shared.predictedSeconds - alone.predictedSeconds).toBeCloseTo(alone.terms.attention * (factor - 1), 12);
+    // zigzag is balanced: unchanged
+    const [zigShared, zigAlone] = [checkSchemes([row({})], profile, { cores: 2 })[0]!, checkSchemes([row({})], profile)[0]!];
+    expect(zigShared.predictedSeconds).toBeCloseTo(zigAlone.predictedSeconds, 12);
+  });
+
   it("rejects inconsistent rows naming the row and the value", () => {
     expect(() => checkSchemes([row({ u: 2, r: 4 })], profile)).toThrow(/schemes row 0 .*u × r = 8, not P = 4/);
     expect(() => checkSchemes([row({ scheme: "ulysses", u: 2, r: 2 })], profile)).toThrow(/a ulysses row has r = 1, got r = 2/);

@@ -9,7 +9,7 @@
  */
 import { project, type GptShape, type RunShape, type Scheme } from "./cost-model.js";
 import { parseProfile, ProjectionError, type HardwareProfile } from "./profile.js";
-import type { RingLayout } from "./sp-cost.js";
+import { ringPairsPerRank, type RingLayout } from "./sp-cost.js";
 
 /** One measured configuration: one block's forward + backward, causal. */
 export interface SchemeRow {
@@ -52,6 +52,8 @@ export interface SchemeCheckRow extends Omit<SchemeRow, "bytesPerRank"> {
 export interface SchemeCheckOptions {
   /** q, k and v in one all-to-all (as @ulysses/block sends them); default true. Changes latencies only. */
   fusedQkv?: boolean;
+  /** Cores the P ranks shared (bench:schemes' machine.cores); fewer than P: the uneven-layout correction above. */
+  cores?: number;
 }
 
 /** The block as the cost model sees it: one layer, no vocabulary, MLP 4h. */
@@ -122,7 +124,18 @@ export function checkSchemes(rows: readonly SchemeRow[], profile: HardwareProfil
     checkRow(row, i);
     const p = project(schemeBlock(row), schemeRun(row, options), profile);
     const sp = p.sequenceParallel!;
-    const predictedSeconds = p.computeSeconds + p.parallelCommSeconds;
+    // More ranks than cores: the measured rates are per rank with every rank busy; once the lighter ranks of an
+    // uneven layout finish, the scheduler gives their cores to the busy ones, so the attention takes
+    // max(busiest / (rate x P / cores), total / (rate x P)) instead of busiest / rate.
+    const cores = options.cores;
+    let attention = sp.attentionSeconds;
+    if (cores !== undefined && cores < row.P) {
+      const work = ringPairsPerRank(row.N, row.r, true, row.layout);
+      const busiest = Math.max(...work);
+      const total = (work.reduce((a, w) => a + w, 0) * row.P) / row.r;
+      attention = sp.attentionSeconds * Math.max(cores / row.P, total / (busiest * row.P));
+    }
+    const predictedSeconds = p.computeSeconds - sp.attentionSeconds + attention + p.parallelCommSeconds;
     const tokens = row.batch * (row.N / row.P);
     const matmulFlops = 3 * tokens * 2 * (2 * row.hidden * row.hidden + 2 * row.hidden * row.kvHeads * row.headDim + 8 * row.hidden * row.hidden);
     const matmul = matmulFlops / (profile.peakTflops * 1e12 * profile.matmulEfficiency);
@@ -137,7 +150,7 @@ export function checkSchemes(rows: readonly SchemeRow[], profile: HardwareProfil
       bytesErrorPercent: measuredBytes === 0 ? (bytes === 0 ? 0 : Infinity) : (100 * (bytes - measuredBytes)) / measuredBytes,
       terms: {
         matmul,
-        attention: sp.attentionSeconds,
+        attention,
         fixed: p.computeSeconds - matmul - sp.attentionSeconds,
         allToAll: sp.allToAllSeconds,
         ringExposed: sp.ringExposedSeconds,
@@ -215,19 +228,21 @@ export function profileFromRates(rates: SchemeRates, ranks: number, base?: Hardw
  * `profileFromRates`), or a bare array of rows (then the profile comes from
  * elsewhere). Other keys (machine, flags, targets, ...) are ignored.
  */
-export function parseSchemesFile(json: unknown, where = "schemes.json"): { rows: SchemeRow[]; profile?: HardwareProfile; rates?: SchemeRates } {
+export function parseSchemesFile(json: unknown, where = "schemes.json"): { rows: SchemeRow[]; profile?: HardwareProfile; rates?: SchemeRates; cores?: number } {
   if (Array.isArray(json)) return { rows: json as SchemeRow[] };
   if (typeof json !== "object" || json === null) throw new ProjectionError(`${where}: expected an object with 'rows' (and a profile) or an array of rows`);
   const o = json as Record<string, unknown>;
   if (!Array.isArray(o.rows)) throw new ProjectionError(`${where}: 'rows' must be an array of scheme rows, got ${JSON.stringify(o.rows)?.slice(0, 80)}`);
   const rows = o.rows as SchemeRow[];
-  if (o.profile !== undefined) return { rows, profile: parseProfile(o.profile, `${where} profile`) };
+  const machine = o.machine as { cores?: unknown } | undefined;
+  const cores = typeof machine?.cores === "number" && Number.isInteger(machine.cores) && machine.cores > 0 ? { cores: machine.cores } : {};
+  if (o.profile !== undefined) return { rows, profile: parseProfile(o.profile, `${where} profile`), ...cores };
   if (PROFILE_KEYS.some((k) => k in o)) {
     const { rows: _rows, ...fields } = o;
-    return { rows, profile: parseProfile({ name: "bench:schemes machine", ...fields }, `${where} (profile keys beside the rows)`) };
+    return { rows, profile: parseProfile({ name: "bench:schemes machine", ...fields }, `${where} (profile keys beside the rows)`), ...cores };
   }
-  if (typeof o.rates === "object" && o.rates !== null) return { rows, rates: o.rates as SchemeRates };
-  return { rows };
+  if (typeof o.rates === "object" && o.rates !== null) return { rows, rates: o.rates as SchemeRates, ...cores };
+  return { rows, ...cores };
 }
 
 const ms = (s: number) => (s * 1e3).toFixed(1);

@@ -159,7 +159,7 @@ export function runSchemesCheck(options: Options): { markdown: string; json: unk
   else if (parsed.rates !== undefined) profile = profileFromRates(parsed.rates, Math.max(...parsed.rows.map((r) => r.P)), given, `${file} rates`);
   else if (given !== undefined) profile = given;
   else throw new ProjectionError(`${file} carries no profile (neither 'profile', profile keys beside 'rows', nor 'rates'): pass the machine's with --profile`);
-  const rows = checkSchemes(parsed.rows, profile);
+  const rows = checkSchemes(parsed.rows, profile, parsed.cores === undefined ? {} : { cores: parsed.cores });
   return { markdown: schemesCheckMarkdown(rows, profile), json: { profile, rows } };
 }
 

@@ -78,6 +78,20 @@ export function ringPairsPerStep(seqLen: number, ringDegree: number, causal: boo
 }
 
 /**
+ * Query-key pairs each ring rank attends per head and layer over a whole
+ * pass (ring group order): contiguous causal rank g attends its own block
+ * causally and the g earlier blocks in full, B(B+1)/2 + g·B²; zigzag and
+ * non-causal give every rank the same.
+ */
+export function ringPairsPerRank(seqLen: number, ringDegree: number, causal: boolean, layout: RingLayout): number[] {
+  const r = ringDegree;
+  const block = seqLen / r;
+  if (causal && layout === "contiguous") return Array.from({ length: r }, (_, g) => (block * (block + 1)) / 2 + g * block * block);
+  const busiest = ringPairsPerStep(seqLen, r, causal, layout).reduce((a, q) => a + q, 0);
+  return Array.from({ length: r }, () => busiest);
+}
+
+/**
  * Time of one ring pass of one layer: step s computes block s while the
  * block of step s+1 travels (posted first), so step s takes max(C_s, T) and
  * the last step C_{r−1}; without overlap every step takes C_s + T (the last
@@ -145,7 +159,12 @@ export function sequenceParallelCost(s: SequenceParallelShape, hw: HardwareProfi
   const forwardPasses = s.activationCheckpointing ? 2 : 1;
   const attentionSeconds = s.layers * (forwardPasses * forwardPass.compute + backwardPass.compute);
   const ringExposedSeconds = s.layers * (forwardPasses * (forwardPass.total - forwardPass.compute) + (backwardPass.total - backwardPass.compute));
-  const ringBytes = s.layers * (r - 1) * ringBlockBytes * (forwardPasses + 2);
+  // Busiest rank: every block makes r − 1 hops each pass, and backward's accumulators too; causal contiguous
+  // sends no block into a rank's future, so rank r − 2 is the busiest: (passes + 1)(r − 1) + (r − 2) blocks
+  // (ring-attention.ts, ringForwardBytes / ringBackwardBytes).
+  const contiguousCausal = s.causal && s.layout === "contiguous" && r > 1;
+  const ringBlocks = contiguousCausal ? (forwardPasses + 1) * (r - 1) + (r - 2) : (r - 1) * (forwardPasses + 2);
+  const ringBytes = s.layers * ringBlockBytes * ringBlocks;
 
   // Ulysses all-to-alls inside the u-group on the rank's N/P tokens. A tensor
   // of which every rank receives `headsPerRank` heads puts b·(N/P)·headsPerRank·D·e
