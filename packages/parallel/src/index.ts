@@ -38,6 +38,7 @@ export {
   type BlockCall,
 } from "./ring-attention.js";
 export { HybridAttention, HybridContext } from "./hybrid-attention.js";
+export { PipelinedUlyssesAttention, PipelinedUlyssesContext } from "./pipelined-ulysses.js";
 export { TensorPool } from "./tensor-pool.js";
 export {
   ParallelDims,

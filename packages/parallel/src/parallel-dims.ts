@@ -36,6 +36,8 @@ export interface ParallelDimsOptions {
   ringDegree?: number;
   /** How the sequence is cut over the SP ranks (default zigzag when a ring runs, else contiguous). */
   layout?: SequenceLayoutKind;
+  /** Ulysses: pipeline the exchanges with the local kernel over this many head groups (PipelinedUlyssesAttention; default 1, off). */
+  headGroups?: number;
 }
 
 /** The layout's resolved degrees: Ulysses groups of `u` ranks, `r` of them around the ring, and the sequence layout. */
@@ -96,6 +98,7 @@ export interface ParallelDimsNames {
   ulyssesDegree: string;
   ringDegree: string;
   layout: string;
+  headGroups: string;
 }
 
 const DEFAULT_NAMES: ParallelDimsNames = {
@@ -107,6 +110,7 @@ const DEFAULT_NAMES: ParallelDimsNames = {
   ulyssesDegree: "ulyssesDegree",
   ringDegree: "ringDegree",
   layout: "layout",
+  headGroups: "headGroups",
 };
 
 /** Every problem of a layout, each naming its values (empty when it is fine). No communication. */
@@ -137,6 +141,17 @@ export function parallelDimsProblems(options: ParallelDimsOptions, shape: Parall
     ] as const) {
       if (value !== undefined) problems.push(`${n[key]} ${value} is for hybrid attention only (${n.attention} is ${attention})`);
     }
+  }
+  const g = options.headGroups;
+  if (g !== undefined && g !== 1) {
+    if (attention !== "ulysses") problems.push(`${n.headGroups} ${g} pipelines Ulysses' exchanges; ${n.attention} is ${attention}`);
+    else if (!Number.isInteger(g) || g < 1) problems.push(`${n.headGroups} must be a positive integer, got ${g}`);
+    else if (shape.heads % g !== 0 || shape.kvHeads % g !== 0)
+      problems.push(`${n.headGroups} ${g} must divide ${n.heads} ${shape.heads} and the kv heads ${shape.kvHeads}`);
+    else if (shape.heads / g < sp)
+      problems.push(
+        `${n.heads} ${shape.heads} / ${n.headGroups} ${g} = ${shape.heads / g} heads per group is fewer than ${n.sp} ${sp}: every rank needs a head of each group`,
+      );
   }
   const dims = resolveDims(options, shape.kvHeads);
   const { ulyssesDegree: u, ringDegree: r } = dims;
@@ -200,6 +215,8 @@ export class ParallelDims {
     readonly layout: SequenceLayoutKind,
     /** Hybrid attention's subgroups (null for the other kinds). */
     readonly hybridGroups: HybridGroups | null,
+    /** Ulysses head groups pipelined with the local kernel (1: off). */
+    readonly headGroups: number,
   ) {}
 
   /** Collective over `world`: validates the layout, then builds the groups. */
@@ -213,7 +230,7 @@ export class ParallelDims {
       const split = await splitWorld(groups.sp, { sp: ulyssesDegree, dp: ringDegree });
       hybrid = { ulysses: split.sp, ring: split.dp };
     }
-    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, attention, ulyssesDegree, ringDegree, layout, hybrid);
+    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, attention, ulyssesDegree, ringDegree, layout, hybrid, options.headGroups ?? 1);
   }
 
   /** Every SP rank's runs of positions for sequences of `seqLength` tokens under this layout. */

@@ -32,6 +32,7 @@ import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
 import { RingAttention } from "./ring-attention.js";
 import { HybridAttention } from "./hybrid-attention.js";
+import { PipelinedUlyssesAttention } from "./pipelined-ulysses.js";
 import { SEQUENCE_PARALLEL_KINDS, type HybridGroups, type ParallelDims, type SequenceParallelKind } from "./parallel-dims.js";
 import { runPositions, sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
 import { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
@@ -47,8 +48,9 @@ export function createShardedAttention(
   local: LocalAttention,
   group: ProcessGroup,
   hybrid: HybridGroups | null = null,
+  headGroups = 1,
 ): ShardedAttention {
-  if (kind === "ulysses") return new UlyssesAttention(local, group);
+  if (kind === "ulysses") return headGroups > 1 ? new PipelinedUlyssesAttention(local, group, { headGroups }) : new UlyssesAttention(local, group);
   if (kind === "allgather") return new AllGatherKVAttention(local, group);
   if (kind === "ring") return new RingAttention(local, group);
   if (kind === "hybrid") {
@@ -136,13 +138,14 @@ function shardBlocks(
   layout: SequenceLayout,
   who: string,
   hybrid: HybridGroups | null = null,
+  headGroups = 1,
 ): ShardedAttention[] {
   const byKernel = new Map<LocalAttention, LayoutAttention>();
   for (const block of blocks) {
     const local = localKernelOf(block, who);
     let attention = byKernel.get(local);
     if (attention === undefined) {
-      const sharded = createShardedAttention(kind, local, group, hybrid);
+      const sharded = createShardedAttention(kind, local, group, hybrid, headGroups);
       sharded.checkHeads(block.config.heads, block.config.kvHeads);
       attention = new LayoutAttention(sharded, layout);
       byKernel.set(local, attention);
@@ -229,7 +232,7 @@ export class ParallelGpt {
     readonly model: Gpt,
     readonly dims: ParallelDims,
   ) {
-    this.attention = shardBlocks(model.blocks, dims.spGroup, dims.attention, this.layout, "parallelize", dims.hybridGroups);
+    this.attention = shardBlocks(model.blocks, dims.spGroup, dims.attention, this.layout, "parallelize", dims.hybridGroups, dims.headGroups);
   }
 
   get config(): GptConfig {

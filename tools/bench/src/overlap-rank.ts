@@ -9,7 +9,7 @@
 import type { ProcessGroup } from "@ulysses/collectives";
 import { FusedAttention } from "@ulysses/fused-attention";
 import { OrtAttention, SessionCache, type LocalAttention } from "@ulysses/kernels";
-import { gatherRuns, RingAttention, shardRuns } from "@ulysses/parallel";
+import { gatherRuns, PipelinedUlyssesAttention, RingAttention, shardRuns, UlyssesAttention, type ShardedAttention } from "@ulysses/parallel";
 import { randomUniform, Tensor } from "@ulysses/tensors";
 
 export interface ProbeArgs {
@@ -19,6 +19,17 @@ export interface ProbeArgs {
   headDim: number;
   iters: number;
   warmups: number;
+}
+
+export interface UlyssesProbeArgs extends ProbeArgs {
+  headGroups: number;
+}
+
+export interface UlyssesProbeTimes {
+  /** ms per iteration: [plain Ulysses, pipelined]. */
+  stepMs: [number[], number[]];
+  /** ms inside the local kernel per iteration: [plain, pipelined]. */
+  kernelMs: [number[], number[]];
 }
 
 export interface ProbeTimes {
@@ -79,6 +90,57 @@ export default function setup(ctx: RankContext) {
           times.stepMs[j]!.push(r.ms);
           times.computeMs[j]!.push(r.computeMs);
           times.waitMs[j]!.push(r.waitMs);
+        }
+      }
+      return times;
+    },
+
+    /** Plain UlyssesAttention against PipelinedUlyssesAttention, forward + backward on this rank's contiguous shard, alternating. */
+    async probeUlysses(a: UlyssesProbeArgs): Promise<UlyssesProbeTimes> {
+      const s = Math.floor(a.seq / group.size);
+      const seqLength = s * group.size;
+      const make = (heads: number, seed: number) =>
+        randomUniform([1, s, heads, a.headDim], { seed: seed + 16 * group.rank, low: -1, high: 1 }) as Tensor<"float32">;
+      const [q, k, v, dOut] = [make(a.heads, 1), make(a.kvHeads, 2), make(a.kvHeads, 3), make(a.heads, 4)] as const;
+      let kernelMs = 0;
+      const timed: LocalAttention = {
+        name: local.name,
+        forward: async (...args) => {
+          const t0 = performance.now();
+          try {
+            return await local.forward(...args);
+          } finally {
+            kernelMs += performance.now() - t0;
+          }
+        },
+        backward: async (...args) => {
+          const t0 = performance.now();
+          try {
+            return await local.backward(...args);
+          } finally {
+            kernelMs += performance.now() - t0;
+          }
+        },
+        release: () => undefined,
+      };
+      const wrappers: ShardedAttention[] = [new UlyssesAttention(timed, group), new PipelinedUlyssesAttention(timed, group, { headGroups: a.headGroups })];
+      const once = async (w: ShardedAttention) => {
+        await group.barrier();
+        kernelMs = 0;
+        const t0 = performance.now();
+        const { out, context } = await w.forward(q, k, v, { causal: true, seqLength });
+        const grads = await w.backward(context, dOut);
+        const ms = performance.now() - t0;
+        w.release(context, out, grads.dq, grads.dk, grads.dv);
+        return { ms, kernel: kernelMs };
+      };
+      for (let i = 0; i < a.warmups; i++) for (const w of wrappers) await once(w);
+      const times: UlyssesProbeTimes = { stepMs: [[], []], kernelMs: [[], []] };
+      for (let i = 0; i < a.iters; i++) {
+        for (const j of i % 2 === 0 ? [0, 1] : [1, 0]) {
+          const r = await once(wrappers[j]!);
+          times.stepMs[j]!.push(r.ms);
+          times.kernelMs[j]!.push(r.kernel);
         }
       }
       return times;

@@ -8,6 +8,7 @@ import { initBlockWeights, resolveBlockConfig } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { OrtAttention, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, SessionCache } from "@ulysses/kernels";
 import { evenSplitSizes } from "@ulysses/tensors";
+import { PipelinedUlyssesAttention } from "../pipelined-ulysses.js";
 import { shardOf, spBlock, type SpBlockConfig } from "./test-support.js";
 
 export interface TestRunArgs {
@@ -18,6 +19,8 @@ export interface TestRunArgs {
   /** "reference" kernels, or ONNX Runtime attention with reference ops. */
   attention: "reference" | "ort";
   checkpoint?: boolean;
+  /** Ulysses pipelined over this many head groups (PipelinedUlyssesAttention). */
+  headGroups?: number;
 }
 
 /** Full input x and output gradient dy [b, N, hidden], and the weights, from the seed (same on every rank). */
@@ -37,7 +40,8 @@ export default function setup(ctx: { group: ProcessGroup }) {
       const { x, dy, weights } = testProblem(args);
       const sizes = evenSplitSizes(args.seq, group.size);
       const localAttention = args.attention === "ort" ? new OrtAttention({ cache, blockRows: 16 }) : new ReferenceAttention();
-      const block = spBlock(args.config, group, { ops: new ReferenceOps(), localAttention, weights, checkpoint: args.checkpoint ?? false });
+      const share = args.headGroups === undefined ? undefined : new PipelinedUlyssesAttention(localAttention, group, { headGroups: args.headGroups });
+      const block = spBlock(args.config, group, { ops: new ReferenceOps(), localAttention, weights, checkpoint: args.checkpoint ?? false }, share);
       group.resetStats();
       const { y, context } = await block.forward(shardOf(x, sizes, group.rank), { seqLength: args.seq });
       const forwardBytes = group.stats().total.bytesSent;
