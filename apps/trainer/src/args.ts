@@ -35,6 +35,8 @@ const HELP: Record<keyof TrainConfig, string> = {
   ulyssesDegree: "hybrid attention: ranks per Ulysses group, u (default --sp / --ring-degree, or gcd(--sp, --kv-heads))",
   ringDegree: "hybrid attention: Ulysses groups around the ring, r = --sp / u",
   sequenceLayout: "auto (zigzag when a ring runs, which balances causal attention over the ranks; else contiguous) | contiguous | zigzag",
+  ulyssesHeadGroups:
+    "Ulysses: pipeline its all-to-alls against the attention kernel over this many head groups (1: off; slower on a CPU, where the exchange copies use the same cores)",
   batch: "sequences per step per data-parallel group",
   steps: "training steps (total, including resumed ones)",
   lr: "peak learning rate",
@@ -235,8 +237,8 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
     );
   }
   const shape = new Set<string>([...MODEL_SHAPE_KEYS, "vocab"]);
-  // a new --attention (or --sp) given now also resets the recorded hybrid degrees and layout, which belong to the old scheme
-  const layoutKeys = new Set<string>(["ulyssesDegree", "ringDegree", "sequenceLayout"]);
+  // a new --attention (or --sp) given now also resets the recorded hybrid degrees, layout and head groups, which belong to the old scheme
+  const layoutKeys = new Set<string>(["ulyssesDegree", "ringDegree", "sequenceLayout", "ulyssesHeadGroups"]);
   const newScheme = explicit.has("attention") || explicit.has("sp");
   for (const [name, raw] of Object.entries(recorded)) {
     const key = name as keyof TrainConfig;

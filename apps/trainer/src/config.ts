@@ -44,6 +44,8 @@ export interface TrainConfig {
   ringDegree: number | null;
   /** How a sequence is cut over the SP ranks: auto (zigzag when a ring runs, else contiguous) | contiguous | zigzag. */
   sequenceLayout: "auto" | SequenceLayoutKind;
+  /** Ulysses: pipeline its exchanges against the attention kernel over this many head groups (1: off). */
+  ulyssesHeadGroups: number;
   /** Sequences per data-parallel group per step. */
   batch: number;
   steps: number;
@@ -99,6 +101,7 @@ export const DEFAULTS: TrainConfig = {
   ulyssesDegree: null,
   ringDegree: null,
   sequenceLayout: "auto",
+  ulyssesHeadGroups: 1,
   batch: 8,
   steps: 1000,
   lr: 2e-3,
@@ -147,6 +150,7 @@ export function parallelOptionsOf(config: TrainConfig): ParallelDimsOptions {
   if (config.ulyssesDegree !== null) options.ulyssesDegree = config.ulyssesDegree;
   if (config.ringDegree !== null) options.ringDegree = config.ringDegree;
   if (config.sequenceLayout !== "auto") options.layout = config.sequenceLayout;
+  if (config.ulyssesHeadGroups !== 1) options.headGroups = config.ulyssesHeadGroups;
   return options;
 }
 
@@ -215,7 +219,22 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
       problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
-  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "pairs", "queries", "vocab"] as const)
+  for (const key of [
+    "sp",
+    "dp",
+    "seq",
+    "layers",
+    "hidden",
+    "heads",
+    "kvHeads",
+    "batch",
+    "steps",
+    "logEvery",
+    "pairs",
+    "queries",
+    "vocab",
+    "ulyssesHeadGroups",
+  ] as const)
     positive(key);
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
@@ -266,6 +285,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
             ulyssesDegree: "--ulysses-degree",
             ringDegree: "--ring-degree",
             layout: "--sequence-layout",
+            headGroups: "--ulysses-head-groups",
           },
         ),
       );

@@ -73,6 +73,11 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
       expectClose(single, await train({ ...run, steps: 10, batch: 2, attention: "hybrid" }));
   });
 
+  it("Ulysses pipelined over 2 head groups (--ulysses-head-groups 2) at SP 2: losses and final weights within 1e-4 of one rank", async () => {
+    const single = await train({ sp: 1, steps: 10, batch: 2 });
+    expectClose(single, await train({ sp: 2, steps: 10, batch: 2, ulyssesHeadGroups: 2 }));
+  });
+
   it("sp 2 x dp 2 (batch 2 per group) and ZeRO-1 over the 4 ranks train like one rank with the global batch of 4", async () => {
     const single = await train({ sp: 1, dp: 1, batch: 4 });
     expectClose(single, await train({ sp: 2, dp: 2, batch: 2, zero1: true }));

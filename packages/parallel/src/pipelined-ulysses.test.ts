@@ -4,9 +4,11 @@
  * ulyssesBytes of one head group times G, its exchanges posted ahead of the
  * kernel (recorded order of kernel calls and all-to-alls), and its checks.
  */
-import type { ProcessGroup } from "@ulysses/collectives";
+import { createLocalGroups, type ProcessGroup } from "@ulysses/collectives";
+import { Gpt } from "@ulysses/model";
 import {
   maxRelativeError,
+  ReferenceOps,
   ReferenceAttention,
   type AttentionForwardResult,
   type AttentionGradients,
@@ -16,7 +18,8 @@ import {
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { headRouting } from "./head-routing.js";
-import { parallelDimsProblems } from "./parallel-dims.js";
+import { ParallelDims, parallelDimsProblems } from "./parallel-dims.js";
+import { parallelize } from "./parallelize.js";
 import { PipelinedUlyssesAttention } from "./pipelined-ulysses.js";
 import { ulyssesBytes } from "./scheme-bytes.js";
 import { attentionInputs, joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
@@ -104,6 +107,18 @@ describe("PipelinedUlyssesAttention equals single-rank ReferenceAttention", () =
     // in(0) in(1) kernel(0) out(0) in(2) kernel(1) out(1) kernel(2) out(2), the same backward
     const one = "allToAll allToAll kernel allToAll allToAll kernel allToAll kernel allToAll";
     expect(logs).toEqual([`${one} | ${one}`, `${one} | ${one}`]);
+  });
+
+  it("parallelize uses it when ParallelDims has headGroups > 1", async () => {
+    const config = { vocab: 16, hidden: 16, heads: 4, kvHeads: 2, layers: 1, mlp: "gelu" as const, mlpRatio: 2, maxSeq: 8, tiedHead: false };
+    const kinds = await Promise.all(
+      createLocalGroups(2).map(async (world) => {
+        const dims = await ParallelDims.create(world, { sp: 2, headGroups: 2 }, { heads: 4, kvHeads: 2, seqLength: 8 });
+        const model = parallelize(new Gpt(config, { ops: new ReferenceOps(), localAttention: reference, seed: 1 }), dims);
+        return model.attention[0]!.name;
+      }),
+    );
+    expect(kinds).toEqual(["ulysses(reference, P=2, 2 head groups pipelined)", "ulysses(reference, P=2, 2 head groups pipelined)"]);
   });
 
   it("checks the head groups: they divide heads and kv heads and leave every rank a head of each group", async () => {
