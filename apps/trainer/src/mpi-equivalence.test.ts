@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { mpirunAvailable, mpirunCommand, SOURCE_CONDITION_ARG } from "@ulysses/collectives-mpi";
-import { spawnTrainer } from "./testing-fixtures/cli.js";
+import { lossCurve, spawnTrainer } from "./testing-fixtures/cli.js";
 
 const flags = [
   "--seq",
@@ -49,14 +49,6 @@ async function run(command: string, args: string[]): Promise<{ code: number | nu
   return { code, output: stdout + stderr };
 }
 
-function losses(dir: string): number[] {
-  return fs
-    .readFileSync(path.join(dir, "metrics.jsonl"), "utf8")
-    .trim()
-    .split("\n")
-    .map((line) => (JSON.parse(line) as { loss: number }).loss);
-}
-
 const available = mpirunAvailable();
 const skip = !available && process.env.CI !== "true";
 
@@ -77,7 +69,7 @@ async function threadsAndMpi(mpiFlags: string[], np = 2): Promise<{ threads: num
   });
   const mpi = await run(mpirun, mpirunArgs);
   expect(mpi.code, mpi.output).toBe(0);
-  return { threads: losses(threadsDir), mpi: losses(mpiDir), mpiOutput: mpi.output };
+  return { threads: lossCurve(threadsDir), mpi: lossCurve(mpiDir), mpiOutput: mpi.output };
 }
 
 function expectSameCurve(a: number[], b: number[], what: string): void {

@@ -6,7 +6,7 @@ import { readSafetensors } from "@ulysses/model";
 import { DEFAULTS, type TrainConfig } from "./config.js";
 import { InProcessPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
-import { spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
+import { lossCurve, spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
 
 const base: TrainConfig = {
   ...DEFAULTS,
@@ -107,11 +107,7 @@ describe("past the head count on the threads backend (one worker thread per rank
     ];
     const run = await spawnTrainer(args);
     expect(run.code, run.stdout + run.stderr).toBe(0);
-    return fs
-      .readFileSync(path.join(out, "metrics.jsonl"), "utf8")
-      .trim()
-      .split("\n")
-      .map((line) => (JSON.parse(line) as { loss: number }).loss);
+    return lossCurve(out);
   }
 
   it("SP 8 with 4 heads and 2 kv heads (hybrid 2 x 4, and ring): the loss curve of one rank within 1e-4", async () => {

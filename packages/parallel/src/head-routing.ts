@@ -66,7 +66,21 @@ function kvForRange(range: HeadRange, group: number): number[] {
   return Array.from({ length: range.count }, (_, i) => kvOf(range.start + i));
 }
 
+/** Routings made so far, by (heads, kvHeads, worldSize): the wrappers ask for one on every call. */
+const routings = new Map<string, HeadRouting>();
+
+/** The head routing of `heads` / `kvHeads` over `worldSize` ranks (immutable; made once per configuration). */
 export function headRouting(heads: number, kvHeads: number, worldSize: number): HeadRouting {
+  const key = `${heads}/${kvHeads}/${worldSize}`;
+  let routing = routings.get(key);
+  if (routing === undefined) {
+    routing = makeRouting(heads, kvHeads, worldSize);
+    routings.set(key, routing);
+  }
+  return routing;
+}
+
+function makeRouting(heads: number, kvHeads: number, worldSize: number): HeadRouting {
   checkHeads(heads, kvHeads, worldSize);
   const group = heads / kvHeads;
   const sizes = evenSplitSizes(heads, worldSize);

@@ -64,7 +64,6 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
   readonly ring: RingAttention;
   private readonly scratch = new ScratchBuffers();
   private readonly pool = new TensorPool();
-  private readonly routings = new Map<string, HeadRouting>();
 
   /** `group`: the SP group (P = u·r ranks); `ulyssesGroup` and `ringGroup`: this rank's subgroups of it (see the module comment). */
   constructor(
@@ -88,16 +87,6 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
 
   checkHeads(heads: number, kvHeads: number): void {
     checkHeads(heads, kvHeads, this.ulyssesGroup.size);
-  }
-
-  private routing(heads: number, kvHeads: number): HeadRouting {
-    const key = `${heads}/${kvHeads}`;
-    let routing = this.routings.get(key);
-    if (routing === undefined) {
-      routing = headRouting(heads, kvHeads, this.ulyssesGroup.size);
-      this.routings.set(key, routing);
-    }
-    return routing;
   }
 
   /** The Ulysses group's shards (its ranks' sizes) and the ring's runs (each group's tokens joined), from the SP layout. */
@@ -133,7 +122,7 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
   async forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<HybridContext>> {
     const { seq: s, heads, kvHeads } = shardDims(q, k, v, this.name);
     this.checkHeads(heads, kvHeads);
-    const routing = this.routing(heads, kvHeads);
+    const routing = headRouting(heads, kvHeads, this.ulyssesGroup.size);
     const { group, ringRuns } = this.split(sequenceShards(s, this.group.rank, this.group.size, options));
     return exclusive(this, async () => {
       const ringOptions: ShardedAttentionOptions = { causal: options.causal, seqRuns: ringRuns };

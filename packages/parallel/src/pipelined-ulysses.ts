@@ -57,7 +57,6 @@ export class PipelinedUlyssesAttention implements ShardedAttention<PipelinedUlys
   /** One set of send/receive buffers per head group and direction, so exchanges in flight never share one. */
   private readonly scratch: { in: ScratchBuffers; out: ScratchBuffers }[];
   private readonly pool = new TensorPool();
-  private readonly routings = new Map<string, HeadRouting>();
 
   constructor(
     readonly local: LocalAttention,
@@ -77,16 +76,6 @@ export class PipelinedUlyssesAttention implements ShardedAttention<PipelinedUlys
     checkHeads(heads / g, kvHeads / g, this.group.size);
   }
 
-  private routing(heads: number, kvHeads: number): HeadRouting {
-    const key = `${heads}/${kvHeads}`;
-    let routing = this.routings.get(key);
-    if (routing === undefined) {
-      routing = headRouting(heads / this.headGroups, kvHeads / this.headGroups, this.group.size);
-      this.routings.set(key, routing);
-    }
-    return routing;
-  }
-
   private exchange(routing: HeadRouting, shards: SequenceShards, g: number, direction: "in" | "out"): SeqExchange {
     return { group: this.group, routing, shards, scratch: this.scratch[g]![direction], pool: this.pool };
   }
@@ -94,7 +83,7 @@ export class PipelinedUlyssesAttention implements ShardedAttention<PipelinedUlys
   async forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<PipelinedUlyssesContext>> {
     const { batch: b, seq: s, heads, kvHeads } = shardDims(q, k, v, this.name);
     this.checkHeads(heads, kvHeads);
-    const routing = this.routing(heads, kvHeads);
+    const routing = headRouting(heads / this.headGroups, kvHeads / this.headGroups, this.group.size);
     const shards = sequenceShards(s, this.group.rank, this.group.size, options);
     if (joinRuns(shards.runs).length !== 1) throw new ParallelError(`${this.name}: needs the contiguous sequence layout`);
     const ids = documentSlice(options.sequenceDocuments, b, shards.length, 0, shards.length, this.name);

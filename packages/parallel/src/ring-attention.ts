@@ -66,7 +66,14 @@ import { narrow, type Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
 import { checkHeads } from "./head-routing.js";
 import { isContiguous, sequenceShards, takeRuns, type SequenceShards } from "./sequence-shards.js";
-import { documentRuns, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
+import {
+  checkSequenceDocuments,
+  documentRuns,
+  shardDims,
+  type ShardedAttention,
+  type ShardedAttentionForward,
+  type ShardedAttentionOptions,
+} from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
 
 type F32 = Tensor<"float32">;
@@ -130,7 +137,7 @@ class RingPlan {
   ) {
     this.skipsFuture = causal && isContiguous(shards);
     // checks the ids before any communication
-    documentRuns(documents, batch, shards.length, shards.runs[rank]!, who);
+    checkSequenceDocuments(documents, batch, shards.length, who);
   }
 
   /** The calls for block j (none when no query of this rank sees any of its keys). */

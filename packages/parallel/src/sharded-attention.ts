@@ -33,13 +33,18 @@ export function documentSlice(ids: Int32Array | undefined, batch: number, seqLen
 /** Document ids of the tokens at `runs` (global positions, increasing) of every row of [b, N] ids: [b, total] (null when there are none). */
 export function documentRuns(ids: Int32Array | undefined, batch: number, seqLength: number, runs: readonly SequenceRun[], who: string): Int32Array | null {
   if (ids === undefined) return null;
-  if (!(ids instanceof Int32Array) || ids.length !== batch * seqLength) {
+  checkSequenceDocuments(ids, batch, seqLength, who);
+  // [b, N] -> [b, total]
+  return gatherRuns(ids, batch, seqLength, runs);
+}
+
+/** Throws a ParallelError unless `ids` (when given) are the b * N document ids of the whole sequence. */
+export function checkSequenceDocuments(ids: Int32Array | undefined, batch: number, seqLength: number, who: string): void {
+  if (ids !== undefined && (!(ids instanceof Int32Array) || ids.length !== batch * seqLength)) {
     throw new ParallelError(
       `${who}: sequenceDocuments must be an Int32Array of b * N = ${batch} * ${seqLength} = ${batch * seqLength} ids, got ${ids?.length ?? typeof ids}`,
     );
   }
-  // [b, N] -> [b, total]
-  return gatherRuns(ids, batch, seqLength, runs);
 }
 
 export interface ShardedAttentionForward<C extends BlockAttentionContext = BlockAttentionContext> extends BlockAttentionForward<C> {}

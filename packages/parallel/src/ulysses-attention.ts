@@ -39,7 +39,6 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   busy = false;
   private readonly scratch = new ScratchBuffers();
   private readonly pool = new TensorPool();
-  private readonly routings = new Map<string, HeadRouting>();
 
   constructor(
     readonly local: LocalAttention,
@@ -52,15 +51,9 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     checkHeads(heads, kvHeads, this.group.size);
   }
 
-  /** The head routing for this group (cached per head configuration). */
+  /** The head routing for this group. */
   routing(heads: number, kvHeads: number): HeadRouting {
-    const key = `${heads}/${kvHeads}`;
-    let routing = this.routings.get(key);
-    if (routing === undefined) {
-      routing = headRouting(heads, kvHeads, this.group.size);
-      this.routings.set(key, routing);
-    }
-    return routing;
+    return headRouting(heads, kvHeads, this.group.size);
   }
 
   /** Bytes held by the reusable exchange buffers. */

@@ -9,7 +9,7 @@
 import { createLocalGroups } from "@ulysses/collectives";
 import { ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAttention } from "@ulysses/kernels";
 import { Gpt, type GptConfig } from "@ulysses/model";
-import { ParallelDims, parallelize, type ParallelDimsOptions, type SequenceParallelKind } from "@ulysses/parallel";
+import { ParallelDims, parallelize, type ParallelDimsOptions, type SequenceParallelKind, type SequenceRun } from "@ulysses/parallel";
 import { Rng, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { recallBatch } from "./data/recall-task.js";
@@ -48,9 +48,8 @@ async function train(sp: number | null, options: Options = {}) {
       losses.push((await trainer.trainStep(batch, learningRateAt(step, { peak: 1e-2, warmupSteps: 3, totalSteps: steps }))).loss);
       if (options.record) grads.push(trainer.model.params.grads.slice());
     }
-    let logits: Float32Array | null = null;
-    if (options.record) logits = await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens);
-    return { losses, weights: trainer.model.params.values, grads, logits };
+    const final = options.record ? await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens) : null;
+    return { losses, weights: trainer.model.params.values, grads, logits: final?.logits ?? null, runs: final?.runs ?? null };
   };
   const stepOptions = { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: options.zero1 ?? false };
   const local = options.local ?? (() => new ReferenceAttention());
@@ -71,9 +70,9 @@ async function train(sp: number | null, options: Options = {}) {
   // every rank's logits rows are its tokens: put them back in sequence order
   const vocab = config.vocab;
   const logits = new Float32Array(2 * task.seq * vocab);
-  results.forEach((r, rank) => {
+  results.forEach((r) => {
     const rows = r.logits!;
-    const runs = runsOf[rank]!;
+    const runs = r.runs!;
     const perRow = rows.length / vocab / 2;
     for (let b = 0; b < 2; b++) {
       let at = 0;
@@ -85,25 +84,21 @@ async function train(sp: number | null, options: Options = {}) {
   return { ...results[0]!, logits };
 }
 
-/** Each rank's runs of the last parallel run (for putting logits back in order). */
-let runsOf: { start: number; length: number }[][] = [];
-
-/** The trained model's logits [b * s_r, vocab] on `tokens` (this rank's shard of them when parallel). */
-async function finalLogits(trainer: Trainer, tokens: Tensor<"int32">): Promise<Float32Array> {
+/** The trained model's logits [b * s_r, vocab] on `tokens` (this rank's shard of them when parallel) and the positions they are for. */
+async function finalLogits(trainer: Trainer, tokens: Tensor<"int32">): Promise<{ logits: Float32Array; runs: SequenceRun[] }> {
   const model = trainer.model;
   if (model instanceof Gpt) {
     const context = await model.forward(tokens);
-    const out = context.logits.data.slice();
+    const logits = context.logits.data.slice();
     model.release(context);
-    return out;
+    return { logits, runs: [{ start: 0, length: tokens.shape[1]! }] };
   }
   const labels = new Tensor("int32", tokens.shape, new Int32Array(tokens.size));
   const shard = model.shard({ tokens, labels });
-  if (model.dims.spGroup.rank === 0) runsOf = shard.runs;
   const context = await model.forwardShard(shard);
-  const out = context.logits.data.slice();
+  const logits = context.logits.data.slice();
   model.release(context);
-  return out;
+  return { logits, runs: shard.runs[model.dims.spGroup.rank]! };
 }
 
 /** ||a − b|| / ||b|| (Euclidean). */

@@ -103,24 +103,18 @@ export default function setup(ctx: RankContext) {
         randomUniform([1, s, heads, a.headDim], { seed: seed + 16 * group.rank, low: -1, high: 1 }) as Tensor<"float32">;
       const [q, k, v, dOut] = [make(a.heads, 1), make(a.kvHeads, 2), make(a.kvHeads, 3), make(a.heads, 4)] as const;
       let kernelMs = 0;
+      const clocked = async <T>(call: () => Promise<T>): Promise<T> => {
+        const t0 = performance.now();
+        try {
+          return await call();
+        } finally {
+          kernelMs += performance.now() - t0;
+        }
+      };
       const timed: LocalAttention = {
         name: local.name,
-        forward: async (...args) => {
-          const t0 = performance.now();
-          try {
-            return await local.forward(...args);
-          } finally {
-            kernelMs += performance.now() - t0;
-          }
-        },
-        backward: async (...args) => {
-          const t0 = performance.now();
-          try {
-            return await local.backward(...args);
-          } finally {
-            kernelMs += performance.now() - t0;
-          }
-        },
+        forward: (...args) => clocked(() => local.forward(...args)),
+        backward: (...args) => clocked(() => local.backward(...args)),
         release: () => undefined,
       };
       const wrappers: ShardedAttention[] = [new UlyssesAttention(timed, group), new PipelinedUlyssesAttention(timed, group, { headGroups: a.headGroups })];

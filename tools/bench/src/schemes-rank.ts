@@ -38,7 +38,7 @@ import {
   type ShardedAttention,
 } from "@ulysses/parallel";
 import { randomUniform, Rng, Tensor } from "@ulysses/tensors";
-import { blockGemm, warmUp } from "./paper/block-gemm.js";
+import { blockGemm, timedRepeats, warmUp } from "./paper/block-gemm.js";
 
 export type SchemeKind = "ulysses" | "ring" | "hybrid";
 export type KernelKind = "fused" | "ort";
@@ -180,17 +180,6 @@ export default function setup(ctx: RankContext) {
     return { block: new ParallelBlock(block, sp, attention), groups, ring, runs: dims.runs(seq) };
   };
 
-  const timedRepeats = async (repeats: number, run: () => Promise<unknown>): Promise<number[]> => {
-    const times: number[] = [];
-    for (let i = 0; i < repeats; i++) {
-      await group.barrier();
-      const t0 = performance.now();
-      await run();
-      times.push((performance.now() - t0) / 1000);
-    }
-    return times;
-  };
-
   return {
     /** Every row's timed steps at N = args.seq (results in row order). */
     async steps(args: StepsArgs): Promise<RankSteps[]> {
@@ -274,7 +263,7 @@ export default function setup(ctx: RankContext) {
       };
       await group.barrier();
       await warmUp(run, 1, 500);
-      return timedRepeats(args.repeats, run);
+      return timedRepeats(group, args.repeats, run);
     },
 
     /** Seconds of each repetition of the block's forward GEMMs over `rows` tokens (after untimed runs). */
@@ -282,7 +271,7 @@ export default function setup(ctx: RankContext) {
       const g = blockGemm(cache, args.rows, args.hidden);
       await group.barrier();
       await g.warm();
-      return timedRepeats(args.repeats, () => g.run());
+      return timedRepeats(group, args.repeats, () => g.run());
     },
 
     /** Seconds per exchange (one message to r + 1, one from r − 1) in each round of `iters` exchanges. */

@@ -7,6 +7,7 @@
  * the cost model and reports the error in step time and in bytes sent.
  * Arithmetic only: the measuring is the caller's.
  */
+import { matmulFlopsPerToken, TRAINING_PASSES } from "@ulysses/measure";
 import { project, type GptShape, type RunShape, type Scheme } from "./cost-model.js";
 import { parseProfile, ProjectionError, type HardwareProfile } from "./profile.js";
 import { ringPairsPerRank, type RingLayout } from "./sp-cost.js";
@@ -137,7 +138,11 @@ export function checkSchemes(rows: readonly SchemeRow[], profile: HardwareProfil
     }
     const predictedSeconds = p.computeSeconds - sp.attentionSeconds + attention + p.parallelCommSeconds;
     const tokens = row.batch * (row.N / row.P);
-    const matmulFlops = 3 * tokens * 2 * (2 * row.hidden * row.hidden + 2 * row.hidden * row.kvHeads * row.headDim + 8 * row.hidden * row.hidden);
+    // forward + backward (3 passes) of the block's matrices: @ulysses/measure's count of one layer without vocabulary
+    const matmulFlops =
+      TRAINING_PASSES *
+      tokens *
+      matmulFlopsPerToken({ layers: 1, hidden: row.hidden, kvWidth: row.kvHeads * row.headDim, vocab: 0, mlpHidden: 4 * row.hidden });
     const matmul = matmulFlops / (profile.peakTflops * 1e12 * profile.matmulEfficiency);
     const bytes = p.parallelBytesPerDevice;
     const measuredBytes = Array.isArray(row.bytesPerRank) ? Math.max(...row.bytesPerRank) : row.bytesPerRank;

@@ -5,6 +5,7 @@
  * collected. No trainer logic lives here.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -57,4 +58,13 @@ export function spawnTrainer(args: string[], options: SpawnOptions = {}): Promis
     });
     child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr, exitedAt }));
   });
+}
+
+/** The loss of every step a run wrote to `dir`/metrics.jsonl. */
+export function lossCurve(dir: string): number[] {
+  return fs
+    .readFileSync(path.join(dir, "metrics.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .map((line) => (JSON.parse(line) as { loss: number }).loss);
 }

@@ -15,6 +15,18 @@ export async function warmUp(run: () => Promise<unknown>, runs: number, ms: numb
   for (let i = 0; i < runs || performance.now() - start < ms; i++) await run();
 }
 
+/** Seconds of each of `repeats` calls of `run`, every rank of `group` starting each one together (a barrier first). */
+export async function timedRepeats(group: { barrier(): Promise<unknown> }, repeats: number, run: () => Promise<unknown>): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < repeats; i++) {
+    await group.barrier();
+    const t0 = performance.now();
+    await run();
+    times.push((performance.now() - t0) / 1000);
+  }
+  return times;
+}
+
 export interface BlockGemm {
   /** FLOPs of one run. */
   flops: number;

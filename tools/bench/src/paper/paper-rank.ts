@@ -26,7 +26,7 @@ import { createOrtOps, OrtAttention, SessionCache, type BlockOps } from "@ulysse
 import { TransformerBlock, type BlockConfig } from "@ulysses/block";
 import { AllGatherKVAttention, ParallelBlock, UlyssesAttention, type SequenceParallelKind } from "@ulysses/parallel";
 import { evenSplitSizes, randomUniform, Rng, Tensor } from "@ulysses/tensors";
-import { blockGemm, warmUp } from "./block-gemm.js";
+import { blockGemm, timedRepeats, warmUp } from "./block-gemm.js";
 import {
   memoryAccount,
   recordingGroup,
@@ -102,16 +102,6 @@ const ATTENTION_OPS: readonly OpKind[] = ["allToAll", "allGather", "reduceScatte
 
 export default function setup(ctx: RankContext) {
   const { group } = ctx;
-  const timedRepeats = async (repeats: number, run: () => Promise<unknown>): Promise<number[]> => {
-    const times: number[] = [];
-    for (let i = 0; i < repeats; i++) {
-      await group.barrier();
-      const t0 = performance.now();
-      await run();
-      times.push((performance.now() - t0) / 1000);
-    }
-    return times;
-  };
   let cache = new SessionCache({ intraOpThreads: ctx.ortThreads });
   let ops: BlockOps = createOrtOps(cache);
   let kernel = new OrtAttention({ cache });
@@ -184,7 +174,7 @@ export default function setup(ctx: RankContext) {
     async gemmRate(args: GemmRateArgs): Promise<number[]> {
       const g = blockGemm(cache, args.rows, args.hidden);
       await g.warm();
-      return timedRepeats(args.repeats, () => g.run());
+      return timedRepeats(group, args.repeats, () => g.run());
     },
 
     /** Seconds of each repetition of the attention kernel's forward + backward (after untimed runs). */
@@ -200,7 +190,7 @@ export default function setup(ctx: RankContext) {
       // Untimed runs at N, at least one and 2 s (they also make the sessions): the first measurement
       // of a fresh world ran up to 2x slow (the block's first row warms twice for the same reason).
       await warmUp(run, 1, 2000);
-      return timedRepeats(args.repeats, run);
+      return timedRepeats(group, args.repeats, run);
     },
 
     /** Seconds of `iters` GEMMs alone and of `iters` (GEMM, tiny all-to-all) pairs. */
