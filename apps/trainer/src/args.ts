@@ -56,7 +56,12 @@ const HELP: Record<keyof TrainConfig, string> = {
   skipMemoryCheck:
     "skip the memory preflight (by default a run whose estimated peak memory exceeds the cgroup limit or the free memory is refused before any rank starts)",
   checkpointEvery: "steps between checkpoints (0: only at the end)",
-  activationCheckpointing: "recompute block activations in backward to save memory",
+  activationCheckpointing: "recompute block activations in backward to save memory (only each block's input is kept)",
+  tileMlp:
+    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off)",
+  tileLoss: "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off)",
+  memoryArena:
+    "keep ONNX Runtime's per-session CPU arenas and glibc's default heap: up to ~25% faster at short sequences here, about twice the peak memory at long ones (default: off, freed buffers go back to the OS)",
   zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
   logEvery: "steps between log lines when not on a terminal",
   export: "export model.onnx at the end (--no-export to skip)",

@@ -69,6 +69,13 @@ describe("validation before any rank starts", () => {
     expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
   });
 
+  it("takes --tile-mlp and --tile-loss as rows per tile (0: off) and names a bad value", () => {
+    expect(parse(["--tile-mlp", "2048", "--tile-loss", "512"])).toMatchObject({ tileMlp: 2048, tileLoss: 512 });
+    expect(problems({ tileMlp: 2048, tileLoss: 1 })).toBe("");
+    expect(problems({ tileMlp: 1.5 })).toMatch(/--tile-mlp must be 0 \(off\) or a positive number of rows per tile, got 1.5/);
+    expect(problems({ tileLoss: -4 })).toMatch(/--tile-loss must be 0 \(off\) or a positive number of rows per tile, got -4/);
+  });
+
   it("names hybrid degree and layout problems in flag names; reads --ulysses-degree, --ring-degree and --sequence-layout", () => {
     expect(problems({ sp: 8, attention: "hybrid", ulyssesDegree: 3 })).toMatch(
       /--ulysses-degree 3 x --ring-degree 2.667 must be positive integers whose product is --sp 8/,

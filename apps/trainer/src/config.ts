@@ -69,6 +69,12 @@ export interface TrainConfig {
   skipMemoryCheck: boolean;
   checkpointEvery: number;
   activationCheckpointing: boolean;
+  /** Tiled MLP: rows per tile of each block's MLP in forward and backward (0: off). */
+  tileMlp: number;
+  /** Tiled logits and loss: rows per tile of the LM head, softmax and cross-entropy (0: off). */
+  tileLoss: number;
+  /** Keep ONNX Runtime's per-session arenas and glibc's default heap (faster at short sequences, more memory). */
+  memoryArena: boolean;
   zero1: boolean;
   logEvery: number;
   /** Export the final model to ONNX (model.onnx in the run directory). */
@@ -120,6 +126,9 @@ export const DEFAULTS: TrainConfig = {
   timeout: 300,
   checkpointEvery: 100,
   activationCheckpointing: false,
+  tileMlp: 0,
+  tileLoss: 0,
+  memoryArena: false,
   zero1: false,
   logEvery: 10,
   export: true,
@@ -238,6 +247,10 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     positive(key);
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
+  for (const key of ["tileMlp", "tileLoss"] as const) {
+    if (!Number.isSafeInteger(config[key]) || config[key] < 0)
+      problems.push(`--${kebab(key)} must be 0 (off) or a positive number of rows per tile, got ${config[key]}`);
+  }
   if (!Number.isSafeInteger(config.warmup) || config.warmup < 0) problems.push(`--warmup must be a non-negative integer, got ${config.warmup}`);
   if (!Number.isSafeInteger(config.seed) || config.seed < 0) problems.push(`--seed must be an integer in [0, 2^53 - 1], got ${config.seed}`);
   for (const key of ["lr", "minLr", "weightDecay", "gradClip", "mlpRatio"] as const) {

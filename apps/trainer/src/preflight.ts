@@ -1,39 +1,42 @@
 /**
- * The memory preflight: before any rank starts, estimate the peak resident
- * memory of a run on this machine and refuse a run that cannot fit in the
- * memory available (the cgroup limit or the free memory, whichever is
- * smaller) instead of letting the kernel's OOM killer end it (`Killed`, exit
- * 137) minutes later. `--skip-memory-check` turns the check off.
+ * The memory preflight and the trainer's memory account: before any rank
+ * starts, estimate the peak resident memory of a run on this machine and
+ * refuse a run that cannot fit in the memory available (the cgroup limit or
+ * the free memory, whichever is smaller) instead of letting the kernel's OOM
+ * killer end it (`Killed`, exit 137) minutes later. `--skip-memory-check`
+ * turns the check off. `pnpm bench:memory` prints the same account next to
+ * the measured peak of every row (docs/results/memory).
  *
- * The estimate counts, for every rank on this machine (all of them for the
- * threads and local backends, each its own process under mpirun on one host):
+ * The account counts, for every rank on this machine (all of them for the
+ * threads and local backends, each its own process under mpirun on one
+ * host), what is alive at the peak, the backward of the last block:
  *
- * - weights and gradients: the flat fp32 parameter vector and its gradient,
- *   one replica per rank, plus one layer's flat gradient;
- * - AdamW moments m and v (each rank 1/ranks of them under --zero1, plus the
- *   full pair gathered when a checkpoint is written);
- * - saved activations: what TransformerBlock.forward keeps for backward per
- *   token and layer (x, norm1 output and statistics, the attention's q, k, v,
- *   output and log-sum-exp in the gathered layout, the attention output, x2,
- *   norm2 output and statistics, the MLP's up (and gate) and activation);
- *   with --activation-checkpointing only each layer's input plus one layer's
- *   full set, recomputed in backward;
- * - one layer's backward working set (the gradients of every tensor above);
- * - attention working buffers: the local kernel's score tiles (bounded per
- *   run, see kernels' block-sizes.ts) and the gathered dq, dk, dv;
- * - the all-to-all exchange buffers (send and receive areas for q, k, v and
- *   the output);
- * - logits, their gradient and the softmax for the loss, [tokens, vocab];
- * - what is not tensors we hold: ONNX Runtime's arenas and per-op
- *   temporaries, and garbage the V8 collector has not yet returned. This is
- *   a calibrated multiple of the per-token terms above (SLACK), measured on
- *   the development machine (see the table in the report of issue 15);
- * - a fixed baseline per process (Node, the TypeScript loader, ONNX
- *   Runtime's sessions) and per rank (a worker's isolate and sessions),
- *   measured with a 64-token run.
+ * - a measured baseline: the process (Node, the loader, ONNX Runtime and its
+ *   first sessions) and, on the threads backend, each rank's worker thread;
+ * - weights, the flat gradient and one layer's, AdamW moments m and v (1/ranks
+ *   of them per rank under --zero1, plus the full pair gathered for a
+ *   checkpoint);
+ * - saved activations, per token and layer (TransformerBlock's savedBytes):
+ *   the block input, norm1's output and statistics, the attention's q, k, v,
+ *   out and log-sum-exp in the local kernel's layout (and the output in the
+ *   rank's own layout when an exchange moved it), x2, and, unless the MLP is
+ *   tiled, norm2's output and statistics and the MLP's up (and gate) and
+ *   activation. Activation checkpointing keeps only each block's input, and
+ *   the block in backward holds its recomputed attention half;
+ * - the backward working set of one block: the gradients alive together
+ *   (the MLP's, unless tiled, then the attention's), and the largest ONNX
+ *   Runtime op's temporaries (the MLP's width, per tile when tiled);
+ * - the tiles' working sets: one MLP tile (its recomputed up, activation and
+ *   their gradients), one loss tile (logits, softmax and dLogits);
+ * - the exchange scratch (send and receive areas, the gathered gradients)
+ *   when sequence parallelism moves tensors;
+ * - logits, softmax and dLogits [tokens, vocab] unless the loss is tiled;
+ *   the final norm's input, output and gradient;
+ * - the local kernel's score tiles (bounded per call).
  *
- * The estimate is meant to be conservative (at or above the measured peak
- * RSS) and within about 1.5x of it for the sizes this trainer runs.
+ * ONNX Runtime's CPU arenas are off (session-cache.ts) and glibc returns
+ * freed large buffers (setMallocMmapThreshold), so nothing else grows with
+ * the sequence. The account is meant to be within 15% of the measured peak.
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -46,15 +49,17 @@ const MiB = 1024 * 1024;
 const F32 = 4;
 
 /**
- * Measured baselines (peak RSS of 64-token runs, threads backend, run from
- * source with tsx): one process, and each rank it hosts.
+ * Measured baselines (peak RSS of 64-token runs from source with tsx, 2
+ * layers, hidden 256, less the terms below: 195 MiB at SP 1 on the local
+ * backend, 364 MiB at SP 2 on threads): one process with its first rank's
+ * sessions, and each worker thread of the threads backend.
  */
-export const PROCESS_BASELINE_BYTES = 220 * MiB;
-export const RANK_BASELINE_BYTES = 75 * MiB;
+export const PROCESS_BASELINE_BYTES = 150 * MiB;
+export const WORKER_BASELINE_BYTES = 64 * MiB;
+/** With --memory-arena, what the per-session arenas and glibc's heap keep, per byte of the per-token terms (measured: 2570 vs 1338 MiB at N = 16384, SP 2). */
+export const ARENA_SLACK = 1.5;
 /** Score tiles and kernel scratch of one rank's local attention (forward scores are capped at 8 MiB per run). */
 export const ATTENTION_SCRATCH_BYTES = 16 * MiB;
-/** Memory ONNX Runtime and the garbage collector hold per byte of the per-token tensors we account for (calibrated). */
-export const SLACK = 1.5;
 
 export interface MemoryTerm {
   name: string;
@@ -71,13 +76,27 @@ export interface MemoryEstimate {
   tokensPerRank: number;
 }
 
-/** Floats per token that one layer's forward keeps for backward, and that its backward works with. */
+export interface LayerFloats {
+  /** Floats per token one block's forward keeps for backward. */
+  saved: number;
+  /** Floats per token of the attention half a checkpointed block recomputes in backward. */
+  recomputed: number;
+  /** Floats per token of one block's backward working set (gradients alive together, the largest op's temporaries). */
+  backward: number;
+  /** Floats per token of the exchange scratch (0 without exchanges). */
+  exchange: number;
+  /** Floats per row of one MLP tile's working set (tiled MLP). */
+  mlpTile: number;
+}
+
+/** Floats per token that one layer keeps, recomputes and works with. */
 export function layerFloatsPerToken(
   model: GptConfig,
   sp: number,
   kind: SequenceParallelKind,
   ulyssesDegree = kind === "ring" ? 1 : sp,
-): { saved: number; backward: number; exchange: number; attention: number } {
+  tiledMlp = false,
+): LayerFloats {
   const block = blockConfigOf(model);
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
   const qWidth = heads * headDim;
@@ -93,55 +112,59 @@ export function layerFloatsPerToken(
         : kind === "hybrid"
           ? 3 * Math.max(kvHeads, ulyssesDegree) * headDim
           : Math.max(kvHeads, sp) * headDim;
+  const moved = sp > 1; // an exchange moved q, k, v (and out back): the output exists in both layouts
   const normStats = block.norm === "layernorm" ? 2 : 1;
-  const mlpTensors = block.mlp === "swiglu" ? 3 : 2;
-  const saved =
-    hidden + // x (the layer input)
-    hidden +
-    normStats + // h1, norm1 statistics
-    qWidth +
-    2 * kvWidth +
-    qWidth +
-    heads + // the attention context: q, k, v, out, log-sum-exp
-    qWidth + // the attention output as the projection's input
-    hidden +
-    hidden +
-    normStats + // x2, h2, norm2 statistics
-    mlpTensors * mlpHidden; // up (and gate), activation
-  const backward =
-    hidden * 6 + // dOut, dh2, dx2, dAttn, dh1, dx
-    mlpHidden * (mlpTensors + 1) + // dAct, dUp (and dGate), the sum
-    2 * (qWidth + 2 * kvWidth); // dq, dk, dv in both layouts
-  const exchange = 2 * (2 * qWidth + 2 * kvWidth); // send and receive areas: q, k, v out, the output back
-  const attention = qWidth + 2 * kvWidth; // the gathered dOut and the kernel's row statistics
-  return { saved, backward, exchange, attention };
+  const mlpTensors = block.mlp === "swiglu" ? 3 : 2; // up (and gate), activation
+  const attentionHalf =
+    hidden + // h1 (norm1's output), the q, k, v projections' input
+    normStats +
+    qWidth + // q
+    2 * kvWidth + // k, v
+    qWidth + // out
+    heads + // log-sum-exp
+    (moved ? qWidth : 0) + // out in the rank's own layout, the o projection's input
+    hidden; // x2, the MLP's input (and the residual)
+  const mlpHalf = hidden + normStats + mlpTensors * mlpHidden; // h2 and its statistics, up (and gate), activation
+  const saved = hidden + attentionHalf + (tiledMlp ? 0 : mlpHalf);
+  // backward: the MLP's gradients (dy, dAct, dUp (and dGate)) and the largest op's temporaries (one MLP-wide
+  // tensor) unless tiled; then the attention's (dx2, dAttn, dq, dk, dv and RoPE's dq, dk)
+  const mlpBackward = hidden + (mlpTensors + 1) * mlpHidden;
+  const attentionBackward = hidden + qWidth + qWidth + 2 * kvWidth + qWidth + kvWidth;
+  const backward = tiledMlp ? attentionBackward : Math.max(mlpBackward, attentionBackward);
+  // (a tiled MLP's backward works on one tile at a time, before the attention's gradients exist: see mlpTile)
+  const exchange = moved && kind !== "allgather" ? 2 * (qWidth + 2 * kvWidth) : 0; // send and receive areas of q, k, v (reused for out and the gradients)
+  const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
+  return { saved, recomputed: attentionHalf, backward, exchange, mlpTile };
 }
 
 /** Ranks whose memory lands on this machine (every rank: threads and local run them in this process; mpirun on one host). */
-function ranksHere(config: TrainConfig): { ranks: number; processes: number } {
+function ranksHere(config: TrainConfig): { ranks: number; processes: number; workers: number } {
   const ranks = config.sp * config.dp;
-  return { ranks, processes: config.backend === "mpi" ? ranks : 1 };
+  if (config.backend === "mpi") return { ranks, processes: ranks, workers: 0 };
+  return { ranks, processes: 1, workers: config.backend === "threads" ? ranks : 0 };
 }
 
-/** Estimates the peak resident memory of a training run on this machine, broken down. */
+/** The memory account of a training run on this machine: its estimated peak resident memory, broken down. */
 export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const model = gptConfigOf(config);
   validateGptConfig(model);
-  const { ranks, processes } = ranksHere(config);
+  const { ranks, processes, workers } = ranksHere(config);
   const params = parameterCount(model);
   const block = blockConfigOf(model);
   const tokensPerRank = config.batch * Math.ceil(config.seq / config.sp);
-  const perLayer = layerFloatsPerToken(model, config.sp, config.attention, resolveDims(parallelOptionsOf(config), model.kvHeads).ulyssesDegree);
-  const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.saved : model.layers * perLayer.saved;
-  const logitsFloats = 3 * model.vocab; // logits, softmax, dLogits
-  const finalNormFloats = 2 * model.hidden + 2; // the final norm's input and output
-  const perTokenBytes = F32 * (activationFloats + perLayer.backward + perLayer.attention + perLayer.exchange + logitsFloats + finalNormFloats);
+  const tiledMlp = config.tileMlp > 0;
+  const tiledLoss = config.tileLoss > 0;
+  const perLayer = layerFloatsPerToken(model, config.sp, config.attention, resolveDims(parallelOptionsOf(config), model.kvHeads).ulyssesDegree, tiledMlp);
+  const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
+  const mlpTileRows = tiledMlp ? Math.min(config.tileMlp, tokensPerRank) : 0;
+  const lossTileRows = tiledLoss ? Math.min(config.tileLoss, tokensPerRank) : 0;
+  const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;
   const terms: MemoryTerm[] = [
     {
-      name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}, ${ranks} rank${ranks > 1 ? "s" : ""}: Node, ONNX Runtime sessions)`,
-      bytes: processes * PROCESS_BASELINE_BYTES + ranks * RANK_BASELINE_BYTES,
+      name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}${workers > 0 ? `, ${workers} worker thread${workers > 1 ? "s" : ""}` : ""}: Node, ONNX Runtime sessions)`,
+      bytes: processes * PROCESS_BASELINE_BYTES + workers * WORKER_BASELINE_BYTES,
     },
     { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(F32 * params) },
     { name: "gradients (flat vector and one layer's)", bytes: all(F32 * (params + layerParams)) },
@@ -151,22 +174,39 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
     },
     {
       name: config.activationCheckpointing
-        ? `saved activations (checkpointing: ${model.layers} layer inputs + one layer, ${tokensPerRank} tokens per rank)`
-        : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token, ${tokensPerRank} tokens per rank)`,
+        ? `saved activations (checkpointing: ${model.layers} layer inputs + one recomputed attention half, ${tokensPerRank} tokens per rank)`
+        : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token${tiledMlp ? ", MLP tiled" : ""}, ${tokensPerRank} tokens per rank)`,
       bytes: all(F32 * activationFloats * tokensPerRank),
     },
-    { name: "backward working set (one layer's gradients)", bytes: all(F32 * perLayer.backward * tokensPerRank) },
     {
-      name: `attention working buffers (score tiles, gathered gradients; head dim ${block.headDim})`,
-      bytes: all(ATTENTION_SCRATCH_BYTES + F32 * perLayer.attention * tokensPerRank),
+      // a tiled MLP's backward (one tile) comes before the attention's gradients exist: the larger of the two
+      name: tiledMlp
+        ? `backward working set (the larger of the attention's gradients and one MLP tile of ${mlpTileRows} tokens)`
+        : "backward working set (one block's gradients and the largest op's temporaries)",
+      bytes: all(F32 * Math.max(perLayer.backward * tokensPerRank, perLayer.mlpTile * mlpTileRows)),
     },
-    { name: "all-to-all exchange buffers (send and receive)", bytes: all(F32 * perLayer.exchange * tokensPerRank) },
     {
-      name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], final norm`,
-      bytes: all(F32 * (logitsFloats + finalNormFloats) * tokensPerRank),
+      name: `attention working buffers (score tiles; head dim ${block.headDim})`,
+      bytes: all(ATTENTION_SCRATCH_BYTES),
     },
-    { name: `ONNX Runtime arenas and uncollected garbage (${SLACK}x the per-token terms, measured)`, bytes: all(SLACK * perTokenBytes * tokensPerRank) },
+    { name: "sequence-parallel exchange scratch (send and receive areas)", bytes: all(F32 * perLayer.exchange * tokensPerRank) },
+    tiledLoss
+      ? {
+          name: `loss tile (logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}), final norm`,
+          bytes: all(F32 * (2 * model.vocab * lossTileRows + finalNormFloats * tokensPerRank)),
+        }
+      : {
+          name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], final norm`,
+          bytes: all(F32 * (3 * model.vocab + finalNormFloats) * tokensPerRank),
+        },
   ];
+  if (config.memoryArena) {
+    const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
+    terms.push({
+      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena: ${ARENA_SLACK}x the per-token terms, measured)`,
+      bytes: ARENA_SLACK * perToken,
+    });
+  }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
 }
 
@@ -313,7 +353,7 @@ export function checkMemory(config: TrainConfig, options: MemoryCheckOptions = {
       `not enough memory: this run needs an estimated ${formatBytes(estimate.bytes)} (${estimate.bytes} bytes), ` +
         `but ${formatBytes(available.bytes)} (${available.bytes} bytes) is available (${available.source}).\n` +
         `  estimate for ${estimate.ranks} rank${estimate.ranks > 1 ? "s" : ""} on this machine, ${estimate.tokensPerRank} tokens each:\n${formatEstimate(estimate)}\n` +
-        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing or --zero1; ` +
+        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing, --tile-mlp, --tile-loss or --zero1; ` +
         `or pass --skip-memory-check to run anyway.`,
     );
   }

@@ -134,16 +134,18 @@ export class RankTrainer {
     // validated before any group is built: one message naming every value that is off
     const dims = await ParallelDims.create(world, parallelOptionsOf(config), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
     const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
-    const kernels = await createRankKernels(threads, config.kernel);
+    const kernels = await createRankKernels(threads, config.kernel, config.memoryArena);
     // the one-device model, parallelised from outside
     const model = new Gpt(gptConfig, {
       ops: kernels.ops,
       localAttention: kernels.attention,
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
+      mlpTileRows: config.tileMlp,
     });
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,
+      lossTileRows: config.tileLoss,
       gradClip: config.gradClip,
       adamw: { weightDecay: config.weightDecay },
       zero1: config.zero1,

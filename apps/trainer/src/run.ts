@@ -139,6 +139,12 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
           `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${schemeText(config, gpt.kvHeads)}`,
       );
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s; run directory ${outDir}`);
+      const lean = [
+        config.activationCheckpointing ? "activation checkpointing (each block keeps its input only)" : "",
+        config.tileMlp > 0 ? `MLP in tiles of ${config.tileMlp} tokens` : "",
+        config.tileLoss > 0 ? `LM head and loss in tiles of ${config.tileLoss} tokens` : "",
+      ].filter((part) => part !== "");
+      if (lean.length > 0) log(`memory: ${lean.join(", ")}`);
       if (usesDocuments(config)) {
         const text = textDataOptions(config);
         log(

@@ -9,6 +9,10 @@
  *   x2 = x + o @ Wo
  *   h2 = norm2(x2); m = MLP(h2)   (GELU: down(gelu(up h2)); SwiGLU: down(silu(gate h2) * up h2))
  *   y  = x2 + m
+ *
+ * `blockForward` is `attentionHalf` (x -> x2) then `mlpHalf` (x2 -> y, rows
+ * independent): TransformerBlock's tiled MLP runs `mlpHalf` on row tiles, and
+ * its checkpoint recompute stops at `mlpActivation` (or at x2).
  */
 import type { ResolvedBlockConfig } from "./block-config.js";
 
@@ -40,14 +44,30 @@ export interface BlockMath<T> {
 
 /** x [rows, hidden] -> y [rows, hidden]. */
 export async function blockForward<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x: T): Promise<T> {
+  return mlpHalf(config, m, await attentionHalf(config, m, x));
+}
+
+/**
+ * The block's first half, x [rows, hidden] -> x2 = x + attention(norm1(x)) @ Wo.
+ * (`blockForward` is this then `mlpHalf`; the tiled MLP of TransformerBlock
+ * runs `mlpHalf` on row tiles of x2.)
+ */
+export async function attentionHalf<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x: T): Promise<T> {
   const h1 = await m.norm(x, "norm1");
   const q = await m.rope(m.splitHeads(await m.linear(h1, "attn.q"), config.heads), "q");
   const k = await m.rope(m.splitHeads(await m.linear(h1, "attn.k"), config.kvHeads), "k");
   const v = m.splitHeads(await m.linear(h1, "attn.v"), config.kvHeads);
   const o = m.mergeHeads(await m.attention(q, k, v));
-  const x2 = await m.residual(await m.linear(o, "attn.o"), x);
+  return m.residual(await m.linear(o, "attn.o"), x);
+}
+
+/** The block's second half, x2 [rows, hidden] -> y = x2 + down(mlpActivation(x2)); rows are independent. */
+export async function mlpHalf<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x2: T): Promise<T> {
+  return m.residual(await m.linear(await mlpActivation(config, m, x2), "mlp.down"), x2);
+}
+
+/** x2 [rows, hidden] -> the MLP's activation [rows, mlpHidden], the input of mlp.down (what backward recomputes). */
+export async function mlpActivation<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x2: T): Promise<T> {
   const h2 = await m.norm(x2, "norm2");
-  const act =
-    config.mlp === "swiglu" ? await m.swiglu(await m.linear(h2, "mlp.gate"), await m.linear(h2, "mlp.up")) : await m.gelu(await m.linear(h2, "mlp.up"));
-  return m.residual(await m.linear(act, "mlp.down"), x2);
+  return config.mlp === "swiglu" ? m.swiglu(await m.linear(h2, "mlp.gate"), await m.linear(h2, "mlp.up")) : m.gelu(await m.linear(h2, "mlp.up"));
 }

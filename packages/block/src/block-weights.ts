@@ -102,8 +102,19 @@ export class FlatTensors {
 
   /** Copies `value` into the named view. */
   set(name: string, value: F32): void {
+    this.slot(name, value).data.set(value.data);
+  }
+
+  /** Adds `value` into the named view (the views start at zero: summing partial gradients, e.g. over row tiles). */
+  add(name: string, value: F32): void {
+    const t = this.slot(name, value).data;
+    const d = value.data;
+    for (let i = 0; i < t.length; i++) t[i] += d[i]!;
+  }
+
+  private slot(name: string, value: F32): F32 {
     const t = this.tensors[name];
     if (t === undefined || t.size !== value.size) throw new BlockError(`FlatTensors: no slot '${name}' of ${value.size} elements`);
-    t.data.set(value.data);
+    return t;
   }
 }

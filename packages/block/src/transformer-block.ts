@@ -5,17 +5,35 @@
  * written here and returns dx and the weight gradients. Positions are an
  * input (`positions`: the position of the first token, or of every token
  * when documents are packed, for RoPE), and so are the document boundaries
- * of packed sequences (`documents`: the attention masks across them). The block never communicates and never reduces anything: sequence
- * parallelism (@ulysses/parallel) swaps its `attention` for a sharded one and
- * sums the gradients from outside. Activation checkpointing keeps only x and
- * recomputes the forward in backward. Kernels come from the BlockOps and
- * attention given; this module only wires them.
+ * of packed sequences (`documents`: the attention masks across them). The
+ * block never communicates and never reduces anything: sequence parallelism
+ * (@ulysses/parallel) swaps its `attention` for a sharded one and sums the
+ * gradients from outside. Kernels come from the BlockOps and attention
+ * given; this module only wires them.
+ *
+ * Memory, for the peak of training:
+ * - Activation checkpointing (`checkpoint`) keeps only x, and its forward
+ *   records nothing (each intermediate dies once the next op has read it;
+ *   the attention's buffers go back as soon as attn.o has read them).
+ *   Backward recomputes only what it reads: the forward through the MLP's
+ *   activation, never mlp.down nor the last residual; with a tiled MLP, up
+ *   to x2 (the tiles recompute the rest).
+ * - The tiled MLP (`mlpTileRows`, as in ALST) runs norm2 -> up (and gate) ->
+ *   activation -> down -> residual over tiles of that many of the b * s rows
+ *   and keeps only its input x2. Backward recomputes each tile's norm2, up
+ *   (gate) and activation, runs the tile's backward and sums the tiles'
+ *   weight gradients, so the [rows, mlpHidden] tensors exist for one tile at
+ *   a time, forward and backward.
+ * - Backward runs in stages (MLP, or its tiles; attn.o and the attention;
+ *   RoPE and q, k, v; norm1), each returning only what the next one needs,
+ *   and takes every saved tensor out of the context as it reads it: what a
+ *   stage has consumed is unreachable, and a spent context holds only x.
  */
 import type { AttentionDocuments, AttentionGradients, BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
-import type { Tensor } from "@ulysses/tensors";
+import { Tensor } from "@ulysses/tensors";
 import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext } from "./block-attention.js";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
-import { blockForward, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
+import { attentionHalf, blockForward, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 import { blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 
@@ -31,8 +49,16 @@ export interface TransformerBlockOptions {
   weights?: BlockWeights;
   /** Seed for the default weights (default 0). */
   seed?: number;
-  /** Activation checkpointing: keep only the block input, recompute in backward. */
+  /** Activation checkpointing: keep only the block input, recompute in backward what backward reads. */
   checkpoint?: boolean;
+  /**
+   * Tiled MLP: rows of the [b * s, hidden] input per tile (a positive
+   * integer; a value >= b * s is one tile); 0 or undefined: off. The MLP half
+   * runs tile by tile, forward keeps only its input x2, and backward
+   * recomputes each tile, so the [rows, mlpHidden] intermediates exist for
+   * one tile at a time.
+   */
+  mlpTileRows?: number;
 }
 
 export interface BlockForwardOptions {
@@ -49,19 +75,79 @@ interface Inputs {
 }
 
 type NormSaved = LayerNormSaved | { rstd: F32 };
+interface NormRecord {
+  /** The norm's input. */
+  x: F32;
+  saved: NormSaved;
+}
+type MlpSavedName = "geluInput" | "gate" | "up";
 
-/** Everything the backward pass reads, as the recorder saw it. */
-interface Activations {
-  norms: Map<NormName, { x: F32; saved: NormSaved }>;
+/** Gets and deletes: the map no longer references the value. */
+function take<K, V>(map: Map<K, V>, key: K): V {
+  const value = map.get(key);
+  if (value === undefined) throw new BlockError(`TransformerBlock.backward: '${String(key)}' was not saved, or was read already`);
+  map.delete(key);
+  return value;
+}
+
+/**
+ * Everything the backward pass reads, as the recorder saw it (a forward, a
+ * checkpoint recompute, or one MLP tile's recompute). Backward takes each
+ * entry out as it reads it.
+ */
+class Activations {
+  readonly norms = new Map<NormName, NormRecord>();
   /** The input of each linear layer. */
-  inputs: Map<LinearName, F32>;
-  attention: BlockAttentionContext;
-  /** attention output [b, s, H, D] */
-  attentionOut: F32;
+  readonly inputs = new Map<LinearName, F32>();
   /** GELU: its input; SwiGLU: gate and up. */
-  geluInput?: F32;
-  gate?: F32;
-  up?: F32;
+  readonly mlp = new Map<MlpSavedName, F32>();
+  attention: BlockAttentionContext | null = null;
+  /** attention output [b, s, H, D] (handed back with the attention's context) */
+  attentionOut: F32 | null = null;
+  /** Tiled MLP: its input x2 [rows, hidden] (norm2's input), all the MLP keeps. */
+  mlpInput: F32 | null = null;
+  /** Set by backward and release(): the entries are consumed, or being consumed. */
+  spent = false;
+
+  takeNorm(name: NormName): NormRecord {
+    return take(this.norms, name);
+  }
+
+  takeInput(name: LinearName): F32 {
+    return take(this.inputs, name);
+  }
+
+  takeMlp(name: MlpSavedName): F32 {
+    return take(this.mlp, name);
+  }
+
+  takeMlpInput(): F32 {
+    const x2 = this.mlpInput;
+    if (x2 === null) throw new BlockError("TransformerBlock.backward: the tiled MLP's input was not saved, or was read already");
+    this.mlpInput = null;
+    return x2;
+  }
+
+  savedAttention(): BlockAttentionContext {
+    if (this.attention === null) throw new BlockError("TransformerBlock.backward: the attention's context was not saved, or was released already");
+    return this.attention;
+  }
+
+  /** Gives the attention's context and output (and `tensors`, which it returned) back to it, and drops them. */
+  releaseAttention(attention: BlockAttention, ...tensors: F32[]): void {
+    if (this.attention !== null) attention.release(this.attention, this.attentionOut!, ...tensors);
+    this.attention = null;
+    this.attentionOut = null;
+  }
+
+  clear(): void {
+    this.norms.clear();
+    this.inputs.clear();
+    this.mlp.clear();
+    this.attention = null;
+    this.attentionOut = null;
+    this.mlpInput = null;
+  }
 }
 
 /** What forward keeps for backward. */
@@ -79,12 +165,12 @@ export class BlockContext {
   get savedBytes(): number {
     const a = this.activations;
     if (a === null) return this.input.byteLength;
-    const tensors: F32[] = [this.input, ...a.inputs.values()];
+    const tensors: F32[] = [this.input, ...a.inputs.values(), ...a.mlp.values()];
     for (const { x, saved } of a.norms.values()) tensors.push(x, ...Object.values(saved));
-    for (const t of [a.geluInput, a.gate, a.up]) if (t !== undefined) tensors.push(t);
+    if (a.mlpInput !== null) tensors.push(a.mlpInput);
     // each buffer once: reshaped views share their data (h1 feeds q, k and v; norm1's input is the block input)
     const buffers = new Set(tensors.map((t) => t.data));
-    return [...buffers].reduce((n, d) => n + d.byteLength, 0) + a.attention.savedBytes;
+    return [...buffers].reduce((n, d) => n + d.byteLength, 0) + (a.attention?.savedBytes ?? 0);
   }
 }
 
@@ -106,24 +192,44 @@ function addInto(target: F32, ...terms: F32[]): F32 {
   return target;
 }
 
-/** Runs blockForward on tensors through the block's kernels, saving what backward reads. */
+/** Rows [start, start + count) of a [rows, width] tensor, as a view. */
+function rowsOf(t: F32, start: number, count: number): F32 {
+  const width = t.shape[1]!;
+  return new Tensor("float32", [count, width], t.data.subarray(start * width, (start + count) * width));
+}
+
+/** The MLP's gradients between two backward stages; the stage that reads one takes it out. */
+interface MlpGradients {
+  dGate?: F32 | undefined;
+  dUp?: F32 | undefined;
+}
+
+function takeGradient(d: MlpGradients, key: keyof MlpGradients): F32 {
+  const t = d[key];
+  if (t === undefined) throw new BlockError(`TransformerBlock.backward: no ${key}`);
+  d[key] = undefined;
+  return t;
+}
+
+/** The [b, s] layout of the input and the call's inputs: what the attention half needs. */
+interface Geometry {
+  batch: number;
+  seq: number;
+  call: Inputs;
+}
+
+/** Runs blockForward (or a part of it) on tensors through the block's kernels, saving what backward reads. */
 class Recorder implements BlockMath<F32> {
-  readonly norms = new Map<NormName, { x: F32; saved: NormSaved }>();
-  readonly inputs = new Map<LinearName, F32>();
-  attentionContext: BlockAttentionContext | null = null;
-  attentionOut: F32 | null = null;
-  geluInput?: F32;
-  gate?: F32;
-  up?: F32;
+  /** The attention's context and output until attn.o has read them, when nothing is saved. */
+  private pending: { context: BlockAttentionContext; out: F32 } | null = null;
 
   constructor(
     private readonly block: TransformerBlock,
     private readonly ops: BlockOps,
-    private readonly batch: number,
-    private readonly seq: number,
-    private readonly call: Inputs,
-    /** false: give the attention's buffers back as soon as they are used (checkpointing). */
-    private readonly keep: boolean,
+    /** Where to save what backward reads; null: nothing, and the attention's buffers go back as soon as attn.o has read them (checkpointing). */
+    private readonly saved: Activations | null,
+    /** null for MLP tiles, which have no attention. */
+    private readonly geometry: Geometry | null,
   ) {}
 
   async norm(x: F32, name: NormName): Promise<F32> {
@@ -131,42 +237,51 @@ class Recorder implements BlockMath<F32> {
     const gamma = weights[`${name}.gamma`]!;
     if (config.norm === "rmsnorm") {
       const { y, rstd } = await this.ops.rmsNormForward(x, gamma, config.eps);
-      this.norms.set(name, { x, saved: { rstd } });
+      this.saved?.norms.set(name, { x, saved: { rstd } });
       return y;
     }
     const { y, mean, rstd } = await this.ops.layerNormForward(x, gamma, weights[`${name}.beta`]!, config.eps);
-    this.norms.set(name, { x, saved: { mean, rstd } });
+    this.saved?.norms.set(name, { x, saved: { mean, rstd } });
     return y;
   }
 
   async linear(x: F32, name: LinearName): Promise<F32> {
     const { config, weights } = this.block;
-    this.inputs.set(name, x);
+    this.saved?.inputs.set(name, x);
     const y = await this.ops.linearForward(x, weights[`${name}.w`]!, config.bias ? weights[`${name}.b`] : undefined);
-    if (name === "attn.o" && !this.keep) this.block.attention.release(this.attentionContext!, this.attentionOut!);
+    if (name === "attn.o" && this.pending !== null) {
+      this.block.attention.release(this.pending.context, this.pending.out);
+      this.pending = null;
+    }
     return y;
   }
 
   splitHeads(x: F32, heads: number): F32 {
+    const { batch, seq } = this.where();
     // [rows, n * D] -> [b, s, n, D]
-    return x.reshape([this.batch, this.seq, heads, this.block.config.headDim]);
+    return x.reshape([batch, seq, heads, this.block.config.headDim]);
   }
 
   mergeHeads(x: F32): F32 {
+    const { batch, seq } = this.where();
     // [b, s, n, D] -> [rows, n * D]
-    return x.reshape([this.batch * this.seq, x.shape[2]! * x.shape[3]!]);
+    return x.reshape([batch * seq, x.shape[2]! * x.shape[3]!]);
   }
 
   rope(x: F32): Promise<F32> {
-    return this.ops.ropeForward(x, this.call.positions, this.block.config.ropeBase);
+    return this.ops.ropeForward(x, this.where().call.positions, this.block.config.ropeBase);
   }
 
   async attention(q: F32, k: F32, v: F32): Promise<F32> {
-    const { documents } = this.call;
+    const { documents } = this.where().call;
     const options = documents === undefined ? { causal: this.block.config.causal } : { causal: this.block.config.causal, documents };
     const { out, context } = await this.block.attention.forward(q, k, v, options);
-    this.attentionContext = context;
-    this.attentionOut = out;
+    if (this.saved === null) {
+      this.pending = { context, out };
+    } else {
+      this.saved.attention = context;
+      this.saved.attentionOut = out;
+    }
     return out;
   }
 
@@ -175,22 +290,19 @@ class Recorder implements BlockMath<F32> {
   }
 
   gelu(x: F32): Promise<F32> {
-    this.geluInput = x;
+    this.saved?.mlp.set("geluInput", x);
     return this.ops.geluForward(x);
   }
 
   swiglu(gate: F32, up: F32): Promise<F32> {
-    this.gate = gate;
-    this.up = up;
+    this.saved?.mlp.set("gate", gate);
+    this.saved?.mlp.set("up", up);
     return this.ops.swigluForward(gate, up);
   }
 
-  activations(): Activations {
-    const a: Activations = { norms: this.norms, inputs: this.inputs, attention: this.attentionContext!, attentionOut: this.attentionOut! };
-    if (this.geluInput !== undefined) a.geluInput = this.geluInput;
-    if (this.gate !== undefined) a.gate = this.gate;
-    if (this.up !== undefined) a.up = this.up;
-    return a;
+  private where(): Geometry {
+    if (this.geometry === null) throw new BlockError("TransformerBlock: an MLP tile has no attention");
+    return this.geometry;
   }
 }
 
@@ -221,12 +333,19 @@ export class TransformerBlock {
   /** The attention forward and backward call; sequence parallelism replaces it. */
   attention: BlockAttention;
   readonly checkpoint: boolean;
+  /** Rows per MLP tile; 0: the MLP runs on all rows at once. */
+  readonly mlpTileRows: number;
   private readonly ops: BlockOps;
 
   constructor(config: BlockConfig, options: TransformerBlockOptions) {
     this.config = resolveBlockConfig(config);
     this.ops = options.ops;
     this.checkpoint = options.checkpoint ?? false;
+    const tile = options.mlpTileRows ?? 0;
+    if (typeof tile !== "number" || !Number.isInteger(tile) || tile < 0) {
+      throw new BlockError(`TransformerBlock: mlpTileRows must be 0 (off) or a positive integer (rows of [b * s, hidden] per MLP tile), got ${String(tile)}`);
+    }
+    this.mlpTileRows = tile;
     if (options.attention !== undefined) {
       this.attention = options.attention;
     } else if (options.localAttention !== undefined) {
@@ -241,102 +360,183 @@ export class TransformerBlock {
   /** x [b, s, hidden] -> y [b, s, hidden] and the context backward needs. */
   async forward(x: F32, options: BlockForwardOptions = {}): Promise<{ y: F32; context: BlockContext }> {
     const inputs = blockInputs(x, options);
-    const { y, activations } = await this.run(x, inputs, !this.checkpoint);
-    return { y, context: new BlockContext(this, x, inputs, this.checkpoint ? null : activations) };
+    const { hidden } = this.config;
+    if (x.dtype !== "float32" || x.rank !== 3 || x.shape[2] !== hidden) {
+      throw new BlockError(`TransformerBlock.forward: x must be float32 [batch, seq, ${hidden}], got ${x}`);
+    }
+    const [b, s] = x.shape as unknown as [number, number, number];
+    // checkpointing saves nothing: each intermediate dies once the next op has read it
+    const saved = this.checkpoint ? null : new Activations();
+    const math = new Recorder(this, this.ops, saved, { batch: b, seq: s, call: inputs });
+    // [b, s, hidden] -> [rows, hidden] -> [b, s, hidden]
+    const rows = x.reshape([b * s, hidden]);
+    const y =
+      this.mlpTileRows > 0 ? await this.tiledMlpForward(await attentionHalf(this.config, math, rows), saved) : await blockForward(this.config, math, rows);
+    return { y: y.reshape([b, s, hidden]), context: new BlockContext(this, x, inputs, saved) };
   }
 
   /**
    * Gives a context's attention buffers back for reuse when backward will not
-   * run (evaluation); the context is unusable afterwards. Backward does this
-   * by itself.
+   * run (evaluation), and drops what it saved; the context is unusable
+   * afterwards. Backward does this by itself.
    */
   release(context: BlockContext): void {
     const a = context.activations;
-    if (context.owner === this && a !== null) this.attention.release(a.attention, a.attentionOut);
+    if (context.owner !== this || a === null || a.spent) return;
+    a.spent = true;
+    a.releaseAttention(this.attention);
+    a.clear();
   }
 
   /** dy [b, s, hidden] -> dx and this input's weight gradients. */
   async backward(context: BlockContext, dy: F32): Promise<BlockGradients> {
     if (!(context instanceof BlockContext) || context.owner !== this)
       throw new BlockError("TransformerBlock.backward needs the context its own forward returned");
-    if (context.activations?.attention.released === true)
+    const kept = context.activations;
+    if (kept !== null && (kept.spent || kept.attention?.released === true))
       throw new BlockError("TransformerBlock.backward: the context was released (by release() or an earlier backward)");
     if (dy.rank !== 3 || dy.shape.some((d, i) => d !== context.input.shape[i])) {
       throw new BlockError(`TransformerBlock.backward: dy ${dy} does not match the input ${context.input}`);
     }
-    const a = context.activations ?? (await this.run(context.input, context.inputs, true)).activations;
-    const { hidden, heads, headDim, kvHeads, ropeBase } = this.config;
+    if (kept !== null) kept.spent = true;
+    const a = kept ?? (await this.recompute(context));
+    const { hidden } = this.config;
     const [b, s] = context.input.shape as unknown as [number, number, number];
-    const rows = b * s;
-    const positions = context.inputs.positions;
     const grads = new FlatTensors(blockWeightSpecs(this.config));
-    const dOut = dy.reshape([rows, hidden]);
-    const input = (name: LinearName) => a.inputs.get(name)!;
-
-    // MLP: y = x2 + down(act).
-    const dAct = await this.linearBackward(input("mlp.down"), "mlp.down", dOut, grads);
-    let dh2: F32;
-    if (this.config.mlp === "swiglu") {
-      const { dGate, dUp } = await this.ops.swigluBackward(a.gate!, a.up!, dAct);
-      dh2 = addInto(await this.linearBackward(input("mlp.gate"), "mlp.gate", dGate, grads), await this.linearBackward(input("mlp.up"), "mlp.up", dUp, grads));
-    } else {
-      const dUp = await this.ops.geluBackward(a.geluInput!, dAct);
-      dh2 = await this.linearBackward(input("mlp.up"), "mlp.up", dUp, grads);
-    }
-    const dx2 = addInto(await this.normBackward("norm2", a, dh2, grads), dOut);
-
-    // Attention: x2 = x + o @ Wo.
-    const dAttn = await this.linearBackward(input("attn.o"), "attn.o", dx2, grads);
-    // [rows, H*D] -> [b, s, H, D]
-    const g: AttentionGradients = await this.attention.backward(a.attention, dAttn.reshape([b, s, heads, headDim]));
-    const dq = await this.ops.ropeBackward(g.dq, positions, ropeBase);
-    const dk = await this.ops.ropeBackward(g.dk, positions, ropeBase);
-    // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
-    const h1 = input("attn.q");
-    const dh1 = addInto(
-      await this.linearBackward(h1, "attn.q", dq.reshape([rows, heads * headDim]), grads),
-      await this.linearBackward(h1, "attn.k", dk.reshape([rows, kvHeads * headDim]), grads),
-      await this.linearBackward(h1, "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads),
-    );
-    const dx = addInto(await this.normBackward("norm1", a, dh1, grads), dx2);
-    // The attention's buffers are spent: hand them back for the next step.
-    this.attention.release(a.attention, a.attentionOut, g.dq, g.dk, g.dv);
+    const dOut = dy.reshape([b * s, hidden]);
+    const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads) : await this.mlpBackward(a, dOut, grads, false);
+    const dx = await this.attentionBackward(a, dx2, [b, s], context.inputs.positions, grads);
     // [rows, hidden] -> [b, s, hidden]
     return { dx: dx.reshape([b, s, hidden]), grads: grads.tensors, flat: grads.flat };
   }
 
-  /** The forward computation; `keep` false releases the attention's buffers as soon as they are used (checkpointing). */
-  private async run(input: F32, inputs: Inputs, keep: boolean): Promise<{ y: F32; activations: Activations }> {
-    const { hidden } = this.config;
-    if (input.dtype !== "float32" || input.rank !== 3 || input.shape[2] !== hidden) {
-      throw new BlockError(`TransformerBlock.forward: x must be float32 [batch, seq, ${hidden}], got ${input}`);
-    }
-    const [b, s] = input.shape as unknown as [number, number, number];
-    const recorder = new Recorder(this, this.ops, b, s, inputs, keep);
-    // [b, s, hidden] -> [rows, hidden] -> [b, s, hidden]
-    const y = await blockForward(this.config, recorder, input.reshape([b * s, hidden]));
-    return { y: y.reshape([b, s, hidden]), activations: recorder.activations() };
+  /**
+   * Checkpointing: the forward again, only as far as backward reads it:
+   * through the MLP's activation (never mlp.down nor the last residual), or
+   * up to x2 with a tiled MLP (whose backward recomputes its tiles).
+   */
+  private async recompute(context: BlockContext): Promise<Activations> {
+    const { input, inputs } = context;
+    const [b, s, hidden] = input.shape as unknown as [number, number, number];
+    const a = new Activations();
+    const math = new Recorder(this, this.ops, a, { batch: b, seq: s, call: inputs });
+    const x2 = await attentionHalf(this.config, math, input.reshape([b * s, hidden]));
+    if (this.mlpTileRows > 0) a.mlpInput = x2;
+    else a.inputs.set("mlp.down", await mlpActivation(this.config, math, x2));
+    return a;
   }
 
-  /** Writes dW (and db) into `grads`; returns dx. */
-  private async linearBackward(x: F32, name: LinearName, dy: F32, grads: FlatTensors): Promise<F32> {
+  /** The MLP half tile by tile over x2's rows, saving (when `saved`) only x2. */
+  private async tiledMlpForward(x2: F32, saved: Activations | null): Promise<F32> {
+    if (saved !== null) saved.mlpInput = x2;
+    const [rows, hidden] = x2.shape as unknown as [number, number];
+    const y = new Tensor("float32", [rows, hidden]);
+    const math = new Recorder(this, this.ops, null, null);
+    for (let start = 0; start < rows; start += this.mlpTileRows) {
+      const count = Math.min(this.mlpTileRows, rows - start);
+      y.data.set((await mlpHalf(this.config, math, rowsOf(x2, start, count))).data, start * hidden);
+    }
+    return y;
+  }
+
+  /** The tiled MLP's backward: dy -> dx2 (the residual term included), the tiles' weight gradients summed into `grads`. */
+  private async tiledMlpBackward(x2: F32, dy: F32, grads: FlatTensors): Promise<F32> {
+    const [rows, hidden] = x2.shape as unknown as [number, number];
+    const dx2 = new Tensor("float32", [rows, hidden]);
+    for (let start = 0; start < rows; start += this.mlpTileRows) {
+      const count = Math.min(this.mlpTileRows, rows - start);
+      dx2.data.set((await this.mlpTileBackward(rowsOf(x2, start, count), rowsOf(dy, start, count), grads)).data, start * hidden);
+    }
+    return dx2;
+  }
+
+  /** One tile: recompute norm2, up (and gate) and the activation on its rows of x2, then their backward (weight gradients added). */
+  private async mlpTileBackward(x2: F32, dy: F32, grads: FlatTensors): Promise<F32> {
+    const a = new Activations();
+    a.inputs.set("mlp.down", await mlpActivation(this.config, new Recorder(this, this.ops, a, null), x2));
+    return this.mlpBackward(a, dy, grads, true);
+  }
+
+  /** MLP: y = x2 + down(act(norm2(x2))); dy -> dx2, the residual term included. `add`: sum the weight gradients into `grads`. */
+  private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors, add: boolean): Promise<F32> {
+    // each stage's result goes straight into the next (no local holds it): dAct dies in activationBackward, dUp and dGate in upBackward
+    const dh2 = await this.upBackward(
+      a,
+      await this.activationBackward(a, await this.linearBackward(a.takeInput("mlp.down"), "mlp.down", dy, grads, add)),
+      grads,
+      add,
+    );
+    return addInto(await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads, add), dy);
+  }
+
+  /** dAct -> the gradients of up (and gate). */
+  private async activationBackward(a: Activations, dAct: F32): Promise<MlpGradients> {
+    if (this.config.mlp === "swiglu") {
+      const { dGate, dUp } = await this.ops.swigluBackward(a.takeMlp("gate"), a.takeMlp("up"), dAct);
+      return { dGate, dUp };
+    }
+    return { dUp: await this.ops.geluBackward(a.takeMlp("geluInput"), dAct) };
+  }
+
+  /** up (and gate): their gradients -> dh2 (h2 feeds both). */
+  private async upBackward(a: Activations, d: MlpGradients, grads: FlatTensors, add: boolean): Promise<F32> {
+    const dh2 = await this.linearBackward(a.takeInput("mlp.up"), "mlp.up", takeGradient(d, "dUp"), grads, add);
+    if (this.config.mlp !== "swiglu") return dh2;
+    return addInto(dh2, await this.linearBackward(a.takeInput("mlp.gate"), "mlp.gate", takeGradient(d, "dGate"), grads, add));
+  }
+
+  /** Attention: x2 = x + o @ Wo; dx2 -> dx, the residual term included. */
+  private async attentionBackward(a: Activations, dx2: F32, shape: [number, number], positions: RopePositions, grads: FlatTensors): Promise<F32> {
+    // the attention's gradients go straight into qkvBackward, which hands them back
+    const dh1 = await this.qkvBackward(a, await this.outputBackward(a, dx2, shape, grads), positions, grads);
+    return addInto(await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads, false), dx2);
+  }
+
+  /** attn.o and the attention: dx2 -> dq, dk, dv. */
+  private async outputBackward(a: Activations, dx2: F32, [b, s]: [number, number], grads: FlatTensors): Promise<AttentionGradients> {
+    const { heads, headDim } = this.config;
+    // [rows, H*D] -> [b, s, H, D]
+    const dAttn = (await this.linearBackward(a.takeInput("attn.o"), "attn.o", dx2, grads, false)).reshape([b, s, heads, headDim]);
+    return this.attention.backward(a.savedAttention(), dAttn);
+  }
+
+  /** RoPE and q, k, v: the attention's gradients -> dh1; then hands the attention's buffers back. */
+  private async qkvBackward(a: Activations, g: AttentionGradients, positions: RopePositions, grads: FlatTensors): Promise<F32> {
+    const { heads, kvHeads, headDim, ropeBase } = this.config;
+    const rows = g.dq.shape[0]! * g.dq.shape[1]!;
+    // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
+    const rotated = async (d: F32, width: number) => (await this.ops.ropeBackward(d, positions, ropeBase)).reshape([rows, width]);
+    const dq = await this.linearBackward(a.takeInput("attn.q"), "attn.q", await rotated(g.dq, heads * headDim), grads, false);
+    const dk = await this.linearBackward(a.takeInput("attn.k"), "attn.k", await rotated(g.dk, kvHeads * headDim), grads, false);
+    const dv = await this.linearBackward(a.takeInput("attn.v"), "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads, false);
+    // The attention's buffers are spent: hand them back for the next step.
+    a.releaseAttention(this.attention, g.dq, g.dk, g.dv);
+    return addInto(dq, dk, dv);
+  }
+
+  /** Writes (or, with `add`, adds) dW and db into `grads`; returns dx. */
+  private async linearBackward(x: F32, name: LinearName, dy: F32, grads: FlatTensors, add: boolean): Promise<F32> {
     const r = await this.ops.linearBackward(x, this.weights[`${name}.w`]!, dy, this.config.bias);
-    grads.set(`${name}.w`, r.dw);
-    if (this.config.bias) grads.set(`${name}.b`, r.db!);
+    store(grads, `${name}.w`, r.dw, add);
+    if (this.config.bias) store(grads, `${name}.b`, r.db!, add);
     return r.dx;
   }
 
-  private async normBackward(name: NormName, a: Activations, dy: F32, grads: FlatTensors): Promise<F32> {
-    const { x, saved } = a.norms.get(name)!;
+  private async normBackward(name: NormName, { x, saved }: NormRecord, dy: F32, grads: FlatTensors, add: boolean): Promise<F32> {
     const gamma = this.weights[`${name}.gamma`]!;
     if (this.config.norm === "rmsnorm") {
       const r = await this.ops.rmsNormBackward(x, gamma, saved.rstd, dy);
-      grads.set(`${name}.gamma`, r.dGamma);
+      store(grads, `${name}.gamma`, r.dGamma, add);
       return r.dx;
     }
     const r = await this.ops.layerNormBackward(x, gamma, saved as LayerNormSaved, dy);
-    grads.set(`${name}.gamma`, r.dGamma);
-    grads.set(`${name}.beta`, r.dBeta);
+    store(grads, `${name}.gamma`, r.dGamma, add);
+    store(grads, `${name}.beta`, r.dBeta, add);
     return r.dx;
   }
+}
+
+function store(grads: FlatTensors, name: string, value: F32, add: boolean): void {
+  if (add) grads.add(name, value);
+  else grads.set(name, value);
 }

@@ -42,6 +42,7 @@ export interface NativeSession {
 
 export interface NativeBinding {
   init(libraryPath: string): NativeInfo;
+  setMmapThreshold(bytes: number): boolean;
   Runtime: new (options: { threads: number; isa?: string; cuda?: boolean }) => NativeRuntime;
   Session: new (runtime: NativeRuntime, model: Uint8Array) => NativeSession;
 }
@@ -87,4 +88,20 @@ export function loadNative(): NativeLoad {
     cached = { ok: false, error: wrapped };
   }
   return cached;
+}
+
+/**
+ * Makes glibc serve allocations of at least `bytes` with mmap, so that freed
+ * large buffers (activations, ONNX Runtime outputs) go back to the OS instead
+ * of staying in the heap: glibc otherwise raises this threshold to the
+ * largest block ever freed (up to 32 MiB), and a training step's peak RSS
+ * then counts every buffer it freed. Applies to the whole process. Returns
+ * false, changing nothing, when the addon is not loaded or the C library is
+ * not glibc.
+ */
+export function setMallocMmapThreshold(bytes: number): boolean {
+  if (!Number.isInteger(bytes) || bytes < 4096 || bytes > 1 << 25)
+    throw new FusedAttentionError(`setMallocMmapThreshold: bytes must be an integer in [4096, ${1 << 25}], got ${bytes}`);
+  const load = loadNative();
+  return load.ok ? load.binding.setMmapThreshold(bytes) : false;
 }

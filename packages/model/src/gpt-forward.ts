@@ -6,7 +6,12 @@
  *
  *   x = embed(ids)            [rows, hidden]
  *   x = block_l(x)            for l = 0 .. layers - 1
- *   logits = head(norm(x))    [rows, vocab] (head: the embedding, transposed, when tied)
+ *   h = norm(x)               [rows, hidden] (`gptHidden` stops here)
+ *   logits = head(h)          [rows, vocab] (head: the embedding, transposed, when tied)
+ *
+ * Training with a tiled loss (`lossTileRows` of @ulysses/training) runs
+ * `gptHidden` and applies the head a tile of rows at a time, so the full
+ * [rows, vocab] logits never exist.
  */
 import type { GptConfig } from "./gpt-config.js";
 
@@ -21,8 +26,14 @@ export interface GptMath<T> {
   head(x: T): Promise<T>;
 }
 
-export async function gptForward<T>(config: GptConfig, m: GptMath<T>): Promise<T> {
+/** The forward up to the final norm: the LM head's input h [rows, hidden]. */
+export async function gptHidden<T>(config: GptConfig, m: Omit<GptMath<T>, "head">): Promise<T> {
   let x = await m.embed();
   for (let layer = 0; layer < config.layers; layer++) x = await m.block(layer, x);
-  return m.head(await m.norm(x));
+  return m.norm(x);
+}
+
+/** The whole forward: logits [rows, vocab]. */
+export async function gptForward<T>(config: GptConfig, m: GptMath<T>): Promise<T> {
+  return m.head(await gptHidden(config, m));
 }

@@ -9,12 +9,25 @@
  * shards the input from outside. Weight gradients are accumulated into the
  * flat gradient of the ParameterStore; summing, clipping and the optimizer
  * step belong to @ulysses/training.
+ *
+ * Memory: `forward(tokens, { logits: false })` stops at the final norm, so a
+ * tiled loss can apply the head (`lmHead()`) a tile of rows at a time and
+ * continue with `backwardFromHidden`; backward drops each block's context as
+ * soon as that block is done, and the context is spent afterwards.
  */
-import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
+import {
+  type BlockContext,
+  LocalBlockAttention,
+  TransformerBlock,
+  blockWeightSpecs,
+  type BlockAttention,
+  type BlockWeights,
+  type TransformerBlockOptions,
+} from "@ulysses/block";
 import type { BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
 import { permute, type Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
-import { gptForward, type GptMath } from "./gpt-forward.js";
+import { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
 import { ParameterStore } from "./parameters.js";
 
@@ -30,6 +43,11 @@ export interface GptOptions {
   seed: number;
   /** Recompute each block's activations in backward. */
   activationCheckpointing?: boolean;
+  /**
+   * Rows per tile of every block's MLP (passed to each TransformerBlock as
+   * its `mlpTileRows`; 0 or undefined: untiled). The block checks it.
+   */
+  mlpTileRows?: number;
 }
 
 export interface GptForwardOptions {
@@ -37,21 +55,47 @@ export interface GptForwardOptions {
   positions?: RopePositions;
   /** Packed documents: each token's document id, int32 [b * s], non-decreasing per row. */
   documents?: Int32Array;
+  /**
+   * false: stop at the final norm; the context has `hFinal` and no logits
+   * (apply the head with `lmHead()`, backpropagate with `backwardFromHidden`).
+   * Default true.
+   */
+  logits?: boolean;
 }
 
-/** What forward keeps for backward. */
+/** What forward keeps for backward. Backward spends it: it empties `blocks` and drops the tensors below. */
 export interface GptContext {
   /** [rows] token ids, rows = b * s */
   ids: I32;
   batch: number;
   seqLength: number;
+  /** One per layer; backward pops each as soon as its block's backward is done. */
   blocks: BlockContext[];
-  /** Final-norm input [rows, hidden] and output. */
-  xFinal: F32;
-  hFinal: F32;
-  normSaved: LayerNormSaved | { rstd: F32 };
-  /** [rows, vocab] */
-  logits: F32;
+  /** Final-norm input [rows, hidden] and what the norm saved (dropped by backwardFromHidden). */
+  xFinal?: F32;
+  normSaved?: LayerNormSaved | { rstd: F32 };
+  /** The final norm's output, the LM head's input [rows, hidden] (dropped once the head's backward ran). */
+  hFinal?: F32;
+  /** [rows, vocab]; absent after `forward(tokens, { logits: false })`, dropped by backward (and by the loss once dLogits exist). */
+  logits?: F32;
+}
+
+/** The context of a forward that computed logits (the default). */
+export type GptLogitsContext = GptContext & { logits: F32 };
+
+/**
+ * The LM head, for applying it a tile of rows at a time (the tiled loss of
+ * @ulysses/training). The weight [hidden, vocab] is fetched once (transposed
+ * from the embedding when tied) and shared by every tile.
+ */
+export interface GptHead {
+  /** h [n, hidden] -> logits [n, vocab] */
+  forward(h: F32): Promise<F32>;
+  /**
+   * Adds this tile's weight gradient h^T dLogits into params.grads (the
+   * embedding's, transposed, when tied); returns dh = dLogits W^T [n, hidden].
+   */
+  backward(h: F32, dLogits: F32): Promise<F32>;
 }
 
 export class Gpt {
@@ -76,7 +120,15 @@ export class Gpt {
     for (let layer = 0; layer < config.layers; layer++) {
       const weights: BlockWeights = {};
       for (const spec of blockWeightSpecs(blockConfig)) weights[spec.name] = this.params.value(`blocks.${layer}.${spec.name}`);
-      this.blocks.push(new TransformerBlock(blockConfig, { ops: options.ops, attention, weights, checkpoint: options.activationCheckpointing ?? false }));
+      // built in a variable: `mlpTileRows` may be newer than this @ulysses/block's TransformerBlockOptions
+      const blockOptions: TransformerBlockOptions & { mlpTileRows?: number } = {
+        ops: options.ops,
+        attention,
+        weights,
+        checkpoint: options.activationCheckpointing ?? false,
+        mlpTileRows: options.mlpTileRows,
+      };
+      this.blocks.push(new TransformerBlock(blockConfig, blockOptions));
     }
   }
 
@@ -86,7 +138,27 @@ export class Gpt {
     return this.config.tiedHead ? permute(this.params.value("embed.weight"), [1, 0]) : this.params.value("head.w");
   }
 
-  /** tokens [b, s] (at `options.positions`) -> logits [b * s, vocab] and the context for backward. */
+  /** The LM head as one object for a run of tiles (see GptHead). */
+  lmHead(): GptHead {
+    const w = this.headWeight();
+    return {
+      forward: (h) => this.ops.linearForward(h, w),
+      backward: async (h, dLogits) => {
+        const { dx, dw } = await this.ops.linearBackward(h, w, dLogits, false);
+        if (this.config.tiedHead) this.params.accumulateTransposed("embed.weight", dw);
+        else this.params.accumulate("head.w", dw.data);
+        return dx;
+      },
+    };
+  }
+
+  /**
+   * tokens [b, s] (at `options.positions`) -> logits [b * s, vocab] and the
+   * context for backward; with `logits: false` the forward stops at the final
+   * norm (context.hFinal [b * s, hidden], no logits).
+   */
+  forward(tokens: I32, options?: GptForwardOptions & { logits?: true }): Promise<GptLogitsContext>;
+  forward(tokens: I32, options: GptForwardOptions): Promise<GptContext>;
   async forward(tokens: I32, options: GptForwardOptions = {}): Promise<GptContext> {
     const { hidden, vocab, maxSeq } = this.config;
     const positions = options.positions ?? 0;
@@ -127,8 +199,13 @@ export class Gpt {
       },
       head: (x) => this.ops.linearForward(x, this.headWeight()),
     };
-    const logits = await gptForward(this.config, math);
-    return { ids, batch, seqLength, blocks, xFinal: final.x!, hFinal: final.h!, normSaved: final.saved!, logits };
+    const context: GptContext = { ids, batch, seqLength, blocks };
+    if (options.logits ?? true) context.logits = await gptForward(this.config, math);
+    else await gptHidden(this.config, math);
+    context.xFinal = final.x!;
+    context.hFinal = final.h!;
+    context.normSaved = final.saved!;
+    return context;
   }
 
   /** Gives the blocks' attention buffers back when backward will not run (evaluation). */
@@ -136,25 +213,54 @@ export class Gpt {
     context.blocks.forEach((c, layer) => this.blocks[layer]!.release(c));
   }
 
-  /** Backpropagates dLogits [rows, vocab]; adds the weight gradients of this input into params.grads. */
-  async backward(context: GptContext, dLogits: F32): Promise<void> {
+  /**
+   * Backpropagates dLogits [rows, vocab]; adds the weight gradients of this
+   * input into params.grads. Spends the context (logits and hFinal are dropped
+   * once the head's backward ran, then as in backwardFromHidden).
+   */
+  backward(context: GptContext, dLogits: F32): Promise<void> {
+    // not async: no frame of this call keeps dLogits alive past the head's backward
+    return this.headBackward(context, dLogits).then((dh) => this.backwardFromHidden(context, dh));
+  }
+
+  /** The LM head's backward of a whole context: dh [rows, hidden]; drops context.logits and context.hFinal. */
+  async headBackward(context: GptContext, dLogits: F32): Promise<F32> {
+    const h = spent(context.hFinal, "backward");
+    const dh = await this.lmHead().backward(h, dLogits);
+    context.logits = undefined;
+    context.hFinal = undefined;
+    return dh;
+  }
+
+  /**
+   * Backpropagates dhFinal [rows, hidden], the gradient of the final norm's
+   * output (the LM head's input): the final norm, every block (each block's
+   * context is dropped as soon as its backward is done) and the embedding.
+   * Adds the weight gradients into params.grads, except the head's (the
+   * caller's, as `lmHead().backward` adds them). Spends the context.
+   */
+  async backwardFromHidden(context: GptContext, dhFinal: F32): Promise<void> {
     const { hidden, vocab } = this.config;
     const { batch, seqLength } = context;
-    const head = await this.ops.linearBackward(context.hFinal, this.headWeight(), dLogits, false);
-    if (this.config.tiedHead) {
-      // [hidden, vocab] -> [vocab, hidden]
-      this.params.accumulate("embed.weight", permute(head.dw, [1, 0]).data);
-    } else {
-      this.params.accumulate("head.w", head.dw.data);
-    }
+    const rows = batch * seqLength;
+    if (dhFinal.rank !== 2 || dhFinal.shape[0] !== rows || dhFinal.shape[1] !== hidden)
+      throw new ModelError(`Gpt.backwardFromHidden: dhFinal must be [${rows}, ${hidden}], got ${dhFinal}`);
+    if (context.blocks.length !== this.blocks.length)
+      throw new ModelError(`Gpt.backward: the context holds ${context.blocks.length} of ${this.blocks.length} block contexts (spent by an earlier backward?)`);
+    const xFinal = spent(context.xFinal, "backwardFromHidden");
+    const normSaved = spent(context.normSaved, "backwardFromHidden");
+    context.xFinal = undefined;
+    context.normSaved = undefined;
+    context.hFinal = undefined;
+    context.logits = undefined;
     const gamma = this.params.value("norm.gamma");
     let dx: F32;
     if ((this.config.norm ?? "layernorm") === "rmsnorm") {
-      const r = await this.ops.rmsNormBackward(context.xFinal, gamma, (context.normSaved as { rstd: F32 }).rstd, head.dx);
+      const r = await this.ops.rmsNormBackward(xFinal, gamma, (normSaved as { rstd: F32 }).rstd, dhFinal);
       this.params.accumulate("norm.gamma", r.dGamma.data);
       dx = r.dx;
     } else {
-      const r = await this.ops.layerNormBackward(context.xFinal, gamma, context.normSaved as LayerNormSaved, head.dx);
+      const r = await this.ops.layerNormBackward(xFinal, gamma, normSaved as LayerNormSaved, dhFinal);
       this.params.accumulate("norm.gamma", r.dGamma.data);
       this.params.accumulate("norm.beta", r.dBeta.data);
       dx = r.dx;
@@ -163,12 +269,19 @@ export class Gpt {
     let dy = dx.reshape([batch, seqLength, hidden]);
     const firstName = blockWeightSpecs(this.blocks[0]?.config ?? blockConfigOf(this.config))[0]!.name;
     for (let layer = this.blocks.length - 1; layer >= 0; layer--) {
-      const g = await this.blocks[layer]!.backward(context.blocks[layer]!, dy);
+      // popped first: once the block's backward returns nothing holds its activations
+      const g = await this.blocks[layer]!.backward(context.blocks.pop()!, dy);
       this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat);
       dy = g.dx;
     }
     // [b, s, hidden] -> [rows, hidden]
-    const dEmbed = await this.ops.embeddingBackward(context.ids, dy.reshape([batch * seqLength, hidden]), vocab);
+    const dEmbed = await this.ops.embeddingBackward(context.ids, dy.reshape([rows, hidden]), vocab);
     this.params.accumulate("embed.weight", dEmbed.data);
   }
+}
+
+/** A context tensor that backward needs, or a ModelError when an earlier backward dropped it. */
+function spent<T>(value: T | undefined, who: string): T {
+  if (value === undefined) throw new ModelError(`Gpt.${who}: the context was spent by an earlier backward`);
+  return value;
 }

@@ -17,7 +17,7 @@ export {
 } from "./safetensors.js";
 export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, GPT_CONFIG_LIMITS, type GptConfig, type ParamSpec } from "./gpt-config.js";
 export { ParameterStore, type ParamSlot } from "./parameters.js";
-export { gptForward, type GptMath } from "./gpt-forward.js";
-export { Gpt, type GptOptions, type GptForwardOptions, type GptContext } from "./gpt.js";
+export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
+export { Gpt, type GptOptions, type GptForwardOptions, type GptContext, type GptLogitsContext, type GptHead } from "./gpt.js";
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
 export { sampleToken, type SamplingOptions } from "./sampling.js";

@@ -68,6 +68,21 @@ export class ParameterStore {
     for (let i = 0; i < size; i++) g[offset + i] += values[i]!;
   }
 
+  /**
+   * Adds the transpose of `values` [a, b] into the gradient of a [b, a]
+   * parameter, without a transposed copy (the tied LM head's gradient
+   * [hidden, vocab] into the embedding's [vocab, hidden]).
+   */
+  accumulateTransposed(name: string, values: F32): void {
+    const { spec, offset } = this.slot(name);
+    const [a, b] = values.shape as [number, number];
+    if (values.rank !== 2 || spec.shape.length !== 2 || spec.shape[0] !== b || spec.shape[1] !== a)
+      throw new ModelError(`transposed gradient for '${name}' is [${values.shape.join(", ")}], the parameter [${spec.shape.join(", ")}]`);
+    const g = this.grads;
+    const v = values.data;
+    for (let i = 0; i < a; i++) for (let j = 0; j < b; j++) g[offset + j * a + i] += v[i * b + j]!;
+  }
+
   /** Adds a run of consecutive parameters' gradients starting at `first` (the layout of a block's flat gradient). */
   accumulateRun(first: string, values: Float32Array): void {
     const { offset } = this.slot(first);

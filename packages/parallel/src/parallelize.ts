@@ -14,6 +14,11 @@
  * infer from its own tokens (1000 over 3 ranks: is 333 tokens of 999 or of
  * 1000?). The wrapper sets them on a SequenceLayout for the duration of each
  * forward and backward; the attention adapter reads them from there.
+ *
+ * A tiled loss runs `forward(..., { logits: false })` (no logits), the head
+ * a tile at a time through `lmHead()`, and `backwardFromHidden`: the head
+ * involves no attention, so only the backward from the hidden state runs
+ * inside the layout.
  */
 import {
   LocalBlockAttention,
@@ -26,7 +31,7 @@ import {
 } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
-import type { Gpt, GptConfig, GptContext, GptForwardOptions, ParameterStore } from "@ulysses/model";
+import type { Gpt, GptConfig, GptContext, GptForwardOptions, GptHead, ParameterStore } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
@@ -214,6 +219,9 @@ function shardPositions(shards: SequenceShards, rank: number, batch: number): nu
 /** GptContext with the shard layout it ran on. */
 export interface ParallelGptContext extends GptContext, RunLayout {}
 
+/** Options of ParallelGpt.forward: the sequence, and `logits: false` to stop at the final norm (GptForwardOptions.logits). */
+type ParallelForwardOptions = ParallelSequenceOptions & { seqLength: number; logits?: boolean };
+
 /** The shards of a forward on `localLength` tokens per row, checked (before any communication). */
 function runLayout(localLength: number, batch: number, group: ProcessGroup, sequence: ParallelSequenceOptions, who: string): RunLayout {
   const shards = sequenceShards(localLength, group.rank, group.size, sequence);
@@ -254,32 +262,51 @@ export class ParallelGpt {
     return shardBatch(batch, spGroup.rank, spGroup.size, this.dims.runs(batch.tokens.shape[1]!));
   }
 
-  /** tokens [b, s_r]: this rank's shard of sequences of `seqLength` tokens (packed documents: `sequenceDocuments`, `positions`). */
-  async forward(tokens: I32, sequence: ParallelSequenceOptions & { seqLength: number }): Promise<ParallelGptContext> {
+  /**
+   * tokens [b, s_r]: this rank's shard of sequences of `seqLength` tokens
+   * (packed documents: `sequenceDocuments`, `positions`); `logits: false`
+   * stops at the final norm (context.hFinal, no logits).
+   */
+  forward(tokens: I32, sequence: ParallelForwardOptions & { logits?: true }): Promise<ParallelGptContext & { logits: F32 }>;
+  forward(tokens: I32, sequence: ParallelForwardOptions): Promise<ParallelGptContext>;
+  async forward(tokens: I32, sequence: ParallelForwardOptions): Promise<ParallelGptContext> {
     const { spGroup } = this.dims;
     if (sequence.seqLength > this.config.maxSeq)
       throw new ParallelError(`ParallelGpt.forward: a sequence of ${sequence.seqLength} tokens exceeds maxSeq ${this.config.maxSeq}`);
     const [b, s] = tokens.shape as [number, number];
     const laid = sequence.seqRuns !== undefined || sequence.seqSizes !== undefined ? sequence : { ...sequence, seqRuns: this.dims.runs(sequence.seqLength) };
     const run = runLayout(s, b, spGroup, laid, "ParallelGpt.forward");
-    const options: GptForwardOptions = { positions: sequence.positions ?? shardPositions(run.shards, spGroup.rank, b) };
+    const options: GptForwardOptions = { positions: sequence.positions ?? shardPositions(run.shards, spGroup.rank, b), logits: sequence.logits ?? true };
     if (run.documents !== undefined)
       options.documents = documentRuns(run.documents, b, run.shards.length, run.shards.runs[spGroup.rank]!, "ParallelGpt.forward")!;
     const context = await this.layout.during(run, () => this.model.forward(tokens, options));
     return Object.assign(context, run);
   }
 
-  /** forward on this rank's shard of a batch (`shard(batch)`), with its documents when there are. */
-  forwardShard(shard: BatchShard): Promise<ParallelGptContext> {
-    const sequence: ParallelSequenceOptions & { seqLength: number } = { seqLength: shard.seqLength, seqRuns: shard.runs };
+  /** forward on this rank's shard of a batch (`shard(batch)`), with its documents when there are; `logits: false` as in forward. */
+  forwardShard(shard: BatchShard, options?: { logits?: true }): Promise<ParallelGptContext & { logits: F32 }>;
+  forwardShard(shard: BatchShard, options: { logits?: boolean }): Promise<ParallelGptContext>;
+  forwardShard(shard: BatchShard, options: { logits?: boolean } = {}): Promise<ParallelGptContext> {
+    const sequence: ParallelForwardOptions = { seqLength: shard.seqLength, seqRuns: shard.runs, logits: options.logits ?? true };
     if (shard.documents !== undefined) sequence.sequenceDocuments = shard.documents.sequenceIds.data;
     if (shard.positions !== undefined) sequence.positions = shard.positions.data;
     return this.forward(shard.tokens, sequence);
   }
 
-  /** Adds this rank's (unreduced) weight gradients into params.grads. */
+  /** The LM head, a tile of rows at a time (Gpt.lmHead; no communication). */
+  lmHead(): GptHead {
+    return this.model.lmHead();
+  }
+
+  /** Backpropagates dLogits [b * s_r, vocab]; adds this rank's (unreduced) weight gradients into params.grads. Spends the context. */
   backward(context: ParallelGptContext, dLogits: F32): Promise<void> {
-    return this.layout.during(context, () => this.model.backward(context, dLogits));
+    // the head runs outside the layout, so nothing holds dLogits past it
+    return this.model.headBackward(context, dLogits).then((dh) => this.backwardFromHidden(context, dh));
+  }
+
+  /** Backpropagates dhFinal [b * s_r, hidden] (Gpt.backwardFromHidden); adds this rank's (unreduced) weight gradients except the head's. */
+  backwardFromHidden(context: ParallelGptContext, dhFinal: F32): Promise<void> {
+    return this.layout.during(context, () => this.model.backwardFromHidden(context, dhFinal));
   }
 
   release(context: ParallelGptContext): void {

@@ -22,7 +22,7 @@ export {
 } from "./data/document-data.js";
 export { resolveTextFormat, listTextFiles, TEXT_FORMATS, type TextFormat, type TextFormatOption, type DocumentRef } from "./data/documents.js";
 export { DocumentPacker, PAD_TOKEN, LONG_DOCUMENTS, type LongDocuments, type PackedBatch, type PackStats } from "./data/packer.js";
-export { lossAndGradients, countCorrect, type LossResult, type TrainModel } from "./loss.js";
+export { lossAndGradients, countCorrect, validateLossTileRows, type LossResult, type LossOptions, type TrainModel } from "./loss.js";
 export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
 export {
   saveCheckpoint,

@@ -6,12 +6,28 @@
  * gives the global mean, lossSum / count, the same on every rank and equal
  * to the one-device loss. The gradient scale is 1 / global count, so the
  * summed weight gradients are those of the global mean.
+ *
+ * Tiled (`lossTileRows`, the "fused linear cross-entropy" of Liger-Kernel and
+ * ALST): the model's forward stops at the final norm; the labelled tokens are
+ * counted and their count all-reduced first (the gradient scale must be known
+ * before any logits exist); then for each tile of rows the head's logits, the
+ * tile's cross-entropy sum, argmax-correct count and logit gradient, the
+ * tile's dh = dLogits W^T (into dhFinal) and its head weight gradient
+ * h^T dLogits (accumulated) are computed and the tile's logits dropped; one
+ * allReduce of [lossSum, correct] gives the reported loss and accuracy, and
+ * the model's backward continues from dhFinal. At most one tile's logits
+ * [tile, vocab] (and its gradient) exist at a time instead of [rows, vocab];
+ * tiles without a labelled row are skipped (their gradient is zero).
  */
 import type { BlockOps } from "@ulysses/kernels";
-import type { Gpt, GptContext } from "@ulysses/model";
-import { ParallelGpt, type Batch } from "@ulysses/parallel";
-import type { Tensor } from "@ulysses/tensors";
+import type { Gpt, GptContext, GptHead } from "@ulysses/model";
+import { ParallelGpt, type Batch, type ParallelGptContext } from "@ulysses/parallel";
+import { Tensor } from "@ulysses/tensors";
 import { IGNORE_INDEX } from "./data/batch.js";
+import { TrainingError } from "./errors.js";
+
+type F32 = Tensor<"float32">;
+type I32 = Tensor<"int32">;
 
 /** A model to train: the one-device Gpt, or one parallelised with `parallelize`. */
 export type TrainModel = Gpt | ParallelGpt;
@@ -23,6 +39,26 @@ export interface LossResult {
   count: number;
   /** Global fraction of labelled tokens whose argmax prediction is the label. */
   accuracy: number;
+}
+
+export interface LossOptions {
+  /** false: forward and loss only (evaluation); the context is released. Default true. */
+  backward?: boolean;
+  /**
+   * Rows of logits per tile (a positive integer): the head and the
+   * cross-entropy run a tile at a time, so the full [rows, vocab] logits
+   * never exist. 0 or undefined: untiled. Loss, accuracy and gradients equal
+   * the untiled ones (up to float32 summation order).
+   */
+  lossTileRows?: number;
+}
+
+/** The tile size of `lossTileRows`: 0 for untiled; throws a TrainingError naming a value that is not 0, undefined or a positive integer. */
+export function validateLossTileRows(lossTileRows: number | undefined): number {
+  if (lossTileRows === undefined || lossTileRows === 0) return 0;
+  if (!Number.isSafeInteger(lossTileRows) || lossTileRows < 0)
+    throw new TrainingError(`lossTileRows must be a positive integer (0 or undefined: untiled), got ${lossTileRows}`);
+  return lossTileRows;
 }
 
 /** Rows of logits [rows, vocab] whose argmax equals the (non-ignored) label. */
@@ -40,38 +76,132 @@ export function countCorrect(logits: Tensor<"float32">, labels: Tensor<"int32">)
   return correct;
 }
 
-/** This rank's part of `batch` through the model: forward, and a backward closure. */
-async function run(
-  model: TrainModel,
-  batch: Batch,
-): Promise<{ context: GptContext; labels: Tensor<"int32">; backward: (dLogits: Tensor<"float32">) => Promise<void>; release: () => void }> {
+/** A forward that ran: on the one-device model or on this rank's shard (kept apart so backward needs no closures over the context). */
+type Run = { parallel: false; model: Gpt; context: GptContext; labels: I32 } | { parallel: true; model: ParallelGpt; context: ParallelGptContext; labels: I32 };
+
+/** This rank's part of `batch` through the model; `logits` false stops at the final norm. */
+async function forward(model: TrainModel, batch: Batch, logits: boolean): Promise<Run> {
   if (model instanceof ParallelGpt) {
     const shard = model.shard(batch);
-    const context = await model.forwardShard(shard);
-    return { context, labels: shard.labels, backward: (d) => model.backward(context, d), release: () => model.release(context) };
+    const context = await model.forwardShard(shard, { logits });
+    return { parallel: true, model, context, labels: shard.labels.reshape([shard.labels.size]) };
   }
   const documents = batch.documents;
-  const context = await model.forward(batch.tokens, documents === undefined ? {} : { positions: documents.positions.data, documents: documents.ids.data });
-  return { context, labels: batch.labels, backward: (d) => model.backward(context, d), release: () => model.release(context) };
+  const sequence = documents === undefined ? {} : { positions: documents.positions.data, documents: documents.ids.data };
+  const context = await model.forward(batch.tokens, { ...sequence, logits });
+  return { parallel: false, model, context, labels: batch.labels.reshape([batch.labels.size]) };
+}
+
+function backward(run: Run, dLogits: F32): Promise<void> {
+  return run.parallel ? run.model.backward(run.context, dLogits) : run.model.backward(run.context, dLogits);
+}
+
+function backwardFromHidden(run: Run, dhFinal: F32): Promise<void> {
+  return run.parallel ? run.model.backwardFromHidden(run.context, dhFinal) : run.model.backwardFromHidden(run.context, dhFinal);
+}
+
+function release(run: Run): void {
+  if (run.parallel) run.model.release(run.context);
+  else run.model.release(run.context);
+}
+
+/** Labels that count (not IGNORE_INDEX) in [from, to). */
+function labelled(labels: I32, from = 0, to = labels.size): number {
+  let count = 0;
+  for (let r = from; r < to; r++) if (labels.data[r] !== IGNORE_INDEX) count++;
+  return count;
 }
 
 /**
  * Forward, global loss and backward of this rank's part of `batch` (whole
  * sequences [rows, N]: this DP replica's rows). Adds the rank's unreduced
- * weight gradients into model.params.grads.
+ * weight gradients into model.params.grads. `lossTileRows` tiles the head and
+ * the loss (see the module comment); `backward: false` evaluates only.
  */
-export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: Batch, options: { backward?: boolean } = {}): Promise<LossResult> {
-  const { context, labels: shardLabels, backward, release } = await run(model, batch);
-  const labels = shardLabels.reshape([shardLabels.size]);
-  const local = await ops.crossEntropyForward(context.logits, labels, IGNORE_INDEX);
-  const stats = new Float64Array([local.lossSum, local.count, countCorrect(context.logits, labels)]);
+export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: Batch, options: LossOptions = {}): Promise<LossResult> {
+  const tileRows = validateLossTileRows(options.lossTileRows);
+  const withBackward = options.backward ?? true;
   const group = model instanceof ParallelGpt ? model.gradientGroup : null;
-  if (group !== null && group.size > 1) await group.allReduce(stats, { op: "sum" });
-  const [lossSum, count, correct] = stats as unknown as [number, number, number];
-  if (options.backward ?? true) {
-    await backward(await ops.crossEntropyBackward(context.logits, labels, count > 0 ? 1 / count : 0, IGNORE_INDEX));
-  } else {
-    release();
+  const allReduce = async (values: number[]): Promise<number[]> => {
+    const stats = new Float64Array(values);
+    if (group !== null && group.size > 1) await group.allReduce(stats, { op: "sum" });
+    return [...stats];
+  };
+  const result = (lossSum: number, count: number, correct: number): LossResult => ({
+    loss: count > 0 ? lossSum / count : 0,
+    count,
+    accuracy: count > 0 ? correct / count : 0,
+  });
+
+  if (tileRows === 0) {
+    const run = await forward(model, batch, true);
+    const [lossSum, count, correct] = (await allReduce(await untiledStats(ops, run))) as [number, number, number];
+    if (withBackward) await backward(run, await untiledGradient(ops, run, count > 0 ? 1 / count : 0));
+    else release(run);
+    return result(lossSum, count, correct);
   }
-  return { loss: count > 0 ? lossSum / count : 0, count, accuracy: count > 0 ? correct / count : 0 };
+
+  const run = await forward(model, batch, false);
+  if (!withBackward) {
+    const tiled = await tiledHead(ops, run, tileRows, null);
+    release(run);
+    const [lossSum, count, correct] = (await allReduce([tiled.lossSum, labelled(run.labels), tiled.correct])) as [number, number, number];
+    return result(lossSum, count, correct);
+  }
+  // the global count first: it scales every tile's gradient
+  const count = (await allReduce([labelled(run.labels)]))[0]!;
+  const tiled = await tiledHead(ops, run, tileRows, count > 0 ? 1 / count : 0);
+  const [lossSum, correct] = (await allReduce([tiled.lossSum, tiled.correct])) as [number, number];
+  await backwardFromHidden(run, tiled.dhFinal!);
+  return result(lossSum, count, correct);
+}
+
+/** This rank's [lossSum, count, correct] from the context's logits. */
+async function untiledStats(ops: BlockOps, run: Run): Promise<number[]> {
+  const logits = run.context.logits!;
+  const local = await ops.crossEntropyForward(logits, run.labels, IGNORE_INDEX);
+  return [local.lossSum, local.count, countCorrect(logits, run.labels)];
+}
+
+/** dLogits of the context's logits; drops the logits from the context (the model's backward needs only dLogits). */
+async function untiledGradient(ops: BlockOps, run: Run, gradScale: number): Promise<F32> {
+  const dLogits = await ops.crossEntropyBackward(run.context.logits!, run.labels, gradScale, IGNORE_INDEX);
+  run.context.logits = undefined;
+  return dLogits;
+}
+
+/**
+ * The head and the loss a tile of `tileRows` rows at a time over context.hFinal:
+ * this rank's loss sum and correct count and, when `gradScale` is given,
+ * dhFinal [rows, hidden] (the head's weight gradients added into params.grads;
+ * context.hFinal dropped). Tiles without a labelled row are skipped.
+ */
+async function tiledHead(
+  ops: BlockOps,
+  run: Run,
+  tileRows: number,
+  gradScale: number | null,
+): Promise<{ lossSum: number; correct: number; dhFinal: F32 | null }> {
+  const { labels } = run;
+  const h = run.context.hFinal!;
+  const [rows, hidden] = h.shape as [number, number];
+  const dhFinal = gradScale === null ? null : new Tensor("float32", [rows, hidden]);
+  const head: GptHead = run.parallel ? run.model.lmHead() : run.model.lmHead();
+  let lossSum = 0;
+  let correct = 0;
+  for (let from = 0; from < rows; from += tileRows) {
+    const to = Math.min(rows, from + tileRows);
+    if (labelled(labels, from, to) === 0) continue;
+    const hTile = new Tensor("float32", [to - from, hidden], h.data.subarray(from * hidden, to * hidden));
+    const labelsTile = new Tensor("int32", [to - from], labels.data.subarray(from, to));
+    const logits = await head.forward(hTile);
+    lossSum += (await ops.crossEntropyForward(logits, labelsTile, IGNORE_INDEX)).lossSum;
+    correct += countCorrect(logits, labelsTile);
+    if (dhFinal !== null) {
+      const dLogits = await ops.crossEntropyBackward(logits, labelsTile, gradScale!, IGNORE_INDEX);
+      dhFinal.data.set((await head.backward(hTile, dLogits)).data, from * hidden);
+    }
+  }
+  if (dhFinal !== null) run.context.hFinal = undefined;
+  return { lossSum, correct, dhFinal };
 }

@@ -8,13 +8,14 @@
  */
 import { createLocalGroups } from "@ulysses/collectives";
 import { FusedAttention, fusedAttentionStatus } from "@ulysses/fused-attention";
-import { OrtAttention, ReferenceAttention, ReferenceOps, SessionCache, createOrtOps, seededRandom, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+import { OrtAttention, SessionCache, createOrtOps, seededRandom } from "@ulysses/kernels";
 import { Gpt, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type Batch, type SequenceParallelKind } from "@ulysses/parallel";
 import { Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
 import { IGNORE_INDEX } from "./data/batch.js";
 import { lossAndGradients } from "./loss.js";
+import { reference, type Kernels } from "./testing-fixtures/compare.js";
 
 const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "swiglu", mlpRatio: 2, maxSeq: 64, tiedHead: false, norm: "rmsnorm" };
 /** Document lengths of each row: 30 tokens per row; SP 2 cuts at 15, SP 4 at 8, 16 and 23, all inside documents of the first row. */
@@ -55,12 +56,6 @@ function packed(): Batch {
   return { tokens: tokens!, labels: labels!, documents: { ids: ids!, positions: positions! } };
 }
 
-interface Kernels {
-  ops: BlockOps;
-  attention: () => LocalAttention;
-}
-
-const reference: Kernels = { ops: new ReferenceOps(), attention: () => new ReferenceAttention() };
 const cache = new SessionCache({ intraOpThreads: 1 });
 afterAll(() => cache.release());
 /** ONNX Runtime ops with each attention kernel (the fused one when its addon is built). */

@@ -14,6 +14,7 @@ import { Rng, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { recallBatch } from "./data/recall-task.js";
 import { learningRateAt } from "./lr-schedule.js";
+import { maxRelative } from "./testing-fixtures/compare.js";
 import { Trainer } from "./train-step.js";
 
 const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "gelu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
@@ -110,16 +111,6 @@ function normRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
     norm += b[i]! ** 2;
   }
   return Math.sqrt(diff / norm);
-}
-
-function maxRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let scale = 0;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) {
-    scale = Math.max(scale, Math.abs(b[i]!));
-    diff = Math.max(diff, Math.abs(a[i]! - b[i]!));
-  }
-  return diff / scale;
 }
 
 describe("sequence-parallel equivalence (local backend, reference kernels)", () => {

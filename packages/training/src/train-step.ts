@@ -5,6 +5,8 @@
  * reduce-scattered so each rank gets the summed slice it owns; then clipped
  * by the global norm, AdamW-updated, and (ZeRO-1) the updated slices are
  * all-gathered back into every rank's full parameter vector.
+ * `lossTileRows` computes the head and the loss a tile of rows at a time
+ * (lossAndGradients), so the full [rows, vocab] logits never exist.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { BlockOps } from "@ulysses/kernels";
@@ -12,7 +14,7 @@ import { ParallelGpt, type Batch } from "@ulysses/parallel";
 import { Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { AdamW, type AdamWOptions } from "./adamw.js";
 import { clipGradNorm } from "./grad-clip.js";
-import { lossAndGradients, type LossResult, type TrainModel } from "./loss.js";
+import { lossAndGradients, validateLossTileRows, type LossResult, type TrainModel } from "./loss.js";
 
 export interface TrainStepOptions {
   ops: BlockOps;
@@ -21,6 +23,8 @@ export interface TrainStepOptions {
   adamw: AdamWOptions;
   /** Shard the optimizer state over the gradient group (ZeRO stage 1). */
   zero1: boolean;
+  /** Rows of logits per tile of the loss (a positive integer; 0 or undefined: untiled), as in lossAndGradients. */
+  lossTileRows?: number;
 }
 
 export interface StepResult extends LossResult {
@@ -38,6 +42,7 @@ export class Trainer {
 
   constructor(model: TrainModel, options: TrainStepOptions) {
     this.model = model;
+    validateLossTileRows(options.lossTileRows);
     this.options = options;
     this.group = model instanceof ParallelGpt ? model.gradientGroup : null;
     const total = model.params.size;
@@ -60,7 +65,7 @@ export class Trainer {
     const { zero1, gradClip } = this.options;
     const group = this.group;
     params.grads.fill(0);
-    const result = await lossAndGradients(this.model, this.options.ops, batch);
+    const result = await lossAndGradients(this.model, this.options.ops, batch, { lossTileRows: this.options.lossTileRows });
     const { offset, length } = this.optimizer;
     let gradNorm: number;
     if (zero1 && group !== null && group.size > 1) {

@@ -7,6 +7,9 @@
 //   session.run(inputNames, inputs, inputDims, outputNames, outputs, outputDims)
 //                                    -> Promise<void>, off the JS thread
 //   runtime.release(), session.release()
+//   setMmapThreshold(bytes) -> boolean   glibc: serve allocations of at least
+//                                    `bytes` with mmap, so freed large buffers
+//                                    go back to the OS (false: not glibc)
 //
 // Inputs and outputs are Float32Arrays (Int32Arrays too: the document ids)
 // wrapped with
@@ -15,6 +18,10 @@
 // (referenced) until the run settles. Sessions keep their runtime (and so the
 // custom-op domain they were created with) alive; a run keeps its session.
 #include <napi.h>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <memory>
 #include <mutex>
@@ -76,6 +83,9 @@ std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, Cpu
   // pools would only sit idle.
   check_status(api, api->SetIntraOpNumThreads(state->options, 1), "SetIntraOpNumThreads");
   check_status(api, api->SetInterOpNumThreads(state->options, 1), "SetInterOpNumThreads");
+  // The outputs are the caller's arrays: an arena would only keep scratch alive.
+  check_status(api, api->DisableCpuMemArena(state->options), "DisableCpuMemArena");
+  check_status(api, api->DisableMemPattern(state->options), "DisableMemPattern");
   check_status(api, api->CreateCustomOpDomain(kCustomOpDomain, &state->domain), "CreateCustomOpDomain");
   std::vector<bool> providers = {false};
   if (cuda_compiled()) providers.push_back(true);
@@ -381,8 +391,26 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
   }
 }
 
+// glibc's malloc raises its mmap threshold to the largest block freed (up to
+// 32 MiB on 64-bit), after which freed activations stay in the heap instead of
+// returning to the OS: a training step's peak RSS then counts every buffer
+// the step ever freed. A fixed threshold (mallopt also stops the dynamic
+// adjustment) keeps large buffers on mmap.
+Napi::Value SetMmapThreshold(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "setMmapThreshold(bytes): bytes must be a number");
+  const double bytes = info[0].As<Napi::Number>().DoubleValue();
+  if (!(bytes >= 4096 && bytes <= 33554432)) throw Napi::RangeError::New(env, "setMmapThreshold(bytes): bytes must be in [4096, 33554432]");
+#if defined(__GLIBC__)
+  return Napi::Boolean::New(env, mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes)) == 1);
+#else
+  return Napi::Boolean::New(env, false);
+#endif
+}
+
 Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, Init, "init"));
+  exports.Set("setMmapThreshold", Napi::Function::New(env, SetMmapThreshold, "setMmapThreshold"));
   exports.Set("Runtime", Runtime::Define(env));
   exports.Set("Session", Session::Define(env));
   return exports;

@@ -1,0 +1,8 @@
+/**
+ * `@ulysses/trainer/memory`: the trainer's memory account, the estimate its
+ * preflight checks a run against, for tools that predict or check a run's
+ * peak resident memory (`pnpm bench:memory` prints it next to the measured
+ * peak of every row), with the configuration type and defaults it takes.
+ */
+export { estimateMemory, layerFloatsPerToken, type MemoryEstimate, type MemoryTerm } from "./preflight.js";
+export { DEFAULTS, type TrainConfig } from "./config.js";

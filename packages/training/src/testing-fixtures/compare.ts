@@ -1,0 +1,22 @@
+/** Shared by the training equivalence tests: the kernels they run and how they compare vectors. */
+import { ReferenceAttention, ReferenceOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+
+/** Ops and a fresh local attention kernel per model. */
+export interface Kernels {
+  ops: BlockOps;
+  attention: () => LocalAttention;
+}
+
+/** The float64 reference kernels. */
+export const reference: Kernels = { ops: new ReferenceOps(), attention: () => new ReferenceAttention() };
+
+/** max |a - b| / max |b|: the largest element difference relative to the largest element of the reference b. */
+export function maxRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let scale = 0;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) {
+    scale = Math.max(scale, Math.abs(b[i]!));
+    diff = Math.max(diff, Math.abs(a[i]! - b[i]!));
+  }
+  return diff / scale;
+}

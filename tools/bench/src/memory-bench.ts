@@ -1,0 +1,357 @@
+/**
+ * `pnpm bench:memory` (issue 16): peak resident memory and speed of the
+ * trainer CLI, each row in its own process (its own ONNX Runtime and peak
+ * RSS), on the issue's model (2 layers, hidden 256, 8 heads, batch 1, fp32,
+ * byte-level text written from this repository's Markdown), measured in one
+ * run:
+ *
+ *   - memory rows: SP 1 (2 ONNX Runtime threads, local backend) and SP 2
+ *     (threads backend, 1 thread per rank), plain, tiled (tiled MLP + tiled
+ *     loss) and lean (tiled + activation checkpointing), at N = 8K and 16K;
+ *     the slope of peak RSS per token between them;
+ *   - vocabulary rows: the recall task at vocab 256 and 32768, SP 2, lean, at
+ *     8K and 16K: the slope with tiled loss must not grow with the vocabulary;
+ *   - speed rows: SP 1 and SP 2, plain, at 4K, 8K and 16K: tokens/s (median
+ *     of the steps after the first) and MFU against the same process's
+ *     ONNX Runtime MatMul rate, and SP 1 as a fraction of SP 2;
+ *   - with --long: one step at N = 131072, SP 2, lean.
+ *
+ * Every row is also predicted by the trainer's memory account
+ * (`estimateMemory`, the preflight's estimate), printed term by term next to
+ * the measured peak. Writes bench-results/memory/memory.json and memory.md;
+ * the issue's targets are printed as PASS/FAIL lines and do not change the
+ * exit status. `--help` lists the flags; a bad flag or value exits 2.
+ */
+import { execFile } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { DEFAULTS, estimateMemory, type MemoryEstimate, type TrainConfig } from "@ulysses/trainer/memory";
+import { median } from "@ulysses/measure";
+import { parseFlags, positiveIntegers, readCommandLine, UsageError } from "./cli-flags.js";
+import { describeMachine, machineInfo } from "./paper/machine-info.js";
+
+process.env.ORT_DISABLE_TELEMETRY = "1";
+
+const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+const CLI = path.join(REPO_ROOT, "apps/trainer/src/cli.ts");
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+const HELP = `Usage: pnpm bench:memory [flags]
+
+Peak RSS and speed of the trainer (2 layers, hidden 256, 8 heads, batch 1,
+byte-level text) at SP 1 and SP 2, plain, tiled (tiled MLP + tiled loss) and
+lean (tiled + activation checkpointing); slopes per token, the vocabulary rows (recall task,
+vocab 256 vs 32768), MFU, and the memory account against every measured peak.
+Writes bench-results/memory/memory.json and memory.md.
+
+  --memory-seq LIST   the two sequence lengths of the slopes (default 8192,16384)
+  --speed-seq LIST    sequence lengths of the speed rows (default 4096,8192,16384)
+  --speed-steps N     steps of a speed row (default 4; the first is not timed)
+  --tile N            rows per MLP and loss tile in the lean rows (default 2048)
+  --long              also one lean step at N = 131072, SP 2 (minutes)
+  --help, -h          this text
+`;
+
+const FLAG_OPTIONS = {
+  "memory-seq": { type: "string" },
+  "speed-seq": { type: "string" },
+  "speed-steps": { type: "string" },
+  tile: { type: "string" },
+  long: { type: "boolean" },
+} as const;
+
+interface Flags {
+  memorySeq: [number, number];
+  speedSeq: number[];
+  speedSteps: number;
+  tile: number;
+  long: boolean;
+}
+
+function readFlags(argv: readonly string[]): Flags | null {
+  const v = parseFlags("bench:memory", argv, FLAG_OPTIONS);
+  if (v === null) return null;
+  const memorySeq = positiveIntegers("--memory-seq", v["memory-seq"] ?? "8192,16384");
+  if (memorySeq.length !== 2 || memorySeq[0]! >= memorySeq[1]!) {
+    throw new UsageError(`--memory-seq: expected two increasing lengths, got '${v["memory-seq"]}'`);
+  }
+  const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "4")[0]!;
+  return {
+    memorySeq: [memorySeq[0]!, memorySeq[1]!],
+    speedSeq: positiveIntegers("--speed-seq", v["speed-seq"] ?? "4096,8192,16384"),
+    speedSteps: Math.max(2, speedSteps),
+    tile: positiveIntegers("--tile", v.tile ?? "2048")[0]!,
+    long: v.long ?? false,
+  };
+}
+
+type Mode = "plain" | "tiled" | "lean";
+
+interface RowSpec {
+  group: "memory" | "vocab" | "speed" | "long";
+  sp: 1 | 2;
+  mode: Mode;
+  seq: number;
+  task: "text" | "recall";
+  vocab: number;
+  steps: number;
+}
+
+interface RowResult extends RowSpec {
+  peakBytes: number;
+  tokensPerSec: number;
+  mfu: number;
+  stepMs: number;
+  wallSeconds: number;
+  estimate: MemoryEstimate;
+  command: string;
+}
+
+/** The trainer configuration a row runs (the same object the account is computed from). */
+function rowConfig(row: RowSpec, tile: number, dataFile: string, outDir: string): TrainConfig {
+  const lean = row.mode === "lean";
+  const tiled = row.mode !== "plain";
+  return {
+    ...DEFAULTS,
+    sp: row.sp,
+    backend: row.sp === 1 ? "local" : "threads",
+    threads: row.sp === 1 ? 2 : 1,
+    task: row.task,
+    data: row.task === "text" ? dataFile : null,
+    vocab: row.task === "text" ? 256 : row.vocab,
+    seq: row.seq,
+    layers: 2,
+    hidden: 256,
+    heads: 8,
+    kvHeads: 8,
+    batch: 1,
+    steps: row.steps,
+    warmup: 1,
+    activationCheckpointing: lean,
+    tileMlp: tiled ? tile : 0,
+    tileLoss: tiled ? tile : 0,
+    out: outDir,
+    overwrite: true,
+    checkpointEvery: 0,
+    export: false,
+    logEvery: 1000000,
+    skipMemoryCheck: true,
+  };
+}
+
+function cliArgs(c: TrainConfig): string[] {
+  const args = [
+    "--sp",
+    String(c.sp),
+    "--backend",
+    c.backend,
+    "--threads",
+    String(c.threads),
+    "--seq",
+    String(c.seq),
+    "--layers",
+    String(c.layers),
+    "--hidden",
+    String(c.hidden),
+    "--heads",
+    String(c.heads),
+    "--kv-heads",
+    String(c.kvHeads),
+    "--batch",
+    String(c.batch),
+    "--steps",
+    String(c.steps),
+    "--warmup",
+    String(c.warmup),
+    "--out",
+    c.out!,
+    "--overwrite",
+    "--checkpoint-every",
+    "0",
+    "--no-export",
+    "--log-every",
+    String(c.logEvery),
+    "--skip-memory-check",
+    "--tile-mlp",
+    String(c.tileMlp),
+    "--tile-loss",
+    String(c.tileLoss),
+  ]; // prettier-ignore
+  if (c.task === "text") args.push("--data", c.data!);
+  else args.push("--task", "recall", "--vocab", String(c.vocab));
+  if (c.activationCheckpointing) args.push("--activation-checkpointing");
+  return args;
+}
+
+async function runRow(row: RowSpec, tile: number, dataFile: string, outRoot: string): Promise<RowResult> {
+  const dir = path.join(outRoot, "runs", `${row.group}-sp${row.sp}-${row.mode}-${row.task}${row.vocab}-n${row.seq}`);
+  const config = rowConfig(row, tile, dataFile, dir);
+  const args = cliArgs(config);
+  const started = performance.now();
+  try {
+    await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", CLI, ...args], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
+      maxBuffer: 16 << 20,
+    });
+  } catch (cause) {
+    const e = cause as { stderr?: string; stdout?: string; message: string };
+    throw new Error(`bench:memory: the trainer failed for ${path.basename(dir)}: ${e.message}\n${e.stderr ?? ""}${e.stdout?.slice(-2000) ?? ""}`, { cause });
+  }
+  const wallSeconds = (performance.now() - started) / 1000;
+  const metrics = fs
+    .readFileSync(path.join(dir, "metrics.jsonl"), "utf8")
+    .split("\n")
+    .filter((l) => l.trim() !== "")
+    .map((l) => JSON.parse(l) as { tokensPerSec: number; mfu: number; stepMs: number; peakRssBytes: number });
+  const timed = metrics.length > 1 ? metrics.slice(1) : metrics;
+  return {
+    ...row,
+    peakBytes: Math.max(...metrics.map((m) => m.peakRssBytes)),
+    tokensPerSec: median(timed.map((m) => m.tokensPerSec)),
+    mfu: median(timed.map((m) => m.mfu)),
+    stepMs: median(timed.map((m) => m.stepMs)),
+    wallSeconds,
+    estimate: estimateMemory(config),
+    command: `pnpm train ${args.join(" ").replaceAll(dir, "<out>").replaceAll(dataFile, "<text>")}`,
+  };
+}
+
+/** Byte-level text for the rows: this repository's Markdown, concatenated (read at run time, nothing downloaded). */
+function writeText(file: string): void {
+  const parts: string[] = [];
+  const walk = (dir: string): void => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
+      if (entry.name === "node_modules" || entry.name.startsWith(".") || entry.name === "dist" || entry.name === "bench-results") continue;
+      const p = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(p);
+      else if (entry.name.endsWith(".md")) parts.push(fs.readFileSync(p, "utf8"));
+    }
+  };
+  for (const top of ["docs", "packages", "apps", "tools", "contributing"]) if (fs.existsSync(path.join(REPO_ROOT, top))) walk(path.join(REPO_ROOT, top));
+  const text = parts.join("\n\n");
+  // enough bytes for a few steps of the longest row without the data wrapping around many times
+  fs.writeFileSync(file, text.repeat(Math.max(1, Math.ceil((4 * MiB) / Math.max(1, text.length)))));
+}
+
+const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+const kibPerToken = (b: number) => `${(b / KiB).toFixed(1)} KiB`;
+
+function slope(rows: RowResult[], a: number, b: number, pick: (r: RowResult) => boolean): number | null {
+  const ra = rows.find((r) => pick(r) && r.seq === a);
+  const rb = rows.find((r) => pick(r) && r.seq === b);
+  return ra && rb ? (rb.peakBytes - ra.peakBytes) / (b - a) : null;
+}
+
+async function main(): Promise<void> {
+  const f = readCommandLine(HELP, process.argv.slice(2), readFlags);
+  const outRoot = path.join(REPO_ROOT, "bench-results", "memory");
+  fs.rmSync(path.join(outRoot, "runs"), { recursive: true, force: true });
+  fs.mkdirSync(outRoot, { recursive: true });
+  const dataFile = path.join(os.tmpdir(), `ulysses-bench-memory-${process.pid}.txt`);
+  writeText(dataFile);
+  const machine = machineInfo();
+  const [n1, n2] = f.memorySeq;
+  const specs: RowSpec[] = [];
+  for (const sp of [1, 2] as const)
+    for (const mode of ["plain", "tiled", "lean"] as const)
+      for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2 });
+  for (const vocab of [256, 32768]) for (const seq of [n1, n2]) specs.push({ group: "vocab", sp: 2, mode: "lean", seq, task: "recall", vocab, steps: 2 });
+  for (const seq of f.speedSeq)
+    for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "plain", seq, task: "text", vocab: 256, steps: f.speedSteps });
+  if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1 });
+
+  const rows: RowResult[] = [];
+  try {
+    for (const spec of specs) {
+      const r = await runRow(spec, f.tile, dataFile, outRoot);
+      rows.push(r);
+      console.log(
+        `${spec.group.padEnd(6)} SP ${spec.sp} ${spec.mode.padEnd(5)} ${spec.task}${spec.task === "recall" ? ` vocab ${spec.vocab}` : ""} N=${spec.seq}: ` +
+          `peak ${gib(r.peakBytes)} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
+          `${r.tokensPerSec.toFixed(0)} tok/s, MFU ${(100 * r.mfu).toFixed(1)}%, ${r.wallSeconds.toFixed(0)} s`,
+      );
+    }
+  } finally {
+    fs.rmSync(dataFile, { force: true });
+  }
+  machine.loadAfter = os.loadavg();
+
+  const lines: string[] = [];
+  const checks: string[] = [];
+  const check = (ok: boolean, what: string) => checks.push(`${ok ? "PASS" : "FAIL"} ${what}`);
+  lines.push("# bench:memory", "", `Machine: ${describeMachine(machine)}.`, "");
+  lines.push(
+    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. Tiled = \`--tile-mlp ${f.tile} --tile-loss ${f.tile}\`; lean = tiled + \`--activation-checkpointing\`. ONNX Runtime arenas off and glibc's mmap threshold fixed (the trainer's default; \`--memory-arena\` undoes both).`,
+    "",
+  );
+  lines.push("## Peak RSS", "", "| rows | SP | mode | task | N | peak RSS | account | account / peak |", "|---|---|---|---|---|---|---|---|");
+  for (const r of rows) {
+    lines.push(
+      `| ${r.group} | ${r.sp} | ${r.mode} | ${r.task}${r.task === "recall" ? ` (vocab ${r.vocab})` : ""} | ${r.seq} | ${gib(r.peakBytes)} | ${gib(r.estimate.bytes)} | ${(r.estimate.bytes / r.peakBytes).toFixed(2)} |`,
+    );
+  }
+  lines.push("", "## Slopes of peak RSS per token", "", `Between N = ${n1} and ${n2}.`, "", "| SP | mode | slope |", "|---|---|---|");
+  for (const sp of [1, 2] as const)
+    for (const mode of ["plain", "tiled", "lean"] as const) {
+      const s = slope(rows, n1, n2, (r) => r.group === "memory" && r.sp === sp && r.mode === mode);
+      if (s === null) continue;
+      lines.push(`| ${sp} | ${mode} | ${kibPerToken(s)} |`);
+      const target = mode === "lean" ? 10 : 40; // without checkpointing: 40 KiB per token; with checkpointing and tiling: 10
+      check(s <= target * KiB, `SP ${sp} ${mode}: slope ${kibPerToken(s)}/token <= ${target} KiB`);
+    }
+  const v256 = slope(rows, n1, n2, (r) => r.group === "vocab" && r.vocab === 256);
+  const v32k = slope(rows, n1, n2, (r) => r.group === "vocab" && r.vocab === 32768);
+  if (v256 !== null && v32k !== null) {
+    lines.push(
+      "",
+      `Recall task, SP 2, lean: slope ${kibPerToken(v256)}/token at vocab 256, ${kibPerToken(v32k)}/token at vocab 32768 (${(v32k / v256).toFixed(2)}x).`,
+    );
+    check(Math.abs(v32k / v256 - 1) <= 0.1, `vocab 32768 slope within 10% of vocab 256 (${(v32k / v256).toFixed(2)}x)`);
+  }
+  const worst = Math.max(...rows.map((r) => Math.abs(r.estimate.bytes / r.peakBytes - 1)));
+  check(worst <= 0.15, `memory account within 15% of the measured peak at every row (worst ${(100 * worst).toFixed(1)}%)`);
+
+  const speed = rows.filter((r) => r.group === "speed");
+  if (speed.length > 0) {
+    lines.push("", "## Speed (plain)", "", "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 |", "|---|---|---|---|---|---|");
+    for (const seq of f.speedSeq) {
+      const a = speed.find((r) => r.sp === 1 && r.seq === seq);
+      const b = speed.find((r) => r.sp === 2 && r.seq === seq);
+      if (!a || !b) continue;
+      lines.push(
+        `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} |`,
+      );
+      check(b.mfu >= 0.7, `SP 2 MFU at N = ${seq}: ${(100 * b.mfu).toFixed(1)}% >= 70%`);
+      check(a.tokensPerSec >= 0.9 * b.tokensPerSec, `SP 1 at N = ${seq}: ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} of SP 2 >= 0.90`);
+    }
+  }
+  const long = rows.find((r) => r.group === "long");
+  if (long) {
+    lines.push(
+      "",
+      `## N = 131072`,
+      "",
+      `One lean step at SP 2: peak RSS ${gib(long.peakBytes)}, step ${(long.stepMs / 1000).toFixed(0)} s, wall ${long.wallSeconds.toFixed(0)} s.`,
+    );
+    check(long.peakBytes <= 3 * 2 ** 30, `N = 131072, SP 2, lean: peak ${gib(long.peakBytes)} <= 3 GiB`);
+  }
+  lines.push("", "## The account, term by term (largest row of each mode)", "");
+  for (const mode of ["plain", "tiled", "lean"] as const) {
+    const r = rows.filter((x) => x.group === "memory" && x.mode === mode && x.sp === 2).at(-1);
+    if (!r) continue;
+    lines.push(`SP 2, ${mode}, N = ${r.seq}: measured ${gib(r.peakBytes)}, account ${gib(r.estimate.bytes)}`, "", "| term | MiB |", "|---|---|");
+    for (const t of r.estimate.terms) lines.push(`| ${t.name} | ${(t.bytes / MiB).toFixed(1)} |`);
+    lines.push("");
+  }
+  lines.push("## Targets", "", ...checks.map((c) => `- ${c}`), "", "## Commands", "", ...rows.map((r) => `- \`${r.command}\``), "");
+  fs.writeFileSync(path.join(outRoot, "memory.md"), lines.join("\n"));
+  fs.writeFileSync(path.join(outRoot, "memory.json"), `${JSON.stringify({ machine, rows }, null, 2)}\n`);
+  console.log(`\n${checks.join("\n")}\n\nwrote ${path.relative(REPO_ROOT, path.join(outRoot, "memory.md"))} and memory.json`);
+}
+
+await main();
