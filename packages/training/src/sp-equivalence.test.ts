@@ -14,7 +14,7 @@ import { Rng, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { recallBatch } from "./data/recall-task.js";
 import { learningRateAt } from "./lr-schedule.js";
-import { maxRelative } from "./testing-fixtures/compare.js";
+import { maxRelative, normRelative } from "./testing-fixtures/compare.js";
 import { Trainer } from "./train-step.js";
 
 const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "gelu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
@@ -100,17 +100,6 @@ async function finalLogits(trainer: Trainer, tokens: Tensor<"int32">): Promise<{
   const logits = context.logits.data.slice();
   model.release(context);
   return { logits, runs: shard.runs[model.dims.spGroup.rank]! };
-}
-
-/** ||a − b|| / ||b|| (Euclidean). */
-function normRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let diff = 0;
-  let norm = 0;
-  for (let i = 0; i < a.length; i++) {
-    diff += (a[i]! - b[i]!) ** 2;
-    norm += b[i]! ** 2;
-  }
-  return Math.sqrt(diff / norm);
 }
 
 describe("sequence-parallel equivalence (local backend, reference kernels)", () => {

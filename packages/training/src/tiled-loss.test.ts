@@ -13,7 +13,7 @@ import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
 import { Rng, Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
 import { IGNORE_INDEX } from "./data/batch.js";
-import { maxRelative, reference, type Kernels } from "./testing-fixtures/compare.js";
+import { maxRelative, normRelative, reference, type Kernels } from "./testing-fixtures/compare.js";
 import { TrainingError } from "./errors.js";
 import { lossAndGradients, type LossResult, type TrainModel } from "./loss.js";
 import { Trainer } from "./train-step.js";
@@ -73,17 +73,6 @@ async function once(kernels: Kernels, sp: number | null, tiedHead: boolean, loss
   );
   for (const r of ranks) expect(r.result).toEqual(ranks[0]!.result);
   return { result: ranks[0]!.result, grads: ranks.map((r) => r.grads) };
-}
-
-/** ||a − b|| / ||b|| (0 when both are zero). */
-function normRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let diff = 0;
-  let norm = 0;
-  for (let i = 0; i < a.length; i++) {
-    diff += (a[i]! - b[i]!) ** 2;
-    norm += b[i]! ** 2;
-  }
-  return diff === 0 ? 0 : Math.sqrt(diff / norm);
 }
 
 function relative(a: number, b: number): number {

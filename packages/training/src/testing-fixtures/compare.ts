@@ -20,3 +20,14 @@ export function maxRelative(a: ArrayLike<number>, b: ArrayLike<number>): number 
   }
   return diff / scale;
 }
+
+/** ||a - b|| / ||b|| (Euclidean; 0 when a equals b). */
+export function normRelative(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let diff = 0;
+  let norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff += (a[i]! - b[i]!) ** 2;
+    norm += b[i]! ** 2;
+  }
+  return diff === 0 ? 0 : Math.sqrt(diff / norm);
+}
