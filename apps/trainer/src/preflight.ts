@@ -201,6 +201,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
         },
   ];
   if (config.memoryArena) {
+    // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
     const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
     terms.push({
       name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena: ${ARENA_SLACK}x the per-token terms, measured)`,

@@ -100,21 +100,11 @@ export class FlatTensors {
     });
   }
 
-  /** Copies `value` into the named view. */
-  set(name: string, value: F32): void {
-    this.slot(name, value).data.set(value.data);
-  }
-
-  /** Adds `value` into the named view (the views start at zero: summing partial gradients, e.g. over row tiles). */
+  /** Adds `value` into the named view (the views start at zero: one gradient, or the sum of partial ones such as row tiles'). */
   add(name: string, value: F32): void {
-    const t = this.slot(name, value).data;
-    const d = value.data;
-    for (let i = 0; i < t.length; i++) t[i] += d[i]!;
-  }
-
-  private slot(name: string, value: F32): F32 {
     const t = this.tensors[name];
     if (t === undefined || t.size !== value.size) throw new BlockError(`FlatTensors: no slot '${name}' of ${value.size} elements`);
-    return t;
+    const d = value.data;
+    for (let i = 0; i < t.data.length; i++) t.data[i] += d[i]!;
   }
 }

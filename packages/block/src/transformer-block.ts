@@ -404,7 +404,7 @@ export class TransformerBlock {
     const [b, s] = context.input.shape as unknown as [number, number, number];
     const grads = new FlatTensors(blockWeightSpecs(this.config));
     const dOut = dy.reshape([b * s, hidden]);
-    const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads) : await this.mlpBackward(a, dOut, grads, false);
+    const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads) : await this.mlpBackward(a, dOut, grads);
     const dx = await this.attentionBackward(a, dx2, [b, s], context.inputs.positions, grads);
     // [rows, hidden] -> [b, s, hidden]
     return { dx: dx.reshape([b, s, hidden]), grads: grads.tensors, flat: grads.flat };
@@ -454,19 +454,14 @@ export class TransformerBlock {
   private async mlpTileBackward(x2: F32, dy: F32, grads: FlatTensors): Promise<F32> {
     const a = new Activations();
     a.inputs.set("mlp.down", await mlpActivation(this.config, new Recorder(this, this.ops, a, null), x2));
-    return this.mlpBackward(a, dy, grads, true);
+    return this.mlpBackward(a, dy, grads);
   }
 
-  /** MLP: y = x2 + down(act(norm2(x2))); dy -> dx2, the residual term included. `add`: sum the weight gradients into `grads`. */
-  private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors, add: boolean): Promise<F32> {
+  /** MLP: y = x2 + down(act(norm2(x2))); dy -> dx2, the residual term included; the weight gradients are added into `grads` (a tiled MLP sums its tiles'). */
+  private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors): Promise<F32> {
     // each stage's result goes straight into the next (no local holds it): dAct dies in activationBackward, dUp and dGate in upBackward
-    const dh2 = await this.upBackward(
-      a,
-      await this.activationBackward(a, await this.linearBackward(a.takeInput("mlp.down"), "mlp.down", dy, grads, add)),
-      grads,
-      add,
-    );
-    return addInto(await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads, add), dy);
+    const dh2 = await this.upBackward(a, await this.activationBackward(a, await this.linearBackward(a.takeInput("mlp.down"), "mlp.down", dy, grads)), grads);
+    return addInto(await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads), dy);
   }
 
   /** dAct -> the gradients of up (and gate). */
@@ -479,24 +474,24 @@ export class TransformerBlock {
   }
 
   /** up (and gate): their gradients -> dh2 (h2 feeds both). */
-  private async upBackward(a: Activations, d: MlpGradients, grads: FlatTensors, add: boolean): Promise<F32> {
-    const dh2 = await this.linearBackward(a.takeInput("mlp.up"), "mlp.up", takeGradient(d, "dUp"), grads, add);
+  private async upBackward(a: Activations, d: MlpGradients, grads: FlatTensors): Promise<F32> {
+    const dh2 = await this.linearBackward(a.takeInput("mlp.up"), "mlp.up", takeGradient(d, "dUp"), grads);
     if (this.config.mlp !== "swiglu") return dh2;
-    return addInto(dh2, await this.linearBackward(a.takeInput("mlp.gate"), "mlp.gate", takeGradient(d, "dGate"), grads, add));
+    return addInto(dh2, await this.linearBackward(a.takeInput("mlp.gate"), "mlp.gate", takeGradient(d, "dGate"), grads));
   }
 
   /** Attention: x2 = x + o @ Wo; dx2 -> dx, the residual term included. */
   private async attentionBackward(a: Activations, dx2: F32, shape: [number, number], positions: RopePositions, grads: FlatTensors): Promise<F32> {
     // the attention's gradients go straight into qkvBackward, which hands them back
     const dh1 = await this.qkvBackward(a, await this.outputBackward(a, dx2, shape, grads), positions, grads);
-    return addInto(await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads, false), dx2);
+    return addInto(await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
   }
 
   /** attn.o and the attention: dx2 -> dq, dk, dv. */
   private async outputBackward(a: Activations, dx2: F32, [b, s]: [number, number], grads: FlatTensors): Promise<AttentionGradients> {
     const { heads, headDim } = this.config;
     // [rows, H*D] -> [b, s, H, D]
-    const dAttn = (await this.linearBackward(a.takeInput("attn.o"), "attn.o", dx2, grads, false)).reshape([b, s, heads, headDim]);
+    const dAttn = (await this.linearBackward(a.takeInput("attn.o"), "attn.o", dx2, grads)).reshape([b, s, heads, headDim]);
     return this.attention.backward(a.savedAttention(), dAttn);
   }
 
@@ -506,37 +501,32 @@ export class TransformerBlock {
     const rows = g.dq.shape[0]! * g.dq.shape[1]!;
     // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
     const rotated = async (d: F32, width: number) => (await this.ops.ropeBackward(d, positions, ropeBase)).reshape([rows, width]);
-    const dq = await this.linearBackward(a.takeInput("attn.q"), "attn.q", await rotated(g.dq, heads * headDim), grads, false);
-    const dk = await this.linearBackward(a.takeInput("attn.k"), "attn.k", await rotated(g.dk, kvHeads * headDim), grads, false);
-    const dv = await this.linearBackward(a.takeInput("attn.v"), "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads, false);
+    const dq = await this.linearBackward(a.takeInput("attn.q"), "attn.q", await rotated(g.dq, heads * headDim), grads);
+    const dk = await this.linearBackward(a.takeInput("attn.k"), "attn.k", await rotated(g.dk, kvHeads * headDim), grads);
+    const dv = await this.linearBackward(a.takeInput("attn.v"), "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads);
     // The attention's buffers are spent: hand them back for the next step.
     a.releaseAttention(this.attention, g.dq, g.dk, g.dv);
     return addInto(dq, dk, dv);
   }
 
-  /** Writes (or, with `add`, adds) dW and db into `grads`; returns dx. */
-  private async linearBackward(x: F32, name: LinearName, dy: F32, grads: FlatTensors, add: boolean): Promise<F32> {
+  /** Adds dW and db into `grads` (its views start at zero); returns dx. */
+  private async linearBackward(x: F32, name: LinearName, dy: F32, grads: FlatTensors): Promise<F32> {
     const r = await this.ops.linearBackward(x, this.weights[`${name}.w`]!, dy, this.config.bias);
-    store(grads, `${name}.w`, r.dw, add);
-    if (this.config.bias) store(grads, `${name}.b`, r.db!, add);
+    grads.add(`${name}.w`, r.dw);
+    if (this.config.bias) grads.add(`${name}.b`, r.db!);
     return r.dx;
   }
 
-  private async normBackward(name: NormName, { x, saved }: NormRecord, dy: F32, grads: FlatTensors, add: boolean): Promise<F32> {
+  private async normBackward(name: NormName, { x, saved }: NormRecord, dy: F32, grads: FlatTensors): Promise<F32> {
     const gamma = this.weights[`${name}.gamma`]!;
     if (this.config.norm === "rmsnorm") {
       const r = await this.ops.rmsNormBackward(x, gamma, saved.rstd, dy);
-      store(grads, `${name}.gamma`, r.dGamma, add);
+      grads.add(`${name}.gamma`, r.dGamma);
       return r.dx;
     }
     const r = await this.ops.layerNormBackward(x, gamma, saved as LayerNormSaved, dy);
-    store(grads, `${name}.gamma`, r.dGamma, add);
-    store(grads, `${name}.beta`, r.dBeta, add);
+    grads.add(`${name}.gamma`, r.dGamma);
+    grads.add(`${name}.beta`, r.dBeta);
     return r.dx;
   }
-}
-
-function store(grads: FlatTensors, name: string, value: F32, add: boolean): void {
-  if (add) grads.add(name, value);
-  else grads.set(name, value);
 }

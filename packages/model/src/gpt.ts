@@ -15,15 +15,7 @@
  * continue with `backwardFromHidden`; backward drops each block's context as
  * soon as that block is done, and the context is spent afterwards.
  */
-import {
-  type BlockContext,
-  LocalBlockAttention,
-  TransformerBlock,
-  blockWeightSpecs,
-  type BlockAttention,
-  type BlockWeights,
-  type TransformerBlockOptions,
-} from "@ulysses/block";
+import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
 import type { BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
 import { permute, type Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
@@ -120,15 +112,15 @@ export class Gpt {
     for (let layer = 0; layer < config.layers; layer++) {
       const weights: BlockWeights = {};
       for (const spec of blockWeightSpecs(blockConfig)) weights[spec.name] = this.params.value(`blocks.${layer}.${spec.name}`);
-      // built in a variable: `mlpTileRows` may be newer than this @ulysses/block's TransformerBlockOptions
-      const blockOptions: TransformerBlockOptions & { mlpTileRows?: number } = {
-        ops: options.ops,
-        attention,
-        weights,
-        checkpoint: options.activationCheckpointing ?? false,
-        mlpTileRows: options.mlpTileRows,
-      };
-      this.blocks.push(new TransformerBlock(blockConfig, blockOptions));
+      this.blocks.push(
+        new TransformerBlock(blockConfig, {
+          ops: options.ops,
+          attention,
+          weights,
+          checkpoint: options.activationCheckpointing ?? false,
+          mlpTileRows: options.mlpTileRows,
+        }),
+      );
     }
   }
 

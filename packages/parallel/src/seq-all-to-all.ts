@@ -230,6 +230,8 @@ export async function aroundHeads<C>(
   v: F32,
   inner: (q: F32, k: F32, v: F32) => Promise<{ out: F32; context: C }>,
 ): Promise<{ out: F32; context: C }> {
+  // one rank holds every token and head: the exchanges would only copy q, k, v and out
+  if (exchange.group.size === 1) return inner(q, k, v);
   // q [b, s_r, H, D], k, v [b, s_r, Hkv, D] -> q [b, N, h_r, D], k, v [b, N, k_r, D]
   const [qh, kh, vh] = await seqToHeads(exchange, [
     { tensor: q, heads: "q" },
@@ -248,6 +250,7 @@ export async function aroundHeadsBackward(
   dOut: F32,
   inner: (dOut: F32) => Promise<{ dq: F32; dk: F32; dv: F32 }>,
 ): Promise<{ dq: F32; dk: F32; dv: F32 }> {
+  if (exchange.group.size === 1) return inner(dOut);
   // dOut [b, s_r, H, D] -> [b, N, h_r, D] (the inverse of forward's last exchange)
   const [dOutH] = await seqToHeads(exchange, [{ tensor: dOut, heads: "q" }]);
   const grads = await inner(dOutH);

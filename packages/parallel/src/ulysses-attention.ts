@@ -74,11 +74,6 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     return exclusive(this, async () => {
       const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale };
       if (ids !== null) localOptions.documents = { query: ids, key: ids };
-      if (this.group.size === 1) {
-        // one rank holds every token and head: the exchanges would be copies of q, k, v and out
-        const local = await this.local.forward(q, k, v, localOptions);
-        return { out: local.out, context: new SavedLocalAttention(this, { routing, shards }, localOptions, q, k, v, local.out, local.logSumExp) };
-      }
       return aroundHeads(this.exchange(routing, shards), q, k, v, async (qh, kh, vh) => {
         const local = await this.local.forward(qh, kh, vh, localOptions);
         const context: UlyssesContext = new SavedLocalAttention(this, { routing, shards }, localOptions, qh, kh, vh, local.out, local.logSumExp);
@@ -95,7 +90,6 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     const [b, , , d] = context.q.shape as unknown as [number, number, number, number];
     checkGradShape(dOut, [b, shards.sizes[this.group.rank]!, routing.heads, d], this.name);
     return exclusive(this, async () => {
-      if (this.group.size === 1) return context.localBackward(this.local, dOut);
       return aroundHeadsBackward(this.exchange(routing, shards), dOut, (dOutH) => context.localBackward(this.local, dOutH));
     });
   }
@@ -103,8 +97,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   release(context: UlyssesContext, ...tensors: F32[]): void {
     if (context.owner !== this || context.released) return;
     context.released = true;
-    // one rank: q, k, v are the block's own tensors and no exchange output would reuse them
-    if (this.group.size > 1) this.pool.give(context.q, context.k, context.v, ...tensors);
+    this.pool.give(context.q, context.k, context.v, ...tensors);
   }
 
   /** This group's exchanges for one head routing and sequence split, on this instance's buffers. */

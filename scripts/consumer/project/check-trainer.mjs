@@ -1,6 +1,8 @@
 // Consumer check: the installed `ulysses-train` bin (plain node, no tsx)
 // prints its version, trains 20 steps and writes the checkpoint, the metrics
-// and model.onnx; `ulysses-generate` answers from that model.
+// and model.onnx; `ulysses-generate` answers from that model. The memory
+// flags (--tile-mlp, --tile-loss, --activation-checkpointing) train the same
+// losses, and `@ulysses/trainer/memory` estimates the run from the package.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -44,9 +46,25 @@ assert.ok(
   "every metrics row has a finite loss and an ISO time",
 );
 
+// the memory modes, as installed: the same 20 losses as the plain run
+const leanOut = path.resolve("trained-run-lean");
+fs.rmSync(leanOut, { recursive: true, force: true });
+const lean = run("ulysses-train", [...tiny, "--out", leanOut, "--no-export", "--tile-mlp", "24", "--tile-loss", "40", "--activation-checkpointing"]);
+assert.equal(lean.status, 0, `ulysses-train with the memory flags failed (${lean.status}):\n${lean.stdout}\n${lean.stderr}`);
+assert.match(lean.stdout, /memory: activation checkpointing.*MLP in tiles of 24 tokens.*loss in tiles of 40 tokens/);
+const leanLosses = fs
+  .readFileSync(path.join(leanOut, "metrics.jsonl"), "utf8")
+  .trim()
+  .split("\n")
+  .map((line) => JSON.parse(line).loss);
+rows.forEach((r, i) => assert.ok(Math.abs(leanLosses[i] - r.loss) <= 1e-5 * Math.abs(r.loss), `step ${i + 1}: lean loss ${leanLosses[i]} vs ${r.loss}`));
+const { DEFAULTS, estimateMemory } = await import("@ulysses/trainer/memory");
+const estimate = estimateMemory({ ...DEFAULTS, seq: 4096, tileMlp: 1024, tileLoss: 1024 });
+assert.ok(estimate.bytes > 0 && estimate.terms.some((t) => t.name.includes("loss tile")), "estimateMemory counts the loss tile");
+
 const generated = run("ulysses-generate", ["--from", path.join(out, "model.onnx")]);
 assert.equal(generated.status, 0, `ulysses-generate failed (${generated.status}):\n${generated.stderr}`);
 assert.match(generated.stdout, /recall: \d+\/\d+ correct/);
 console.log(
-  `trainer: ulysses-train ${version} trained 20 steps (loss ${rows[0].loss.toFixed(3)} -> ${rows.at(-1).loss.toFixed(3)}), wrote checkpoint, metrics and model.onnx; ulysses-generate answered from it`,
+  `trainer: ulysses-train ${version} trained 20 steps (loss ${rows[0].loss.toFixed(3)} -> ${rows.at(-1).loss.toFixed(3)}), wrote checkpoint, metrics and model.onnx; ulysses-generate answered from it; --tile-mlp/--tile-loss/--activation-checkpointing gave the same losses; @ulysses/trainer/memory imports`,
 );

@@ -80,10 +80,11 @@ function readFlags(argv: readonly string[]): Flags | null {
     throw new UsageError(`--memory-seq: expected two increasing lengths, got '${v["memory-seq"]}'`);
   }
   const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "4")[0]!;
+  if (speedSteps < 2) throw new UsageError(`--speed-steps: at least 2 (the first step is not timed), got '${v["speed-steps"]}'`);
   return {
     memorySeq: [memorySeq[0]!, memorySeq[1]!],
     speedSeq: positiveIntegers("--speed-seq", v["speed-seq"] ?? "4096,8192,16384"),
-    speedSteps: Math.max(2, speedSteps),
+    speedSteps,
     tile: positiveIntegers("--tile", v.tile ?? "2048")[0]!,
     long: v.long ?? false,
   };
