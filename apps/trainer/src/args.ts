@@ -58,8 +58,9 @@ const HELP: Record<keyof TrainConfig, string> = {
   checkpointEvery: "steps between checkpoints (0: only at the end)",
   activationCheckpointing: "recompute block activations in backward to save memory (only each block's input is kept)",
   tileMlp:
-    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off)",
-  tileLoss: "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off)",
+    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto: tiles of at most 16 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
+  tileLoss:
+    "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 16 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
   memoryArena:
     "keep ONNX Runtime's per-session CPU arenas and glibc's default heap: up to ~25% faster at short sequences here, about twice the peak memory at long ones (default: off, freed buffers go back to the OS)",
   zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
@@ -111,6 +112,9 @@ export function helpText(): string {
 /** Numeric settings whose default is null (computed when the run starts). */
 const NULLABLE_NUMBERS: ReadonlySet<keyof TrainConfig> = new Set(["threads", "ulyssesDegree", "ringDegree"]);
 
+/** Rows per tile, 0 (off) or auto. */
+const TILE_SETTINGS: ReadonlySet<keyof TrainConfig> = new Set(["tileMlp", "tileLoss"]);
+
 export type ParseResult =
   | { help: true }
   | { help: false; version: true }
@@ -119,10 +123,12 @@ export type ParseResult =
 /** Converts one raw value to the type of `key`'s default. */
 export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
   const template = DEFAULTS[key];
-  const numeric = typeof template === "number" || NULLABLE_NUMBERS.has(key);
+  if (TILE_SETTINGS.has(key) && (raw === "auto" || raw === "AUTO")) return "auto";
+  const numeric = typeof template === "number" || NULLABLE_NUMBERS.has(key) || TILE_SETTINGS.has(key);
   if (numeric) {
     const value = typeof raw === "number" ? raw : typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;
-    if (!Number.isFinite(value)) throw new TrainerError(`${source}: --${kebab(key)} needs a number, got '${String(raw)}'`);
+    if (!Number.isFinite(value))
+      throw new TrainerError(`${source}: --${kebab(key)} needs a number${TILE_SETTINGS.has(key) ? " or auto" : ""}, got '${String(raw)}'`);
     return value;
   }
   if (typeof template === "boolean") {

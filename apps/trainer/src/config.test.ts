@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
-import { checkpointSettings, DEFAULTS, gptConfigOf, validateConfig, type TrainConfig } from "./config.js";
+import { checkpointSettings, DEFAULTS, gptConfigOf, tileRowsOf, validateConfig, type TrainConfig } from "./config.js";
 
 function parse(argv: string[]): TrainConfig {
   const result = parseArgs(argv);
@@ -69,11 +69,31 @@ describe("validation before any rank starts", () => {
     expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
   });
 
-  it("takes --tile-mlp and --tile-loss as rows per tile (0: off) and names a bad value", () => {
+  it("takes --tile-mlp and --tile-loss as rows per tile (0: off) or auto and names a bad value", () => {
     expect(parse(["--tile-mlp", "2048", "--tile-loss", "512"])).toMatchObject({ tileMlp: 2048, tileLoss: 512 });
+    expect(parse(["--tile-mlp", "auto", "--tile-loss", "0"])).toMatchObject({ tileMlp: "auto", tileLoss: 0 });
+    expect(parse([])).toMatchObject({ tileMlp: 0, tileLoss: "auto" });
     expect(problems({ tileMlp: 2048, tileLoss: 1 })).toBe("");
-    expect(problems({ tileMlp: 1.5 })).toMatch(/--tile-mlp must be 0 \(off\) or a positive number of rows per tile, got 1.5/);
-    expect(problems({ tileLoss: -4 })).toMatch(/--tile-loss must be 0 \(off\) or a positive number of rows per tile, got -4/);
+    expect(problems({ tileMlp: 1.5 })).toMatch(/--tile-mlp must be 0 \(off\), auto or a positive number of rows per tile, got 1.5/);
+    expect(problems({ tileLoss: -4 })).toMatch(/--tile-loss must be 0 \(off\), auto or a positive number of rows per tile, got -4/);
+    expect(() => parse(["--tile-loss", "most"])).toThrow(/--tile-loss needs a number or auto, got 'most'/);
+  });
+
+  it("sizes auto tiles to at most 16 MiB, in multiples of 64 rows, and leaves a shard untiled when its buffer fits", () => {
+    const rows = (over: Partial<TrainConfig>) => tileRowsOf({ ...DEFAULTS, tileMlp: "auto", tileLoss: "auto", ...over });
+    // 16 MiB / (4 bytes x 32768) = 128 rows of logits; a 16384-token sequence over 2 ranks has 8192 rows per rank
+    expect(rows({ task: "recall", vocab: 32768, seq: 16384, sp: 2, batch: 1 }).loss).toBe(128);
+    // 16 MiB / (4 x 1000) = 4194.3 rows -> 4160 (65 x 64)
+    expect(rows({ task: "recall", vocab: 1000, seq: 16384, sp: 1, batch: 1 }).loss).toBe(4160);
+    // hidden 256, GELU x4: an MLP row is 1024 floats -> 4096 rows, below the 8192 rows of a rank
+    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 16384, sp: 2, batch: 1 }).mlp).toBe(4096);
+    // the whole shard fits: untiled (4096 rows per rank, 4096-row tiles)
+    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 8192, sp: 2, batch: 1 }).mlp).toBe(0);
+    // vocab 32 at the default 128-token rows: untiled; a number is taken as given
+    expect(rows({})).toEqual({ mlp: 0, loss: 0 });
+    expect(rows({ tileMlp: 24, tileLoss: 0 })).toEqual({ mlp: 24, loss: 0 });
+    // a huge vocabulary still gets 64-row tiles
+    expect(rows({ task: "recall", vocab: 262144, seq: 4096, sp: 1, batch: 1 }).loss).toBe(64);
   });
 
   it("names hybrid degree and layout problems in flag names; reads --ulysses-degree, --ring-degree and --sequence-layout", () => {

@@ -5,7 +5,7 @@
  * `args.ts`'s job; running is `run.ts`'s.
  */
 import fs from "node:fs";
-import { validateGptConfig, type GptConfig } from "@ulysses/model";
+import { blockConfigOf, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { parallelDimsProblems, type ParallelDimsOptions, type SequenceLayoutKind, type SequenceParallelKind } from "@ulysses/parallel";
 import { recallMinSeq, recallVocabulary, validateRecallTask, BYTE_VOCAB, type LongDocuments, type TextFormatOption } from "@ulysses/training";
 import { dataDigest, documentFlagProblems, textDataProblems } from "./data-config.js";
@@ -69,10 +69,10 @@ export interface TrainConfig {
   skipMemoryCheck: boolean;
   checkpointEvery: number;
   activationCheckpointing: boolean;
-  /** Tiled MLP: rows per tile of each block's MLP in forward and backward (0: off). */
-  tileMlp: number;
-  /** Tiled logits and loss: rows per tile of the LM head, softmax and cross-entropy (0: off). */
-  tileLoss: number;
+  /** Tiled MLP: rows per tile of each block's MLP in forward and backward (0: off; auto: see tileRowsOf). */
+  tileMlp: TileSetting;
+  /** Tiled logits and loss: rows per tile of the LM head, softmax and cross-entropy (0: off; auto: see tileRowsOf). */
+  tileLoss: TileSetting;
   /** Keep ONNX Runtime's per-session arenas and glibc's default heap (faster at short sequences, more memory). */
   memoryArena: boolean;
   zero1: boolean;
@@ -127,7 +127,7 @@ export const DEFAULTS: TrainConfig = {
   checkpointEvery: 100,
   activationCheckpointing: false,
   tileMlp: 0,
-  tileLoss: 0,
+  tileLoss: "auto",
   memoryArena: false,
   zero1: false,
   logEvery: 10,
@@ -137,6 +137,32 @@ export const DEFAULTS: TrainConfig = {
 };
 
 export const BACKENDS = ["threads", "local", "mpi"] as const;
+
+/** --tile-mlp / --tile-loss: rows per tile, 0 for off, or auto. */
+export type TileSetting = number | "auto";
+
+/** The widest buffer one auto-sized tile may hold: [rows, MLP width] or [rows, vocab] fp32. */
+export const AUTO_TILE_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Rows per tile of the MLP and of the LM head + loss (0: untiled), as each
+ * rank runs them. A number is taken as given. auto tiles only where the
+ * untiled buffer of a rank's shard (batch x seq / sp rows) would be wider than
+ * AUTO_TILE_BYTES: then the rows that fit in it, a multiple of 64 (at least
+ * 64). So a 32K vocabulary at a 16K-token shard gets 128-row loss tiles, while
+ * a small vocabulary or a short shard stays untiled.
+ */
+export function tileRowsOf(config: TrainConfig): { mlp: number; loss: number } {
+  const rowsPerRank = config.batch * Math.ceil(config.seq / config.sp);
+  const auto = (width: number): number => {
+    const rows = Math.max(64, Math.floor(AUTO_TILE_BYTES / (4 * width) / 64) * 64);
+    return rows >= rowsPerRank ? 0 : rows;
+  };
+  return {
+    mlp: config.tileMlp === "auto" ? auto(blockConfigOf(gptConfigOf(config)).mlpHidden) : config.tileMlp,
+    loss: config.tileLoss === "auto" ? auto(vocabOf(config)) : config.tileLoss,
+  };
+}
 
 /** The GPT config a training configuration builds (a resumed run uses its checkpoint's instead). */
 export function gptConfigOf(config: TrainConfig): GptConfig {
@@ -248,8 +274,9 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
   for (const key of ["tileMlp", "tileLoss"] as const) {
-    if (!Number.isSafeInteger(config[key]) || config[key] < 0)
-      problems.push(`--${kebab(key)} must be 0 (off) or a positive number of rows per tile, got ${config[key]}`);
+    const value = config[key];
+    if (value !== "auto" && (!Number.isSafeInteger(value) || value < 0))
+      problems.push(`--${kebab(key)} must be 0 (off), auto or a positive number of rows per tile, got ${String(value)}`);
   }
   if (!Number.isSafeInteger(config.warmup) || config.warmup < 0) problems.push(`--warmup must be a non-negative integer, got ${config.warmup}`);
   if (!Number.isSafeInteger(config.seed) || config.seed < 0) problems.push(`--seed must be an integer in [0, 2^53 - 1], got ${config.seed}`);

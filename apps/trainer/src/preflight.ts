@@ -42,7 +42,7 @@ import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
-import { gptConfigOf, parallelOptionsOf, type TrainConfig } from "./config.js";
+import { gptConfigOf, parallelOptionsOf, tileRowsOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 const MiB = 1024 * 1024;
@@ -152,12 +152,13 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const params = parameterCount(model);
   const block = blockConfigOf(model);
   const tokensPerRank = config.batch * Math.ceil(config.seq / config.sp);
-  const tiledMlp = config.tileMlp > 0;
-  const tiledLoss = config.tileLoss > 0;
+  const tiles = tileRowsOf(config);
+  const tiledMlp = tiles.mlp > 0;
+  const tiledLoss = tiles.loss > 0;
   const perLayer = layerFloatsPerToken(model, config.sp, config.attention, resolveDims(parallelOptionsOf(config), model.kvHeads).ulyssesDegree, tiledMlp);
   const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
-  const mlpTileRows = tiledMlp ? Math.min(config.tileMlp, tokensPerRank) : 0;
-  const lossTileRows = tiledLoss ? Math.min(config.tileLoss, tokensPerRank) : 0;
+  const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
+  const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
   const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;

@@ -24,7 +24,7 @@ import {
   type PackedBatch,
 } from "@ulysses/training";
 import { Rng, type RngState } from "@ulysses/tensors";
-import { checkpointSettings, dataDigest, gptConfigOf, parallelOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import { checkpointSettings, dataDigest, gptConfigOf, parallelOptionsOf, textDataOptions, tileRowsOf, usesDocuments, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "./kernels.js";
 
@@ -141,11 +141,11 @@ export class RankTrainer {
       localAttention: kernels.attention,
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
-      mlpTileRows: config.tileMlp,
+      mlpTileRows: tileRowsOf(config).mlp,
     });
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,
-      lossTileRows: config.tileLoss,
+      lossTileRows: tileRowsOf(config).loss,
       gradClip: config.gradClip,
       adamw: { weightDecay: config.weightDecay },
       zero1: config.zero1,

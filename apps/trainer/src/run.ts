@@ -14,7 +14,7 @@ import { resolveDims } from "@ulysses/parallel";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { resolveTextFormat } from "@ulysses/training";
-import { errnoText, fileProblem, gptConfigOf, parallelOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import { errnoText, fileProblem, gptConfigOf, parallelOptionsOf, textDataOptions, tileRowsOf, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { modelFlopsPerStep } from "./flops.js";
@@ -139,10 +139,11 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
           `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${schemeText(config, gpt.kvHeads)}`,
       );
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s; run directory ${outDir}`);
+      const tiles = tileRowsOf(config);
       const lean = [
         config.activationCheckpointing ? "activation checkpointing (each block keeps its input only)" : "",
-        config.tileMlp > 0 ? `MLP in tiles of ${config.tileMlp} tokens` : "",
-        config.tileLoss > 0 ? `LM head and loss in tiles of ${config.tileLoss} tokens` : "",
+        tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
+        tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
       ].filter((part) => part !== "");
       if (lean.length > 0) log(`memory: ${lean.join(", ")}`);
       if (usesDocuments(config)) {

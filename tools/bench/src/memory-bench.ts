@@ -51,7 +51,7 @@ Writes bench-results/memory/memory.json and memory.md.
   --memory-seq LIST   the two sequence lengths of the slopes (default 8192,16384)
   --speed-seq LIST    sequence lengths of the speed rows (default 4096,8192,16384)
   --speed-steps N     steps of a speed row (default 4; the first is not timed)
-  --tile N            rows per MLP and loss tile in the lean rows (default 2048)
+  --tile N            rows per MLP tile in the tiled and lean rows (default 2048; their loss runs with --tile-loss auto)
   --long              also one lean step at N = 131072, SP 2 (minutes)
   --help, -h          this text
 `;
@@ -134,7 +134,7 @@ function rowConfig(row: RowSpec, tile: number, dataFile: string, outDir: string)
     warmup: 1,
     activationCheckpointing: lean,
     tileMlp: tiled ? tile : 0,
-    tileLoss: tiled ? tile : 0,
+    tileLoss: tiled ? "auto" : 0,
     out: outDir,
     overwrite: true,
     checkpointEvery: 0,
@@ -287,7 +287,7 @@ async function main(): Promise<void> {
   const check = (ok: boolean, what: string) => checks.push(`${ok ? "PASS" : "FAIL"} ${what}`);
   lines.push("# bench:memory", "", `Machine: ${describeMachine(machine)}.`, "");
   lines.push(
-    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. Tiled = \`--tile-mlp ${f.tile} --tile-loss ${f.tile}\`; lean = tiled + \`--activation-checkpointing\`. ONNX Runtime arenas off and glibc's mmap threshold fixed (the trainer's default; \`--memory-arena\` undoes both).`,
+    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. Tiled = \`--tile-mlp ${f.tile} --tile-loss auto\` (the loss in tiles of at most 16 MiB of logits: 128 rows at vocab 32768, untiled at vocab 256); lean = tiled + \`--activation-checkpointing\`. ONNX Runtime arenas off and glibc's mmap threshold fixed (the trainer's default; \`--memory-arena\` undoes both).`,
     "",
   );
   lines.push("## Peak RSS", "", "| rows | SP | mode | task | N | peak RSS | account | account / peak |", "|---|---|---|---|---|---|---|---|");
