@@ -123,7 +123,7 @@ export type ParseResult =
 /** Converts one raw value to the type of `key`'s default. */
 export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
   const template = DEFAULTS[key];
-  if (TILE_SETTINGS.has(key) && (raw === "auto" || raw === "AUTO")) return "auto";
+  if (TILE_SETTINGS.has(key) && raw === "auto") return "auto";
   const numeric = typeof template === "number" || NULLABLE_NUMBERS.has(key) || TILE_SETTINGS.has(key);
   if (numeric) {
     const value = typeof raw === "number" ? raw : typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;

@@ -138,6 +138,11 @@ export const DEFAULTS: TrainConfig = {
 
 export const BACKENDS = ["threads", "local", "mpi"] as const;
 
+/** Tokens of a rank's shard in one step (batch x its longest share of seq). */
+export function tokensPerRankOf(config: Pick<TrainConfig, "batch" | "seq" | "sp">): number {
+  return config.batch * Math.ceil(config.seq / config.sp);
+}
+
 /** --tile-mlp / --tile-loss: rows per tile, 0 for off, or auto. */
 export type TileSetting = number | "auto";
 
@@ -153,7 +158,7 @@ export const AUTO_TILE_BYTES = 16 * 1024 * 1024;
  * a small vocabulary or a short shard stays untiled.
  */
 export function tileRowsOf(config: TrainConfig): { mlp: number; loss: number } {
-  const rowsPerRank = config.batch * Math.ceil(config.seq / config.sp);
+  const rowsPerRank = tokensPerRankOf(config);
   const auto = (width: number): number => {
     const rows = Math.max(64, Math.floor(AUTO_TILE_BYTES / (4 * width) / 64) * 64);
     return rows >= rowsPerRank ? 0 : rows;

@@ -42,7 +42,7 @@ import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
-import { gptConfigOf, parallelOptionsOf, tileRowsOf, type TrainConfig } from "./config.js";
+import { gptConfigOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 const MiB = 1024 * 1024;
@@ -151,7 +151,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const { ranks, processes, workers } = ranksHere(config);
   const params = parameterCount(model);
   const block = blockConfigOf(model);
-  const tokensPerRank = config.batch * Math.ceil(config.seq / config.sp);
+  const tokensPerRank = tokensPerRankOf(config);
   const tiles = tileRowsOf(config);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;

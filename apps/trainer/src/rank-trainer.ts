@@ -135,17 +135,18 @@ export class RankTrainer {
     const dims = await ParallelDims.create(world, parallelOptionsOf(config), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
     const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
     const kernels = await createRankKernels(threads, config.kernel, config.memoryArena);
+    const tiles = tileRowsOf(config);
     // the one-device model, parallelised from outside
     const model = new Gpt(gptConfig, {
       ops: kernels.ops,
       localAttention: kernels.attention,
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
-      mlpTileRows: tileRowsOf(config).mlp,
+      mlpTileRows: tiles.mlp,
     });
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,
-      lossTileRows: tileRowsOf(config).loss,
+      lossTileRows: tiles.loss,
       gradClip: config.gradClip,
       adamw: { weightDecay: config.weightDecay },
       zero1: config.zero1,

@@ -287,7 +287,7 @@ async function main(): Promise<void> {
   const check = (ok: boolean, what: string) => checks.push(`${ok ? "PASS" : "FAIL"} ${what}`);
   lines.push("# bench:memory", "", `Machine: ${describeMachine(machine)}.`, "");
   lines.push(
-    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. Tiled = \`--tile-mlp ${f.tile} --tile-loss auto\` (the loss in tiles of at most 16 MiB of logits: 128 rows at vocab 32768, untiled at vocab 256); lean = tiled + \`--activation-checkpointing\`. ONNX Runtime arenas off and glibc's mmap threshold fixed (the trainer's default; \`--memory-arena\` undoes both).`,
+    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. Tiled = \`--tile-mlp ${f.tile} --tile-loss auto\` (the loss in tiles of at most 16 MiB of logits: 128 rows at vocab 32768; 16384 rows at vocab 256, so untiled up to 16K tokens per rank); lean = tiled + \`--activation-checkpointing\`. ONNX Runtime arenas off and glibc's mmap threshold fixed (the trainer's default; \`--memory-arena\` undoes both).`,
     "",
   );
   lines.push("## Peak RSS", "", "| rows | SP | mode | task | N | peak RSS | account | account / peak |", "|---|---|---|---|---|---|---|---|");
