@@ -152,7 +152,7 @@ export const AUTO_TILE_BYTES = 16 * 1024 * 1024;
 /**
  * Rows per tile of the MLP and of the LM head + loss (0: untiled), as each
  * rank runs them. A number is taken as given. auto tiles only where the
- * untiled buffer of a rank's shard (batch x seq / sp rows) would be wider than
+ * untiled buffer of a rank's shard (tokensPerRankOf rows) would be wider than
  * AUTO_TILE_BYTES: then the rows that fit in it, a multiple of 64 (at least
  * 64). So a 32K vocabulary at a 16K-token shard gets 128-row loss tiles, while
  * a small vocabulary or a short shard stays untiled.
