@@ -16,7 +16,7 @@ const HELP: Record<keyof TrainConfig, string> = {
   sp: "sequence-parallel degree: ranks sharing one sequence",
   dp: "data-parallel degree: SP groups training on different batches",
   backend: "collectives backend: threads | local (all ranks in one thread) | mpi (run under mpirun) | path to a backend module",
-  task: "recall (built-in synthetic key-value recall) | text (needs --data)",
+  task: "recall (built-in synthetic long-range key-value recall: facts in the first quarter of each sequence, queries in the last) | text (needs --data)",
   data: "text data for byte-level language modelling (implies --task text): a file, or a folder of .txt files (see Text data below)",
   dataFormat: "auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir",
   docSeparator: "plain text: the string between documents, e.g. '\\n\\n' (\\n \\r \\t \\\\ are escapes); without it a text file is one stream",
@@ -45,9 +45,9 @@ const HELP: Record<keyof TrainConfig, string> = {
   weightDecay: "AdamW decoupled weight decay (matrices only)",
   gradClip: "clip the global gradient norm to this (0: off)",
   seed: "seed for weights and data",
-  vocab: "recall task vocabulary size",
-  pairs: "recall task key-value pairs per sequence",
-  queries: "recall task queries per sequence",
+  keys: "recall task: keys per sequence's table (each a group of --values answer tokens)",
+  values: "recall task: values a key may hold (without the other shard's facts the best accuracy is 1 / values)",
+  vocab: "recall task: vocabulary size; the tokens past the answers and queries are fillers (default keys x (values + 1) + 1)",
   out: "run directory (default runs/<timestamp>, linked as runs/latest; with --resume: the resumed run's directory); an existing run or non-empty directory is refused without --overwrite",
   resume:
     "checkpoint file or run directory to continue from, writing into that directory (or --out). The model shape (--hidden, --layers, --heads, --kv-heads, --mlp, --mlp-ratio, --tied-head, --attention, recall --vocab) comes from the checkpoint: leave those flags out or give the same values; other settings default to the checkpoint's recorded ones; --backend, --data and --out are never taken from a checkpoint",
@@ -110,7 +110,7 @@ export function helpText(): string {
 }
 
 /** Numeric settings whose default is null (computed when the run starts). */
-const NULLABLE_NUMBERS: ReadonlySet<keyof TrainConfig> = new Set(["threads", "ulyssesDegree", "ringDegree"]);
+const NULLABLE_NUMBERS: ReadonlySet<keyof TrainConfig> = new Set(["threads", "ulyssesDegree", "ringDegree", "vocab"]);
 
 /** Rows per tile, 0 (off) or auto. */
 const TILE_SETTINGS: ReadonlySet<keyof TrainConfig> = new Set(["tileMlp", "tileLoss"]);

@@ -58,7 +58,13 @@ describe("validation before any rank starts", () => {
   it("accepts the defaults", () => expect(problems({})).toBe(""));
   it("names heads vs sp, seq, backend and rank-count problems", () => {
     expect(problems({ sp: 8, heads: 4, hidden: 64 })).toMatch(/--heads 4 is smaller than --sp 8/);
-    expect(problems({ seq: 10 })).toMatch(/--seq 10 is too short for the recall task with 3 pairs and 3 queries \(needs at least 15\)/);
+    expect(problems({ seq: 3, sp: 1 })).toMatch(/--seq 3 is too short \(needs at least 4: a quarter of facts and a quarter of queries\)/);
+    expect(problems({ keys: 8, values: 8, vocab: 72 })).toMatch(/--vocab 72 is too small for 8 keys x 8 values \(needs at least 73/);
+    expect(problems({ values: 1 })).toMatch(/--values must be at least 2/);
+    expect(problems({ keys: 0 })).toMatch(/--keys must be a positive integer, got 0/);
+    expect(problems({ task: "text", data: "x", vocab: 300 })).toMatch(
+      /--vocab 300 is for the recall task; --task text is byte-level \(vocab 256\): drop --vocab/,
+    );
     expect(problems({ sp: 4, seq: 3, task: "text", data: "x" })).toMatch(/--seq 3 is too short for --sp 4/);
     expect(problems({ task: "text", data: "/nonexistent/corpus.txt" })).toMatch(/text data file '\/nonexistent\/corpus.txt' cannot be read: ENOENT/);
     expect(problems({ backend: "nccl" })).toMatch(/unknown backend 'nccl'/);
@@ -89,7 +95,7 @@ describe("validation before any rank starts", () => {
     expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 16384, sp: 2, batch: 1 }).mlp).toBe(4096);
     // the whole shard fits: untiled (4096 rows per rank, 4096-row tiles)
     expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 8192, sp: 2, batch: 1 }).mlp).toBe(0);
-    // vocab 32 at the default 128-token rows: untiled; a number is taken as given
+    // the default recall run (vocab 73, 1024 rows per rank): untiled; a number is taken as given
     expect(rows({})).toEqual({ mlp: 0, loss: 0 });
     expect(rows({ tileMlp: 24, tileLoss: 0 })).toEqual({ mlp: 24, loss: 0 });
     // a huge vocabulary still gets 64-row tiles

@@ -7,7 +7,7 @@
 import fs from "node:fs";
 import { blockConfigOf, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { parallelDimsProblems, type ParallelDimsOptions, type SequenceLayoutKind, type SequenceParallelKind } from "@ulysses/parallel";
-import { recallMinSeq, recallVocabulary, validateRecallTask, BYTE_VOCAB, type LongDocuments, type TextFormatOption } from "@ulysses/training";
+import { recallMinVocab, validateRecallTask, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 import { dataDigest, documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
 
@@ -55,10 +55,10 @@ export interface TrainConfig {
   weightDecay: number;
   gradClip: number;
   seed: number;
-  /** Recall task: vocabulary, key-value pairs per sequence, queries per sequence. */
-  vocab: number;
-  pairs: number;
-  queries: number;
+  /** Recall task: keys per table, values per key, vocabulary (null: the smallest, keys x (values + 1) + 1). */
+  keys: number;
+  values: number;
+  vocab: number | null;
   out: string | null;
   resume: string | null;
   /** Let --out name an existing run or a non-empty directory (its run files are replaced). */
@@ -95,30 +95,30 @@ export const DEFAULTS: TrainConfig = {
   docSeparator: null,
   longDocuments: "split",
   skipBadDocuments: false,
-  seq: 128,
+  seq: 2048,
   layers: 2,
   hidden: 128,
   heads: 4,
   kvHeads: 4,
   mlp: "gelu",
   mlpRatio: 4,
-  tiedHead: false,
+  tiedHead: true,
   attention: "ulysses",
   ulyssesDegree: null,
   ringDegree: null,
   sequenceLayout: "auto",
   ulyssesHeadGroups: 1,
-  batch: 8,
-  steps: 1000,
-  lr: 2e-3,
+  batch: 1,
+  steps: 350,
+  lr: 3e-3,
   minLr: 3e-4,
   warmup: 20,
   weightDecay: 0.01,
   gradClip: 1,
   seed: 1234,
-  vocab: 32,
-  pairs: 3,
-  queries: 3,
+  keys: 8,
+  values: 8,
+  vocab: null,
   out: null,
   resume: null,
   overwrite: false,
@@ -194,9 +194,18 @@ export function parallelOptionsOf(config: TrainConfig): ParallelDimsOptions {
   return options;
 }
 
-/** The vocabulary the task implies. */
+/** The vocabulary the task implies: bytes for text; for recall --vocab, or the smallest that holds --keys x --values. */
 export function vocabOf(config: TrainConfig): number {
-  return config.task === "text" ? BYTE_VOCAB : config.vocab;
+  if (config.task === "text") return BYTE_VOCAB;
+  return config.vocab ?? recallMinVocab(config.keys, config.values);
+}
+
+/** The stream of the data RNG (seeded with --seed): every rank draws the same global batches from it. */
+export const DATA_STREAM = 1_000_003;
+
+/** The recall task's options of a configuration. */
+export function recallOptionsOf(config: TrainConfig): RecallTaskOptions {
+  return { seq: config.seq, keys: config.keys, values: config.values, vocab: vocabOf(config) };
 }
 
 /**
@@ -259,22 +268,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
       problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
-  for (const key of [
-    "sp",
-    "dp",
-    "seq",
-    "layers",
-    "hidden",
-    "heads",
-    "kvHeads",
-    "batch",
-    "steps",
-    "logEvery",
-    "pairs",
-    "queries",
-    "vocab",
-    "ulyssesHeadGroups",
-  ] as const)
+  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "keys", "values", "ulyssesHeadGroups"] as const)
     positive(key);
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
@@ -303,6 +297,9 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     const problem = fileProblem(config.backend);
     if (problem !== null)
       problems.push(`--backend '${config.backend}': ${problem} (a backend module path names a .js or .mjs file that registers a collectives backend)`);
+  }
+  if (config.task === "text" && config.vocab !== null) {
+    problems.push(`--vocab ${String(config.vocab)} is for the recall task; --task text is byte-level (vocab ${BYTE_VOCAB}): drop --vocab`);
   }
   if (config.task === "recall" && config.data !== null) {
     problems.push(`--data '${config.data}' is for --task text; the recall task reads no data file (drop --data or --task recall)`);
@@ -338,19 +335,10 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
     if (config.task === "recall") {
       try {
-        const { keys } = recallVocabulary(config.vocab);
-        const before = problems.length;
-        if (config.pairs > keys)
-          problems.push(`--pairs ${config.pairs} exceeds the ${keys} distinct keys of --vocab ${config.vocab} (keys are tokens [vocab/4, 3 vocab/4))`);
-        if (config.queries > config.pairs) problems.push(`--queries ${config.queries} must not exceed --pairs ${config.pairs}`);
-        if (seq < recallMinSeq(config.pairs, config.queries)) {
-          problems.push(
-            `--seq ${seq} is too short for the recall task with ${config.pairs} pairs and ${config.queries} queries (needs at least ${recallMinSeq(config.pairs, config.queries)})`,
-          );
-        }
-        if (problems.length === before) validateRecallTask({ vocab: config.vocab, seq, pairs: config.pairs, queries: config.queries });
+        validateRecallTask(recallOptionsOf(config));
       } catch (error) {
-        problems.push((error as Error).message);
+        // the task's message in flag names
+        problems.push((error as Error).message.replace(/^recall task: (seq|keys|values|vocab) /, "--$1 "));
       }
     } else if (config.data === null) {
       problems.push("--task text needs --data <file>");

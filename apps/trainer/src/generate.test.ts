@@ -128,19 +128,19 @@ describe("generate's files (exit 1, named)", () => {
     expect(c.code).toBe(1);
     expect(c.stderr).toMatch(/--from '.*nowhere' does not exist/);
 
-    // a recall model (vocab 32) passed off as a byte-level one: refused naming the file, no ONNX Runtime Gather error
+    // a recall model (vocab 16) passed off as a byte-level one: refused naming the file, no ONNX Runtime Gather error
     const mislabelled = copyRun(recallRun, "mislabelled");
     const config = JSON.parse(fs.readFileSync(path.join(mislabelled, "config.json"), "utf8")) as Record<string, unknown>;
     fs.writeFileSync(path.join(mislabelled, "config.json"), JSON.stringify({ ...config, task: "text" }));
     const d = await run(["--from", mislabelled, "--prompt", "hello"]);
     expect(d.code).toBe(1);
-    expect(d.stderr).toMatch(/run config '.*mislabelled\/config.json': a text-task model reads bytes \(vocab 256\), but this model has vocab 32/);
+    expect(d.stderr).toMatch(/run config '.*mislabelled\/config.json': a text-task model reads bytes \(vocab 256\), but this model has vocab 16/);
     expect(d.stderr).not.toMatch(/Gather/);
 
     const badRecall = copyRun(recallRun, "bad-recall");
-    fs.writeFileSync(path.join(badRecall, "config.json"), JSON.stringify({ ...config, pairs: 99 }));
+    fs.writeFileSync(path.join(badRecall, "config.json"), JSON.stringify({ ...config, keys: 99 }));
     const e = await run(["--from", badRecall]);
     expect(e.code).toBe(1);
-    expect(e.stderr).toMatch(/run config '.*bad-recall\/config.json': recall task: pairs must be in \[1, 16\]/);
+    expect(e.stderr).toMatch(/run config '.*bad-recall\/config.json': recall task: vocab 16 is too small for 99 keys x 4 values/);
   });
 });

@@ -4,15 +4,25 @@
  * The model comes from an exported model.onnx or from a checkpoint (exported
  * on the fly); `--from` takes either file or a run directory (default
  * runs/latest). Byte-level models continue `--prompt`; recall-task models
- * answer the queries of a fresh synthetic example, greedily, and show the
- * expected values. Exit codes: 0 done, 1 error, 2 bad flags.
+ * answer the queries of a fresh synthetic example, greedily (one pass over
+ * the example: the queries never see an answer), and show the expected
+ * answers. Exit codes: 0 done, 1 error, 2 bad flags.
  */
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import * as ort from "onnxruntime-node";
 import { ParameterStore, buildOnnxModel, gptParamSpecs, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
-import { BYTE_VOCAB, IGNORE_INDEX, loadCheckpoint, loadWeightsInto, recallBatch, validateRecallTask } from "@ulysses/training";
+import {
+  BYTE_VOCAB,
+  IGNORE_INDEX,
+  loadCheckpoint,
+  loadWeightsInto,
+  recallBaselines,
+  recallBatch,
+  recallDistances,
+  validateRecallTask,
+} from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
 import { DEFAULTS, errnoText } from "./config.js";
 import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
@@ -105,8 +115,8 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateOptions | "h
 interface TaskSettings {
   task: "recall" | "text";
   seq: number;
-  pairs: number;
-  queries: number;
+  keys: number;
+  values: number;
 }
 
 interface LoadedModel {
@@ -121,20 +131,20 @@ function taskSettings(record: unknown, model: GptConfig, where: string): TaskSet
   const r = record !== null && typeof record === "object" && !Array.isArray(record) ? (record as Record<string, unknown>) : {};
   const task = r.task === "recall" || r.task === "text" ? r.task : r.task === undefined ? (model.vocab === BYTE_VOCAB ? "text" : "recall") : null;
   if (task === null) throw new TrainerError(`${where}: task must be recall or text, got ${JSON.stringify(r.task)?.slice(0, 40)}`);
-  const int = (key: "seq" | "pairs" | "queries", fallback: number): number => {
+  const int = (key: "seq" | "keys" | "values", fallback: number): number => {
     const value = r[key] ?? fallback;
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
       throw new TrainerError(`${where}: ${key} must be a positive integer, got ${JSON.stringify(value)?.slice(0, 40)}`);
     return value;
   };
-  const settings = { task, seq: int("seq", model.maxSeq), pairs: int("pairs", DEFAULTS.pairs), queries: int("queries", DEFAULTS.queries) } as TaskSettings;
+  const settings = { task, seq: int("seq", model.maxSeq), keys: int("keys", DEFAULTS.keys), values: int("values", DEFAULTS.values) } as TaskSettings;
   if (task === "text") {
     if (model.vocab !== BYTE_VOCAB)
       throw new TrainerError(`${where}: a text-task model reads bytes (vocab ${BYTE_VOCAB}), but this model has vocab ${model.vocab}`);
   } else {
     if (settings.seq > model.maxSeq) throw new TrainerError(`${where}: recall sequences of ${settings.seq} tokens exceed the model's maxSeq ${model.maxSeq}`);
     try {
-      validateRecallTask({ vocab: model.vocab, seq: settings.seq, pairs: settings.pairs, queries: settings.queries });
+      validateRecallTask({ seq: settings.seq, keys: settings.keys, values: settings.values, vocab: model.vocab });
     } catch (cause) {
       throw new TrainerError(`${where}: ${(cause as Error).message}`, { cause });
     }
@@ -210,8 +220,8 @@ export async function loadModel(from: string): Promise<LoadedModel> {
   return { bytes: await buildOnnxModel(checkpoint.config, params.values), config: checkpoint.config, settings, source: file };
 }
 
-/** Logits of the last position of `ids` (the last maxSeq tokens). */
-async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids: readonly number[]): Promise<Float32Array> {
+/** Logits [positions, vocab] of `ids` (the last maxSeq tokens), row after row. */
+async function windowLogits(session: ort.InferenceSession, model: LoadedModel, ids: readonly number[]): Promise<Float32Array> {
   const window = ids.slice(-model.config.maxSeq);
   const input = new ort.Tensor(
     "int64",
@@ -230,7 +240,13 @@ async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids
       `model '${model.source}' gives logits [${logits?.dims.join(", ") ?? "none"}], expected [1, ${window.length}, ${model.config.vocab}] (the model config's vocab)`,
     );
   }
-  return (logits.data as Float32Array).subarray((window.length - 1) * vocab, window.length * vocab);
+  return logits.data as Float32Array;
+}
+
+/** Logits of the last position of `ids`. */
+async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids: readonly number[]): Promise<Float32Array> {
+  const logits = await windowLogits(session, model, ids);
+  return logits.subarray(logits.length - model.config.vocab);
 }
 
 export async function generate(options: GenerateOptions, write: (text: string) => void): Promise<void> {
@@ -283,22 +299,36 @@ export async function generate(options: GenerateOptions, write: (text: string) =
       return;
     }
     const s = model.settings;
-    const example = recallBatch({ vocab, seq: s.seq, pairs: s.pairs, queries: s.queries }, 1, uniform);
+    const example = recallBatch({ seq: s.seq, keys: s.keys, values: s.values, vocab }, 1, uniform);
     const ids = [...example.tokens.data];
+    // causal: position i's logits see tokens [0, i] only, and no answer is ever an input, so one pass answers every query
+    const logits = await windowLogits(session, model, ids);
+    const distances = recallDistances(example);
     let correct = 0;
     let asked = 0;
+    const shown = new Set<number>();
     for (let i = 0; i < ids.length; i++) {
       const answer = example.labels.data[i]!;
       if (answer === IGNORE_INDEX) continue;
-      const predicted = sampleToken(await nextLogits(session, model, ids.slice(0, i + 1)), { temperature: 0 }, uniform);
-      const keyAt = ids.indexOf(ids[i]!);
-      write(
-        `query: key ${ids[i]} (stored at position ${keyAt} of ${ids.length}) -> predicted value ${predicted}, expected ${answer} ${predicted === answer ? "ok" : "wrong"}\n`,
-      );
+      const predicted = sampleToken(logits.subarray(i * vocab, (i + 1) * vocab), { temperature: 0 }, uniform);
+      // one line per key: its first query
+      if (!shown.has(ids[i]!)) {
+        shown.add(ids[i]!);
+        const key = ids[i]! - s.keys * s.values;
+        // answer token t is key floor(t / values)'s value t % values
+        const said = Math.floor(predicted / s.values) === key ? `value ${predicted % s.values}` : `token ${predicted} (not one of key ${key}'s answers)`;
+        write(
+          `query at ${i}: key ${key} -> predicted ${said}, expected value ${answer % s.values} (its fact ${distances[asked]} tokens back) ${predicted === answer ? "ok" : "wrong"}\n`,
+        );
+      }
       asked++;
       if (predicted === answer) correct++;
     }
-    write(`recall: ${correct}/${asked} correct (chance ${(100 / Math.floor(vocab / 4)).toFixed(1)}%)\n`);
+    const { chance, withoutFacts } = recallBaselines(s);
+    write(
+      `recall: ${correct}/${asked} correct (${((100 * correct) / asked).toFixed(1)}%; chance ${(100 * chance).toFixed(1)}%, ` +
+        `best without seeing the facts ${(100 * withoutFacts).toFixed(1)}%)\n`,
+    );
   } finally {
     await session.release();
   }

@@ -20,8 +20,8 @@ const base: TrainConfig = {
   warmup: 2,
   checkpointEvery: 0,
   export: false,
-  pairs: 2,
-  queries: 2,
+  keys: 3,
+  values: 4,
   threads: 1,
 };
 

@@ -24,7 +24,18 @@ import {
   type PackedBatch,
 } from "@ulysses/training";
 import { Rng, type RngState } from "@ulysses/tensors";
-import { checkpointSettings, dataDigest, gptConfigOf, parallelOptionsOf, textDataOptions, tileRowsOf, usesDocuments, type TrainConfig } from "./config.js";
+import {
+  DATA_STREAM,
+  checkpointSettings,
+  dataDigest,
+  gptConfigOf,
+  parallelOptionsOf,
+  recallOptionsOf,
+  textDataOptions,
+  tileRowsOf,
+  usesDocuments,
+  type TrainConfig,
+} from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "./kernels.js";
 
@@ -151,7 +162,7 @@ export class RankTrainer {
       adamw: { weightDecay: config.weightDecay },
       zero1: config.zero1,
     });
-    const dataRng = new Rng(config.seed, 1_000_003);
+    const dataRng = new Rng(config.seed, DATA_STREAM);
     if (checkpoint !== null) {
       restoreCheckpoint(trainer, checkpoint);
       dataRng.setState(checkpoint.rng as RngState);
@@ -179,7 +190,7 @@ export class RankTrainer {
     const random = () => this.dataRng.uniform();
     if (this.docs !== null) return this.docs.batch(rows, config.seq, random);
     if (this.text !== null) return this.text.batch(rows, config.seq, random);
-    return recallBatch({ vocab: config.vocab, seq: config.seq, pairs: config.pairs, queries: config.queries }, rows, random);
+    return recallBatch(recallOptionsOf(config), rows, random);
   }
 
   async runStep(): Promise<RankStepReport> {

@@ -24,8 +24,8 @@ const config: TrainConfig = {
   checkpointEvery: 0,
   export: false,
   vocab: 32,
-  pairs: 4,
-  queries: 3,
+  keys: 4,
+  values: 6,
   threads: 1,
 };
 

@@ -170,9 +170,9 @@ describe("a checkpoint is data", () => {
       [["--layers", "3"], /--layers 3 conflicts with .* layers 1/],
       [["--kv-heads", "1"], /--kv-heads 1 conflicts with .* kv-heads 2/],
       [["--mlp-ratio", "2"], /--mlp-ratio 2 conflicts with .* mlp-ratio 4/],
-      [["--tied-head"], /--tied-head true conflicts with .* tied-head false/],
+      [["--no-tied-head"], /--tied-head false conflicts with .* tied-head true/],
       [["--seq", "48"], /--seq 48 is beyond the longest sequence the model of checkpoint '.*' was built for \(maxSeq 24\)/],
-      [["--vocab", "64"], /--vocab 64 conflicts with checkpoint '.*', whose model has vocab 32/],
+      [["--vocab", "64"], /--vocab 64 conflicts with checkpoint '.*', whose model has vocab 16/],
       [["--task", "text", "--data", data], /--task text conflicts with the recall task of checkpoint/],
       [["--data", data], /--data '.*conflict-data.txt': checkpoint '.*' is a recall-task run, which reads no data file/],
       [["--steps", "1"], /--steps 1 is below the step 2 that checkpoint '.*' has reached/],
@@ -240,14 +240,14 @@ describe("every check comes before the first write", () => {
     const modules = tempDir("modules-");
     const { module, marker } = evilModule(modules);
     const cases: [string[], RegExp][] = [
-      [["--pairs", "99"], /--pairs 99 exceeds the 16 distinct keys of --vocab 32/],
+      [["--keys", "3", "--values", "4", "--vocab", "15"], /--vocab 15 is too small for 3 keys x 4 values \(needs at least 16/],
       [["--mlp-ratio", "0"], /--mlp-ratio must be positive, got 0/],
       [["--mlp-ratio", "0.3"], /MLP width --hidden 16 x --mlp-ratio 0.3 = 4.8 must be a whole number/],
       [["--seed", "1e300"], /--seed must be an integer in \[0, 2\^53 - 1\], got 1e\+300/],
       [["--steps", "1e300"], /--steps must be a positive integer, got 1e\+300/],
       [["--backend", path.join(modules, "missing.mjs")], /--backend '.*missing.mjs': no such file or directory \(ENOENT\)/],
       [["--backend", `${modules}/`], /--backend '.*': is a directory, not a file/],
-      [["--backend", module, "--pairs", "99"], /--pairs 99 exceeds/],
+      [["--backend", module, "--values", "1"], /--values must be at least 2/],
       [
         ["--backend", "mpi"],
         /--backend mpi runs one process per rank, started by mpirun, .*: run it under mpirun -np 2 --bind-to none ulysses-train --backend mpi/,

@@ -22,6 +22,7 @@ import { lossPlotSvg } from "./loss-plot.js";
 import { MetricsLog, readMetrics, type StepMetrics } from "./metrics.js";
 import { Progress } from "./progress.js";
 import type { RankPool } from "./rank-pool.js";
+import { recallReport } from "./recall-report.js";
 import { formatTable, summaryRows } from "./summary.js";
 
 export interface RunOptions {
@@ -133,6 +134,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep, options.metricsFrom) : null;
     const matmulRate = leader ? await measureMatmulRate() : 1;
     const flopsPerStep = modelFlopsPerStep(gpt, config.batch * config.dp * config.seq, config.seq);
+    const recall = leader && config.task === "recall" ? recallReport(config, gpt.kvHeads) : null;
     if (leader) {
       log(
         `ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` +
@@ -153,6 +155,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
             `(long documents: ${config.longDocuments}${config.skipBadDocuments ? "; bad documents skipped and counted" : ""})`,
         );
       }
+      if (recall !== null) log(recall.header);
       if (firstStep > 0) log(`resumed from ${options.resumeFile} at step ${firstStep}`);
     }
     const progress = leader ? new Progress(config.steps, firstStep, config.logEvery) : null;
@@ -200,7 +203,8 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     if (leader) {
       fs.writeFileSync(path.join(outDir, "loss.svg"), lossPlotSvg(metrics, `loss: ${config.task}, sp ${config.sp}, dp ${config.dp}, seq ${config.seq}`));
       const setup = `sp ${config.sp} x dp ${config.dp} (${config.backend}), seq ${config.seq}, batch ${config.batch}, L${config.layers} H${config.hidden}`;
-      summary = formatTable(summaryRows(metrics, { setup, wallSeconds: (performance.now() - startedAt) / 1000, outDir }));
+      const baselines = recall === null ? {} : { chance: recall.chance, withoutFacts: recall.withoutFacts };
+      summary = formatTable(summaryRows(metrics, { setup, wallSeconds: (performance.now() - startedAt) / 1000, outDir, ...baselines }));
       fs.writeFileSync(path.join(outDir, "summary.txt"), `${summary}\n`);
       log(summary);
       log(interrupted ? `stopped at step ${pool.step}; resume with --resume ${outDir}` : `checkpoint: ${checkpoint}`);

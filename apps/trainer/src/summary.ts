@@ -20,20 +20,28 @@ function bytes(n: number): string {
   return `${v.toFixed(u === 0 ? 0 : 1)} ${units[u]}`;
 }
 
+function percent(p: number): string {
+  return `${(100 * p).toFixed(1)}%`;
+}
+
 export interface SummaryContext {
   setup: string;
   wallSeconds: number;
   outDir: string;
+  /** Recall task: the accuracy of a random answer token. */
+  chance?: number;
+  /** Recall task: the best accuracy without the rank holding the facts (null: undefined for this layout). */
+  withoutFacts?: number | null;
 }
 
-/** Rows of (name, value); steps after the first 10% (at least the first one) are averaged for timings. */
+/** Rows of (name, value); steps after the first 10% (at least the first one) are averaged for timings; the loss and accuracy over the last 50 steps (at most a fifth of the run). */
 export function summaryRows(metrics: readonly StepMetrics[], context: SummaryContext): [string, string][] {
   if (metrics.length === 0) return [["steps", "0"]];
   const first = metrics[0]!;
   const last = metrics[metrics.length - 1]!;
   const timed = metrics.slice(Math.max(1, Math.floor(metrics.length / 10)));
   const sample = timed.length > 0 ? timed : metrics;
-  const tail = metrics.slice(-Math.max(1, Math.min(20, Math.floor(metrics.length / 5))));
+  const tail = metrics.slice(-Math.max(1, Math.min(50, Math.floor(metrics.length / 5))));
   const rows: [string, string][] = [
     ["setup", context.setup],
     ["steps", `${first.step}..${last.step}`],
@@ -41,7 +49,9 @@ export function summaryRows(metrics: readonly StepMetrics[], context: SummaryCon
     [`loss mean of last ${tail.length}`, mean(tail.map((m) => m.loss)).toFixed(4)],
   ];
   if (last.accuracy !== undefined) {
-    rows.push([`accuracy mean of last ${tail.length}`, `${(100 * mean(tail.map((m) => m.accuracy ?? 0))).toFixed(1)}%`]);
+    rows.push([`accuracy mean of last ${tail.length}`, percent(mean(tail.map((m) => m.accuracy ?? 0)))]);
+    if (context.chance !== undefined) rows.push(["chance (a random answer token)", percent(context.chance)]);
+    if (context.withoutFacts !== undefined && context.withoutFacts !== null) rows.push(["best without the facts' rank", percent(context.withoutFacts)]);
   }
   const packed = metrics.filter((m) => m.documents !== undefined);
   if (packed.length > 0) {

@@ -2,14 +2,25 @@
  * @ulysses/training: training a GPT on one device or parallelised
  * (`parallelize` of @ulysses/parallel): the SP-aware loss, AdamW with
  * ZeRO-1, gradient clipping, the learning-rate schedule, the step,
- * checkpoints, and the data tasks (byte-level text, associative recall).
+ * checkpoints, and the data tasks (byte-level text, long-range key-value recall).
  */
 export { TrainingError } from "./errors.js";
 export { AdamW, type AdamWOptions } from "./adamw.js";
 export { learningRateAt, type LrSchedule } from "./lr-schedule.js";
 export { globalGradNorm, clipGradNorm } from "./grad-clip.js";
 export { IGNORE_INDEX, shiftWindows, batchRows } from "./data/batch.js";
-export { recallBatch, recallVocabulary, recallMinSeq, validateRecallTask, type RecallTaskOptions, type RecallVocabulary } from "./data/recall-task.js";
+export {
+  recallBatch,
+  recallBaselines,
+  recallDistances,
+  recallLayout,
+  recallMinVocab,
+  validateRecallTask,
+  RECALL_MIN_SEQ,
+  type RecallLayout,
+  type RecallTaskOptions,
+  type RecallVocabulary,
+} from "./data/recall-task.js";
 export { ByteTextData, BYTE_VOCAB } from "./data/text-data.js";
 export {
   DocumentData,

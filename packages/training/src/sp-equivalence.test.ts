@@ -18,7 +18,7 @@ import { maxRelative, normRelative } from "./testing-fixtures/compare.js";
 import { Trainer } from "./train-step.js";
 
 const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "gelu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
-const task = { vocab: 32, seq: 22, pairs: 3, queries: 2 };
+const task = { seq: 22, keys: 3, values: 4, vocab: 32 };
 
 interface Options {
   steps?: number;

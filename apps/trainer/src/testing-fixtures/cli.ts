@@ -12,9 +12,9 @@ import { fileURLToPath } from "node:url";
 /** apps/trainer. */
 export const trainerDir = path.dirname(path.dirname(path.dirname(fileURLToPath(import.meta.url))));
 
-/** A model small enough for a test run in seconds: 1 layer, hidden 16, seq 24, `heads` heads (kv heads the same). */
+/** A model small enough for a test run in seconds: 1 layer, hidden 16, seq 24, recall over 3 keys x 4 values (vocab 16), `heads` heads (kv heads the same). */
 export function tinyFlags(heads = 2): string[] {
-  const flags: Record<string, number> = { seq: 24, hidden: 16, heads, "kv-heads": heads, layers: 1, batch: 2, pairs: 2, queries: 2, threads: 1 };
+  const flags: Record<string, number> = { seq: 24, hidden: 16, heads, "kv-heads": heads, layers: 1, batch: 2, keys: 3, values: 4, threads: 1 };
   return Object.entries(flags).flatMap(([name, value]) => [`--${name}`, String(value)]);
 }
 

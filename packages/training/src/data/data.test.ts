@@ -2,10 +2,10 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { Rng } from "@ulysses/tensors";
+import { Rng, Tensor } from "@ulysses/tensors";
 import { shardBatch } from "@ulysses/parallel";
 import { IGNORE_INDEX } from "./batch.js";
-import { recallBatch, recallVocabulary } from "./recall-task.js";
+import { recallBaselines, recallBatch, recallDistances, recallLayout, recallMinVocab } from "./recall-task.js";
 import { ByteTextData } from "./text-data.js";
 
 /** A seeded uniform source from the tensors package's Philox generator. */
@@ -15,38 +15,74 @@ function seeded(seed: number): () => number {
 }
 
 describe("recall task", () => {
-  const options = { vocab: 64, seq: 100, pairs: 6, queries: 3 };
+  const options = { seq: 100, keys: 6, values: 5, vocab: 40 };
   const { tokens, labels } = recallBatch(options, 4, seeded(1));
-  const v = recallVocabulary(64);
+  const rowOf = (t: { data: Int32Array }, b: number) => [...t.data.subarray(b * 100, (b + 1) * 100)];
 
-  it("labels only the query keys, with the value that followed that key in the body", () => {
+  it("lays facts in the first quarter, fillers between, queries in the last quarter, labelled with their key's fact", () => {
+    // vocabulary by hand: answers [0, 30) (key k: [5k, 5k + 5)), queries [30, 36), fillers [36, 40)
     for (let b = 0; b < 4; b++) {
-      const row = [...tokens.data.subarray(b * 100, (b + 1) * 100)];
-      const lab = [...labels.data.subarray(b * 100, (b + 1) * 100)];
-      const labelled = lab.flatMap((l, i) => (l === IGNORE_INDEX ? [] : [i]));
-      expect(labelled).toEqual([92, 95, 98]);
-      const body = row.slice(0, 91);
-      const keys = body.filter((t) => t >= v.keyStart && t < v.fillerStart);
-      expect(keys.length).toBe(6);
-      expect(new Set(keys).size).toBe(6);
-      for (const i of labelled) {
-        expect(row[i - 1]).toBe(v.query);
-        const at = body.indexOf(row[i]!);
-        expect(at).toBeGreaterThanOrEqual(0);
-        expect(lab[i]).toBe(body[at + 1]);
-        expect(lab[i]).toBeLessThan(v.values);
+      const row = rowOf(tokens, b);
+      const lab = rowOf(labels, b);
+      const facts = row.slice(0, 25);
+      expect(facts.every((t) => t >= 0 && t < 30)).toBe(true);
+      expect(row.slice(25, 75).every((t) => t >= 36 && t < 40)).toBe(true);
+      expect(row.slice(75).every((t) => t >= 30 && t < 36)).toBe(true);
+      // one value per key within a sequence: the table
+      const table = new Map<number, number>();
+      for (const t of facts) {
+        const key = Math.floor(t / 5);
+        expect(table.get(key) ?? t).toBe(t);
+        table.set(key, t);
       }
-      // pairs are spread: one per slot of 15 tokens
-      const positions = body.flatMap((t, i) => (t >= v.keyStart && t < v.fillerStart ? [i] : []));
-      positions.forEach((p, j) => expect(Math.floor(p / 15)).toBe(j));
+      lab.forEach((l, i) => {
+        if (i < 75) expect(l).toBe(IGNORE_INDEX);
+        else expect(l).toBe(table.get(row[i]! - 30));
+      });
     }
+  });
+
+  it("measures each answer's distance to its nearest fact, at least seq - 2 floor(seq / 4) + 1 back", () => {
+    expect(recallLayout(2048)).toEqual({ factEnd: 512, queryStart: 1536, minDistance: 1025 });
+    expect(recallLayout(100)).toEqual({ factEnd: 25, queryStart: 75, minDistance: 51 });
+    const distances = recallDistances({ tokens, labels });
+    expect(distances.length).toBe(4 * 25);
+    for (let b = 0; b < 4; b++) {
+      const row = rowOf(tokens, b);
+      for (let q = 0; q < 25; q++) {
+        const i = 75 + q;
+        const label = rowOf(labels, b)[i]!;
+        expect(distances[b * 25 + q]).toBe(i - row.lastIndexOf(label, 24));
+        expect(distances[b * 25 + q]).toBeGreaterThanOrEqual(51);
+      }
+    }
+    // a hand-made row: answers 7 at 0 and 2, a query at 5 labelled 7, one at 6 labelled 9 (nowhere before it)
+    const hand = { tokens: new Tensor("int32", [1, 7], Int32Array.from([7, 1, 7, 3, 3, 40, 41])), labels: new Tensor("int32", [1, 7]) };
+    hand.labels.data.set([IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, 7, 9]);
+    expect(recallDistances(hand)).toEqual([3, -1]);
+  });
+
+  it("draws values uniformly (the 1 / values baseline) and asks only keys that have a fact", () => {
+    const many = recallBatch({ seq: 16, keys: 3, values: 4, vocab: 16 }, 3000, seeded(5));
+    const counts = new Array(12).fill(0);
+    for (let b = 0; b < 3000; b++) {
+      const facts = new Set(many.tokens.data.subarray(b * 16, b * 16 + 4));
+      for (const t of facts) counts[t]++;
+      for (let i = 12; i < 16; i++) expect(facts.has(many.labels.data[b * 16 + i]!)).toBe(true);
+    }
+    // each (key, value) appears in about (1 - (2/3)^4) / 4 of the sequences: 0.2006 x 3000 = 602
+    for (const c of counts) expect(Math.abs(c - 602)).toBeLessThan(90);
+    expect(recallBaselines({ keys: 8, values: 8 })).toEqual({ chance: 1 / 64, withoutFacts: 1 / 8 });
   });
 
   it("is reproducible from the seed and rejects impossible sizes", () => {
     const again = recallBatch(options, 4, seeded(1));
     expect([...again.tokens.data]).toEqual([...tokens.data]);
-    expect(() => recallBatch({ ...options, seq: 20 }, 1, seeded(1))).toThrow(/seq 20 is too short for 6 pairs and 3 queries \(needs at least 21\)/);
-    expect(() => recallBatch({ ...options, queries: 7 }, 1, seeded(1))).toThrow(/queries must be in \[1, pairs = 6\], got 7/);
+    expect(recallMinVocab(8, 8)).toBe(73);
+    expect(() => recallBatch({ ...options, vocab: 36 }, 1, seeded(1))).toThrow(/vocab 36 is too small for 6 keys x 5 values \(needs at least 37/);
+    expect(() => recallBatch({ ...options, seq: 3 }, 1, seeded(1))).toThrow(/seq 3 is too short/);
+    expect(() => recallBatch({ ...options, values: 1 }, 1, seeded(1))).toThrow(/values must be at least 2/);
+    expect(() => recallBatch({ ...options, keys: 0 }, 1, seeded(1))).toThrow(/keys must be a positive integer, got 0/);
   });
 });
 
