@@ -61,6 +61,8 @@ const HELP: Record<keyof TrainConfig, string> = {
     "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto: tiles of at most 16 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
   tileLoss:
     "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 16 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
+  tileAttention:
+    "attention in head groups: each block's q, k, v projections, attention and output projection run over this many groups of heads in forward and backward (recomputed per group), so their buffers exist for heads/groups heads at a time; must divide --heads and --kv-heads (1: off)",
   memoryArena:
     "keep ONNX Runtime's per-session CPU arenas and glibc's default heap: up to ~25% faster at short sequences here, about twice the peak memory at long ones (default: off, freed buffers go back to the OS)",
   zero1: "shard optimizer state over the ranks (ZeRO stage 1)",

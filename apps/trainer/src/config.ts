@@ -6,7 +6,7 @@
  */
 import fs from "node:fs";
 import { blockConfigOf, validateGptConfig, type GptConfig } from "@ulysses/model";
-import { parallelDimsProblems, type ParallelDimsOptions, type SequenceLayoutKind, type SequenceParallelKind } from "@ulysses/parallel";
+import { parallelDimsProblems, resolveDims, type ParallelDimsOptions, type SequenceLayoutKind, type SequenceParallelKind } from "@ulysses/parallel";
 import { recallMinVocab, validateRecallTask, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 import { dataDigest, documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
@@ -73,6 +73,8 @@ export interface TrainConfig {
   tileMlp: TileSetting;
   /** Tiled logits and loss: rows per tile of the LM head, softmax and cross-entropy (0: off; auto: see tileRowsOf). */
   tileLoss: TileSetting;
+  /** Attention in head groups: each block's attention half (projections, attention, output projection) over this many groups of heads (1: off). */
+  tileAttention: number;
   /** Keep ONNX Runtime's per-session arenas and glibc's default heap (faster at short sequences, more memory). */
   memoryArena: boolean;
   zero1: boolean;
@@ -128,6 +130,7 @@ export const DEFAULTS: TrainConfig = {
   activationCheckpointing: false,
   tileMlp: 0,
   tileLoss: "auto",
+  tileAttention: 1,
   memoryArena: false,
   zero1: false,
   logEvery: 10,
@@ -268,7 +271,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
       problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
-  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "keys", "values", "ulyssesHeadGroups"] as const)
+  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "keys", "values", "ulyssesHeadGroups", "tileAttention"] as const)
     positive(key);
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
@@ -331,6 +334,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
           },
         ),
       );
+    problems.push(...tileAttentionProblems(config));
     const mlpWidth = hidden * config.mlpRatio;
     if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
     if (config.task === "recall") {
@@ -378,6 +382,21 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     problems.push(`--timeout must be a positive number of seconds, got ${config.timeout}`);
   if (typeof config.skipMemoryCheck !== "boolean") problems.push(`--skip-memory-check is a switch, got ${String(config.skipMemoryCheck)}`);
   if (problems.length > 0) throw new TrainerError(`invalid configuration:\n  - ${problems.join("\n  - ")}`);
+}
+
+/** --tile-attention G: G divides the heads and the kv heads, and leaves a Ulysses group a query head per rank. */
+function tileAttentionProblems(config: TrainConfig): string[] {
+  const groups = config.tileAttention;
+  if (groups === 1) return [];
+  const { heads, kvHeads } = config;
+  if (heads % groups !== 0 || kvHeads % groups !== 0)
+    return [`--tile-attention ${groups} must divide --heads ${heads} and --kv-heads ${kvHeads} (each group of heads keeps its kv heads)`];
+  const { ulyssesDegree } = resolveDims(parallelOptionsOf(config), kvHeads);
+  if (config.attention !== "ring" && config.attention !== "allgather" && heads / groups < ulyssesDegree)
+    return [
+      `--tile-attention ${groups} leaves ${heads / groups} heads per group, fewer than the ${ulyssesDegree} ranks of a Ulysses group (each needs a query head): use at most ${Math.floor(heads / ulyssesDegree)} groups`,
+    ];
+  return [];
 }
 
 /** Why `file` cannot be used as an input file, or null when it can (a regular file that exists). */

@@ -154,6 +154,7 @@ export class RankTrainer {
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
       mlpTileRows: tiles.mlp,
+      attentionHeadGroups: config.tileAttention,
     });
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,

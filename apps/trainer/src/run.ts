@@ -145,6 +145,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       const lean = [
         config.activationCheckpointing ? "activation checkpointing (each block keeps its input only)" : "",
         tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
+        config.tileAttention > 1 ? `attention in ${config.tileAttention} head groups` : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
       ].filter((part) => part !== "");
       if (lean.length > 0) log(`memory: ${lean.join(", ")}`);

@@ -18,4 +18,11 @@ export {
 export { blockForward, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
 export { blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
-export { TransformerBlock, BlockContext, type TransformerBlockOptions, type BlockForwardOptions, type BlockGradients } from "./transformer-block.js";
+export {
+  TransformerBlock,
+  BlockContext,
+  type TransformerBlockOptions,
+  type BlockForwardOptions,
+  type BlockBackwardOptions,
+  type BlockGradients,
+} from "./transformer-block.js";

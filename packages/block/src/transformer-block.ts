@@ -24,6 +24,11 @@
  *   (gate) and activation, runs the tile's backward and sums the tiles'
  *   weight gradients, so the [rows, mlpHidden] tensors exist for one tile at
  *   a time, forward and backward.
+ * - Head groups (`attentionHeadGroups`, head-groups.ts) run the attention
+ *   half one group of heads at a time and keep nothing of it: backward
+ *   recomputes norm1 and, group by group, the projections and the attention
+ *   before their backward, so q, k, v, the attention output and their
+ *   gradients exist for H/G heads at a time.
  * - Backward runs in stages (MLP, or its tiles; attn.o and the attention;
  *   RoPE and q, k, v; norm1), each returning only what the next one needs,
  *   and takes every saved tensor out of the context as it reads it: what a
@@ -33,9 +38,10 @@ import type { AttentionDocuments, AttentionGradients, BlockOps, LayerNormSaved, 
 import { Tensor } from "@ulysses/tensors";
 import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext } from "./block-attention.js";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
-import { attentionHalf, blockForward, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
+import { attentionHalf, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 import { blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
+import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, type HeadGroupsCall } from "./head-groups.js";
 
 type F32 = Tensor<"float32">;
 
@@ -59,6 +65,12 @@ export interface TransformerBlockOptions {
    * one tile at a time.
    */
   mlpTileRows?: number;
+  /**
+   * Attention in head groups: the attention half runs over this many groups
+   * of heads (dividing heads and kvHeads), forward and backward, and keeps
+   * nothing (backward recomputes it group by group). 1 or undefined: off.
+   */
+  attentionHeadGroups?: number;
 }
 
 export interface BlockForwardOptions {
@@ -66,6 +78,16 @@ export interface BlockForwardOptions {
   positions?: RopePositions;
   /** Packed documents: each token's document id, int32 [b * s], non-decreasing per row; attention never crosses a document. */
   documents?: Int32Array;
+}
+
+export interface BlockBackwardOptions {
+  /**
+   * dy is the caller's to give away: backward may overwrite it (the MLP's
+   * input gradient dx2 is built in dy's buffer instead of a new one), so one
+   * [b, s, hidden] tensor less is alive through the attention's backward.
+   * Default false: dy is left as it was.
+   */
+  overwriteDy?: boolean;
 }
 
 /** What a forward was called with, kept for backward (and the recompute under checkpointing). */
@@ -335,6 +357,8 @@ export class TransformerBlock {
   readonly checkpoint: boolean;
   /** Rows per MLP tile; 0: the MLP runs on all rows at once. */
   readonly mlpTileRows: number;
+  /** Head groups of the attention half; 1: all heads at once. */
+  readonly attentionHeadGroups: number;
   private readonly ops: BlockOps;
 
   constructor(config: BlockConfig, options: TransformerBlockOptions) {
@@ -353,6 +377,7 @@ export class TransformerBlock {
     } else {
       throw new BlockError("TransformerBlock: give `localAttention` (a kernel) or `attention` (a BlockAttention)");
     }
+    this.attentionHeadGroups = checkHeadGroups(options.attentionHeadGroups ?? 1, this.config);
     this.weights = options.weights ?? initBlockWeights(this.config, options.seed ?? 0);
     checkBlockWeights(this.config, this.weights);
   }
@@ -367,11 +392,11 @@ export class TransformerBlock {
     const [b, s] = x.shape as unknown as [number, number, number];
     // checkpointing saves nothing: each intermediate dies once the next op has read it
     const saved = this.checkpoint ? null : new Activations();
-    const math = new Recorder(this, this.ops, saved, { batch: b, seq: s, call: inputs });
-    // [b, s, hidden] -> [rows, hidden] -> [b, s, hidden]
-    const rows = x.reshape([b * s, hidden]);
-    const y =
-      this.mlpTileRows > 0 ? await this.tiledMlpForward(await attentionHalf(this.config, math, rows), saved) : await blockForward(this.config, math, rows);
+    const geometry = { batch: b, seq: s, call: inputs };
+    const math = new Recorder(this, this.ops, saved, geometry);
+    // [b, s, hidden] -> [rows, hidden] -> [b, s, hidden]; blockForward's two halves
+    const x2 = await this.attentionHalf(math, x.reshape([b * s, hidden]), geometry);
+    const y = this.mlpTileRows > 0 ? await this.tiledMlpForward(x2, saved) : await mlpHalf(this.config, math, x2);
     return { y: y.reshape([b, s, hidden]), context: new BlockContext(this, x, inputs, saved) };
   }
 
@@ -389,7 +414,7 @@ export class TransformerBlock {
   }
 
   /** dy [b, s, hidden] -> dx and this input's weight gradients. */
-  async backward(context: BlockContext, dy: F32): Promise<BlockGradients> {
+  async backward(context: BlockContext, dy: F32, options: BlockBackwardOptions = {}): Promise<BlockGradients> {
     if (!(context instanceof BlockContext) || context.owner !== this)
       throw new BlockError("TransformerBlock.backward needs the context its own forward returned");
     const kept = context.activations;
@@ -404,8 +429,12 @@ export class TransformerBlock {
     const [b, s] = context.input.shape as unknown as [number, number, number];
     const grads = new FlatTensors(blockWeightSpecs(this.config));
     const dOut = dy.reshape([b * s, hidden]);
-    const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads) : await this.mlpBackward(a, dOut, grads);
-    const dx = await this.attentionBackward(a, dx2, [b, s], context.inputs.positions, grads);
+    const into = options.overwriteDy === true;
+    const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads, into) : await this.mlpBackward(a, dOut, grads, into);
+    const dx =
+      this.attentionHeadGroups > 1
+        ? await this.groupedBackward(context.input.reshape([b * s, hidden]), dx2, { batch: b, seq: s, call: context.inputs }, grads)
+        : await this.attentionBackward(a, dx2, [b, s], context.inputs.positions, grads);
     // [rows, hidden] -> [b, s, hidden]
     return { dx: dx.reshape([b, s, hidden]), grads: grads.tensors, flat: grads.flat };
   }
@@ -419,11 +448,32 @@ export class TransformerBlock {
     const { input, inputs } = context;
     const [b, s, hidden] = input.shape as unknown as [number, number, number];
     const a = new Activations();
-    const math = new Recorder(this, this.ops, a, { batch: b, seq: s, call: inputs });
-    const x2 = await attentionHalf(this.config, math, input.reshape([b * s, hidden]));
+    const geometry = { batch: b, seq: s, call: inputs };
+    const math = new Recorder(this, this.ops, a, geometry);
+    const x2 = await this.attentionHalf(math, input.reshape([b * s, hidden]), geometry);
     if (this.mlpTileRows > 0) a.mlpInput = x2;
     else a.inputs.set("mlp.down", await mlpActivation(this.config, math, x2));
     return a;
+  }
+
+  /** x [rows, hidden] -> x2: attentionHalf recorded by `math`, or in head groups (which record nothing). */
+  private async attentionHalf(math: Recorder, x: F32, geometry: Geometry): Promise<F32> {
+    if (this.attentionHeadGroups === 1) return attentionHalf(this.config, math, x);
+    const h1 = await new Recorder(this, this.ops, null, geometry).norm(x, "norm1");
+    return groupedAttentionForward(this.headGroupsCall(geometry), this.attentionHeadGroups, x, h1);
+  }
+
+  /** Head groups: dx2 -> dx, the residual term included; norm1 and every group recomputed from x. */
+  private async groupedBackward(x: F32, dx2: F32, geometry: Geometry, grads: FlatTensors): Promise<F32> {
+    const a = new Activations();
+    const h1 = await new Recorder(this, this.ops, a, geometry).norm(x, "norm1");
+    const dh1 = await groupedAttentionBackward(this.headGroupsCall(geometry), this.attentionHeadGroups, h1, dx2, grads);
+    return addInto(await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
+  }
+
+  private headGroupsCall({ batch, seq, call }: Geometry): HeadGroupsCall {
+    const { config, weights, ops, attention } = this;
+    return { config, weights, ops, attention, batch, seq, positions: call.positions, documents: call.documents };
   }
 
   /** The MLP half tile by tile over x2's rows, saving (when `saved`) only x2. */
@@ -439,29 +489,36 @@ export class TransformerBlock {
     return y;
   }
 
-  /** The tiled MLP's backward: dy -> dx2 (the residual term included), the tiles' weight gradients summed into `grads`. */
-  private async tiledMlpBackward(x2: F32, dy: F32, grads: FlatTensors): Promise<F32> {
+  /** The tiled MLP's backward: dy -> dx2 (the residual term included; in dy's buffer when `into`), the tiles' weight gradients summed into `grads`. */
+  private async tiledMlpBackward(x2: F32, dy: F32, grads: FlatTensors, into: boolean): Promise<F32> {
     const [rows, hidden] = x2.shape as unknown as [number, number];
-    const dx2 = new Tensor("float32", [rows, hidden]);
+    const dx2 = into ? dy : new Tensor("float32", [rows, hidden]);
     for (let start = 0; start < rows; start += this.mlpTileRows) {
       const count = Math.min(this.mlpTileRows, rows - start);
-      dx2.data.set((await this.mlpTileBackward(rowsOf(x2, start, count), rowsOf(dy, start, count), grads)).data, start * hidden);
+      // a tile reads only its own rows of dy, so its dx2 may take their place
+      const tile = await this.mlpTileBackward(rowsOf(x2, start, count), rowsOf(dy, start, count), grads, into);
+      if (!into) dx2.data.set(tile.data, start * hidden);
     }
     return dx2;
   }
 
   /** One tile: recompute norm2, up (and gate) and the activation on its rows of x2, then their backward (weight gradients added). */
-  private async mlpTileBackward(x2: F32, dy: F32, grads: FlatTensors): Promise<F32> {
+  private async mlpTileBackward(x2: F32, dy: F32, grads: FlatTensors, into: boolean): Promise<F32> {
     const a = new Activations();
     a.inputs.set("mlp.down", await mlpActivation(this.config, new Recorder(this, this.ops, a, null), x2));
-    return this.mlpBackward(a, dy, grads);
+    return this.mlpBackward(a, dy, grads, into);
   }
 
-  /** MLP: y = x2 + down(act(norm2(x2))); dy -> dx2, the residual term included; the weight gradients are added into `grads` (a tiled MLP sums its tiles'). */
-  private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors): Promise<F32> {
+  /**
+   * MLP: y = x2 + down(act(norm2(x2))); dy -> dx2, the residual term
+   * included (added into dy itself when `into`); the weight gradients are
+   * added into `grads` (a tiled MLP sums its tiles').
+   */
+  private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors, into: boolean): Promise<F32> {
     // each stage's result goes straight into the next (no local holds it): dAct dies in activationBackward, dUp and dGate in upBackward
     const dh2 = await this.upBackward(a, await this.activationBackward(a, await this.linearBackward(a.takeInput("mlp.down"), "mlp.down", dy, grads)), grads);
-    return addInto(await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads), dy);
+    const dNorm = await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads);
+    return into ? addInto(dy, dNorm) : addInto(dNorm, dy);
   }
 
   /** dAct -> the gradients of up (and gate). */

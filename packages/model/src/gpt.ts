@@ -40,6 +40,8 @@ export interface GptOptions {
    * its `mlpTileRows`; 0 or undefined: untiled). The block checks it.
    */
   mlpTileRows?: number;
+  /** Attention in head groups in every block (each TransformerBlock's `attentionHeadGroups`; 1 or undefined: off). */
+  attentionHeadGroups?: number;
 }
 
 export interface GptForwardOptions {
@@ -119,6 +121,7 @@ export class Gpt {
           weights,
           checkpoint: options.activationCheckpointing ?? false,
           mlpTileRows: options.mlpTileRows,
+          attentionHeadGroups: options.attentionHeadGroups,
         }),
       );
     }
@@ -231,8 +234,14 @@ export class Gpt {
    * Adds the weight gradients into params.grads, except the head's (the
    * caller's, as `lmHead().backward` adds them). Spends the context.
    */
-  async backwardFromHidden(context: GptContext, dhFinal: F32): Promise<void> {
-    const { hidden, vocab } = this.config;
+  backwardFromHidden(context: GptContext, dhFinal: F32): Promise<void> {
+    // not async, and two steps: no frame keeps dhFinal, the final norm's input or its gradient alive while the blocks run backward
+    return this.finalNormBackward(context, dhFinal).then((dy) => this.blocksBackward(context, dy));
+  }
+
+  /** The final norm's backward: dhFinal [rows, hidden] -> dy [b, s, hidden], the gradient at the last block's output. */
+  private async finalNormBackward(context: GptContext, dhFinal: F32): Promise<F32> {
+    const { hidden } = this.config;
     const { batch, seqLength } = context;
     const rows = batch * seqLength;
     if (dhFinal.rank !== 2 || dhFinal.shape[0] !== rows || dhFinal.shape[1] !== hidden)
@@ -258,11 +267,17 @@ export class Gpt {
       dx = r.dx;
     }
     // [rows, hidden] -> [b, s, hidden]
-    let dy = dx.reshape([batch, seqLength, hidden]);
+    return dx.reshape([batch, seqLength, hidden]);
+  }
+
+  /** Every block's backward from the last (each context dropped as soon as its block is done), then the embedding's. */
+  private async blocksBackward(context: GptContext, dy: F32): Promise<void> {
+    const { hidden, vocab } = this.config;
+    const rows = context.batch * context.seqLength;
     const firstName = blockWeightSpecs(this.blocks[0]?.config ?? blockConfigOf(this.config))[0]!.name;
     for (let layer = this.blocks.length - 1; layer >= 0; layer--) {
-      // popped first: once the block's backward returns nothing holds its activations
-      const g = await this.blocks[layer]!.backward(context.blocks.pop()!, dy);
+      // popped first: once the block's backward returns nothing holds its activations; dy is ours to overwrite (the block's dx2 reuses it)
+      const g = await this.blocks[layer]!.backward(context.blocks.pop()!, dy, { overwriteDy: true });
       this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat);
       dy = g.dx;
     }

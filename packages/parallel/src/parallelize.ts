@@ -24,6 +24,7 @@ import {
   LocalBlockAttention,
   type BlockAttention,
   type BlockAttentionContext,
+  type BlockBackwardOptions,
   type BlockContext,
   type BlockForwardOptions,
   type BlockGradients,
@@ -199,8 +200,8 @@ export class ParallelBlock {
   }
 
   /** dy [b, s_r, hidden] -> dx and the weight gradients, summed over the group unless `reduceGradients` is false. */
-  async backward(context: ParallelBlockContext, dy: F32, options: { reduceGradients?: boolean } = {}): Promise<BlockGradients> {
-    const g = await this.layout.during(context, () => this.block.backward(context.block, dy));
+  async backward(context: ParallelBlockContext, dy: F32, options: { reduceGradients?: boolean } & BlockBackwardOptions = {}): Promise<BlockGradients> {
+    const g = await this.layout.during(context, () => this.block.backward(context.block, dy, { overwriteDy: options.overwriteDy ?? false }));
     if (options.reduceGradients ?? true) await this.group.allReduce(new Tensor("float32", [g.flat.length], g.flat), { op: "sum" });
     return g;
   }
@@ -306,7 +307,13 @@ export class ParallelGpt {
 
   /** Backpropagates dhFinal [b * s_r, hidden] (Gpt.backwardFromHidden); adds this rank's (unreduced) weight gradients except the head's. */
   backwardFromHidden(context: ParallelGptContext, dhFinal: F32): Promise<void> {
-    return this.layout.during(context, () => this.model.backwardFromHidden(context, dhFinal));
+    // handed over through a holder the callback empties: nothing waiting on the layout keeps dhFinal alive while the blocks run
+    const holder: { dh?: F32 } = { dh: dhFinal };
+    return this.layout.during(context, () => {
+      const dh = holder.dh!;
+      holder.dh = undefined;
+      return this.model.backwardFromHidden(context, dh);
+    });
   }
 
   release(context: ParallelGptContext): void {

@@ -152,8 +152,15 @@ export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: 
   const count = (await allReduce([labelled(run.labels)]))[0]!;
   const tiled = await tiledHead(ops, run, tileRows, count > 0 ? 1 / count : 0);
   const [lossSum, correct] = (await allReduce([tiled.lossSum, tiled.correct])) as [number, number];
-  await backwardFromHidden(run, tiled.dhFinal!);
+  await backwardFromHidden(run, handOver(tiled));
   return result(lossSum, count, correct);
+}
+
+/** Takes dhFinal out of the tiles' result, so no local of the caller keeps it alive while the blocks run backward. */
+function handOver(tiled: { dhFinal: F32 | null }): F32 {
+  const dh = tiled.dhFinal!;
+  tiled.dhFinal = null;
+  return dh;
 }
 
 /** This rank's [lossSum, count, correct] from the context's logits. */

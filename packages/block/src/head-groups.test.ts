@@ -1,0 +1,123 @@
+/**
+ * Attention in head groups (`attentionHeadGroups`) against the plain block
+ * (which reference-block.test.ts holds to a float64 composition): the same
+ * output, input gradient and weight gradients for every MLP, norm, bias,
+ * grouped-query layout, group count, with and without checkpointing and a
+ * tiled MLP, with per-token positions and packed documents; what a grouped
+ * block saves; and the validation of the group count.
+ */
+import { maxRelativeError, randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
+import type { Tensor } from "@ulysses/tensors";
+import { describe, expect, it } from "vitest";
+import { resolveBlockConfig, type BlockConfig } from "./block-config.js";
+import { blockWeightSpecs, initBlockWeights, type BlockWeights } from "./block-weights.js";
+import { BlockError } from "./errors.js";
+import { TransformerBlock, type BlockForwardOptions, type TransformerBlockOptions } from "./transformer-block.js";
+
+type F32 = Tensor<"float32">;
+
+const [batch, seq] = [2, 6];
+
+function block(config: BlockConfig, weights: BlockWeights, options: Partial<TransformerBlockOptions> = {}): TransformerBlock {
+  return new TransformerBlock(config, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), weights, ...options });
+}
+
+async function step(b: TransformerBlock, x: F32, dy: F32, call: BlockForwardOptions = {}) {
+  const { y, context } = await b.forward(x, call);
+  const savedBytes = context.savedBytes;
+  const g = await b.backward(context, dy);
+  return { y, dx: g.dx, grads: g.grads, savedBytes };
+}
+
+/** Per-token positions restarting at a document boundary, and two documents per row. */
+function packed(): BlockForwardOptions {
+  const positions = new Int32Array(batch * seq);
+  const documents = new Int32Array(batch * seq);
+  for (let b = 0; b < batch; b++)
+    for (let t = 0; t < seq; t++) {
+      const second = t >= 2 + b;
+      positions[b * seq + t] = second ? t - (2 + b) : t;
+      documents[b * seq + t] = second ? 1 : 0;
+    }
+  return { positions, documents };
+}
+
+describe("attention in head groups equals the plain block", () => {
+  const layouts = [
+    { heads: 4, kvHeads: 4, groups: [2, 4] },
+    { heads: 4, kvHeads: 2, groups: [2] },
+    { heads: 6, kvHeads: 3, groups: [3] },
+  ];
+  for (const mlp of ["gelu", "swiglu"] as const) {
+    for (const norm of ["layernorm", "rmsnorm"] as const) {
+      for (const bias of [false, true]) {
+        for (const { heads, kvHeads, groups } of layouts) {
+          const config: BlockConfig = { hidden: 4 * heads, heads, kvHeads, mlpRatio: 2, mlp, norm, bias };
+          const c = resolveBlockConfig(config);
+          const weights = initBlockWeights(c, 3, { perturb: 0.2, std: 0.4 });
+          const random = seededRandom(11);
+          const x = randomTensor([batch, seq, c.hidden], random);
+          const dy = randomTensor([batch, seq, c.hidden], random);
+          for (const attentionHeadGroups of groups) {
+            for (const mode of [{}, { checkpoint: true }, { checkpoint: true, mlpTileRows: 5 }]) {
+              for (const [callName, call] of [
+                ["positions from 0", {}],
+                ["packed documents", packed()],
+              ] as const) {
+                it(`${mlp}, ${norm}, bias ${bias}, ${heads}/${kvHeads} heads in ${attentionHeadGroups} groups, ${JSON.stringify(mode)}, ${callName}`, async () => {
+                  const want = await step(block(config, weights), x, dy, call);
+                  const got = await step(block(config, weights, { ...mode, attentionHeadGroups }), x, dy, call);
+                  const pairs: [string, F32, F32][] = [
+                    ["y", got.y, want.y],
+                    ["dx", got.dx, want.dx],
+                  ];
+                  for (const spec of blockWeightSpecs(c)) pairs.push([spec.name, got.grads[spec.name]!, want.grads[spec.name]!]);
+                  for (const [name, actual, expected] of pairs) {
+                    expect(Math.max(...Array.from(expected.data, Math.abs)), `${name} is not trivially zero`).toBeGreaterThan(1e-6);
+                    expect(maxRelativeError(actual, expected), name).toBeLessThanOrEqual(1e-5);
+                  }
+                });
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+});
+
+describe("what a grouped block saves", () => {
+  it("keeps nothing of the attention half: x, and the MLP's own tensors when not checkpointing", async () => {
+    const config: BlockConfig = { hidden: 16, heads: 4, mlpRatio: 2 };
+    const c = resolveBlockConfig(config);
+    const weights = initBlockWeights(c, 5);
+    const random = seededRandom(2);
+    const x = randomTensor([batch, seq, c.hidden], random);
+    const dy = randomTensor([batch, seq, c.hidden], random);
+    const rows = batch * seq;
+    // checkpointing: x only
+    expect((await step(block(config, weights, { attentionHeadGroups: 2, checkpoint: true }), x, dy)).savedBytes).toBe(4 * rows * c.hidden);
+    // tiled MLP: x and x2
+    expect((await step(block(config, weights, { attentionHeadGroups: 2, mlpTileRows: 4 }), x, dy)).savedBytes).toBe(4 * 2 * rows * c.hidden);
+    // plain MLP: x, x2 (norm2's input), its mean and rstd, h2 (up's input), up's output and the GELU output
+    const mlp = 2 * rows * c.hidden + 2 * rows + 2 * rows * c.mlpHidden;
+    expect((await step(block(config, weights, { attentionHeadGroups: 4 }), x, dy)).savedBytes).toBe(4 * (rows * c.hidden + mlp));
+  });
+});
+
+describe("attentionHeadGroups validation", () => {
+  const config: BlockConfig = { hidden: 16, heads: 4, kvHeads: 2 };
+  const weights = initBlockWeights(resolveBlockConfig(config), 1);
+  it.each([0, 1.5, -2, "2" as unknown as number])("%s is refused naming it", (bad) => {
+    const make = () => block(config, weights, { attentionHeadGroups: bad });
+    expect(make).toThrow(BlockError);
+    expect(make).toThrow(`attentionHeadGroups must be a positive integer (1: off), got ${String(bad)}`);
+  });
+  it("a count that does not divide the heads and the kv heads is refused naming both", () => {
+    expect(() => block(config, weights, { attentionHeadGroups: 4 })).toThrow(
+      "attentionHeadGroups 4 must divide both heads (4) and kvHeads (2), so each group keeps its kv heads",
+    );
+    expect(block(config, weights, { attentionHeadGroups: 2 }).attentionHeadGroups).toBe(2);
+    expect(block(config, weights).attentionHeadGroups).toBe(1);
+  });
+});

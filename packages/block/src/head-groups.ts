@@ -1,0 +1,213 @@
+/**
+ * The attention half of a TransformerBlock run over groups of heads
+ * (`attentionHeadGroups`, G): group g's q, k, v projections (the weights'
+ * columns of its heads), RoPE, the attention and its share of the output
+ * projection (the rows of Wo of its heads) run one group at a time, and the
+ * group's contributions are summed into x2. So q, k, v, the attention output,
+ * their gradients and a sharded attention's exchange buffers exist for H/G
+ * heads at a time, forward and backward; what spans the whole width is x,
+ * h1 = norm1(x), x2 and, in backward, dx2 and dh1.
+ *
+ * Nothing of a group survives it: backward recomputes each group's
+ * projections and attention forward before its backward (the attention's
+ * forward runs twice per backward group, as under activation
+ * checkpointing). The math is blockForward's attentionHalf with the sums
+ * over heads split into G partial sums (heads are independent until Wo), so
+ * results equal the ungrouped block within float rounding; ONNX export keeps
+ * the ungrouped definition. Group g holds query heads [g H/G, (g+1) H/G) and
+ * kv heads [g Hkv/G, (g+1) Hkv/G): G divides both head counts, so the
+ * grouped-query mapping stays inside the group.
+ */
+import type { AttentionDocuments, BlockOps, RopePositions } from "@ulysses/kernels";
+import { Tensor } from "@ulysses/tensors";
+import type { BlockAttention } from "./block-attention.js";
+import type { ResolvedBlockConfig } from "./block-config.js";
+import type { BlockWeights, FlatTensors } from "./block-weights.js";
+import { BlockError } from "./errors.js";
+
+type F32 = Tensor<"float32">;
+
+/** What a grouped attention half reads of its block and of the call. */
+export interface HeadGroupsCall {
+  config: ResolvedBlockConfig;
+  weights: BlockWeights;
+  ops: BlockOps;
+  attention: BlockAttention;
+  batch: number;
+  seq: number;
+  positions: RopePositions;
+  documents: AttentionDocuments | undefined;
+}
+
+/** Checks a head-group count against the config (a BlockError naming the values). */
+export function checkHeadGroups(groups: unknown, config: ResolvedBlockConfig): number {
+  if (typeof groups !== "number" || !Number.isInteger(groups) || groups < 1) {
+    throw new BlockError(`TransformerBlock: attentionHeadGroups must be a positive integer (1: off), got ${String(groups)}`);
+  }
+  if (config.heads % groups !== 0 || config.kvHeads % groups !== 0) {
+    throw new BlockError(
+      `TransformerBlock: attentionHeadGroups ${groups} must divide both heads (${config.heads}) and kvHeads (${config.kvHeads}), so each group keeps its kv heads`,
+    );
+  }
+  return groups;
+}
+
+/** Columns [start, start + count) of w [in, out] (a weight or its gradient), as a contiguous [in, count] copy. */
+function columns(w: F32, start: number, count: number): F32 {
+  const [inF, outF] = w.shape as unknown as [number, number];
+  const t = new Tensor("float32", [inF, count]);
+  for (let r = 0; r < inF; r++) t.data.set(w.data.subarray(r * outF + start, r * outF + start + count), r * count);
+  return t;
+}
+
+/** Tensors of `rowCount` rows each ([rows, c_i], or [b, s, n_i, D] read as [b * s, n_i * D]) side by side: [rows, sum c_i]. */
+function sideBySide(rowCount: number, parts: readonly F32[]): F32 {
+  const widths = parts.map((t) => t.size / rowCount);
+  const total = widths.reduce((a, b) => a + b, 0);
+  const t = new Tensor("float32", [rowCount, total]);
+  for (let r = 0; r < rowCount; r++) {
+    let at = r * total;
+    parts.forEach((p, i) => {
+      t.data.set(p.data.subarray(r * widths[i]!, (r + 1) * widths[i]!), at);
+      at += widths[i]!;
+    });
+  }
+  return t;
+}
+
+/** Rows [start, start + count) of w [in, out], as a view. */
+function rows(w: F32, start: number, count: number): F32 {
+  const outF = w.shape[1]!;
+  return new Tensor("float32", [count, outF], w.data.subarray(start * outF, (start + count) * outF));
+}
+
+/** Elements [start, start + count) of a vector, as a view. */
+function part(b: F32, start: number, count: number): F32 {
+  return new Tensor("float32", [count], b.data.subarray(start, start + count));
+}
+
+/** Adds `value` [r, c] into the [R, C] gradient `name` at (row, col). */
+function addBlock(grads: FlatTensors, name: string, value: F32, row: number, col: number): void {
+  const t = grads.tensors[name];
+  if (t === undefined) throw new BlockError(`head groups: no gradient '${name}'`);
+  const width = t.shape[t.rank - 1]!;
+  const [r, c] = value.rank === 2 ? (value.shape as unknown as [number, number]) : [1, value.size];
+  for (let i = 0; i < r; i++) {
+    const to = (row + i) * width + col;
+    for (let j = 0; j < c; j++) t.data[to + j]! += value.data[i * c + j]!;
+  }
+}
+
+function addInto(target: F32, term: F32): void {
+  const t = target.data;
+  const d = term.data;
+  for (let i = 0; i < t.length; i++) t[i] += d[i]!;
+}
+
+/** Group g's slices: query columns [qStart, qStart + qWidth), kv columns [kvStart, kvStart + kvWidth). */
+interface Slice {
+  heads: number;
+  kvHeads: number;
+  qStart: number;
+  qWidth: number;
+  kvStart: number;
+  kvWidth: number;
+}
+
+function sliceOf(config: ResolvedBlockConfig, groups: number, g: number): Slice {
+  const heads = config.heads / groups;
+  const kvHeads = config.kvHeads / groups;
+  const qWidth = heads * config.headDim;
+  const kvWidth = kvHeads * config.headDim;
+  return { heads, kvHeads, qStart: g * qWidth, qWidth, kvStart: g * kvWidth, kvWidth };
+}
+
+/** h1 [rows, hidden] -> this group's q [b, s, h, D] and k [b, s, k, D] (RoPE applied) and v [b, s, k, D]. */
+async function project(c: HeadGroupsCall, s: Slice, h1: F32): Promise<{ q: F32; k: F32; v: F32 }> {
+  const { config, weights, ops } = c;
+  const linear = (name: "attn.q" | "attn.k" | "attn.v", start: number, width: number) =>
+    ops.linearForward(h1, columns(weights[`${name}.w`]!, start, width), config.bias ? part(weights[`${name}.b`]!, start, width) : undefined);
+  // [rows, n * D] -> [b, s, n, D]
+  const heads = (t: F32, n: number) => t.reshape([c.batch, c.seq, n, config.headDim]);
+  const q = await ops.ropeForward(heads(await linear("attn.q", s.qStart, s.qWidth), s.heads), c.positions, config.ropeBase);
+  const k = await ops.ropeForward(heads(await linear("attn.k", s.kvStart, s.kvWidth), s.kvHeads), c.positions, config.ropeBase);
+  const v = heads(await linear("attn.v", s.kvStart, s.kvWidth), s.kvHeads);
+  return { q, k, v };
+}
+
+function attentionOptions(c: HeadGroupsCall) {
+  return c.documents === undefined ? { causal: c.config.causal } : { causal: c.config.causal, documents: c.documents };
+}
+
+/** x [rows, hidden] and h1 = norm1(x) -> x2 = x + attention(h1) @ Wo, one head group at a time; keeps nothing. */
+export async function groupedAttentionForward(c: HeadGroupsCall, groups: number, x: F32, h1: F32): Promise<F32> {
+  const { config, weights, ops } = c;
+  const x2 = new Tensor("float32", x.shape, Float32Array.from(x.data));
+  for (let g = 0; g < groups; g++) {
+    const s = sliceOf(config, groups, g);
+    const { q, k, v } = await project(c, s, h1);
+    const { out, context } = await c.attention.forward(q, k, v, attentionOptions(c));
+    // [b, s, h, D] -> [rows, h * D]; the bias of Wo is added once, with group 0
+    const y = await ops.linearForward(
+      out.reshape([c.batch * c.seq, s.qWidth]),
+      rows(weights["attn.o.w"]!, s.qStart, s.qWidth),
+      config.bias && g === 0 ? weights["attn.o.b"] : undefined,
+    );
+    c.attention.release(context, out);
+    addInto(x2, y);
+  }
+  return x2;
+}
+
+/**
+ * dx2 -> dh1 (the gradient at norm1's output), one head group at a time:
+ * each group's projections and attention forward again, then the backward
+ * of its share of Wo, of the attention, RoPE and its q, k, v columns; the
+ * weight gradients go into their columns (rows of Wo) of `grads`.
+ */
+export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number, h1: F32, dx2: F32, grads: FlatTensors): Promise<F32> {
+  const { config, weights, ops } = c;
+  const rowCount = c.batch * c.seq;
+  const dh1 = new Tensor("float32", h1.shape);
+  for (let g = 0; g < groups; g++) {
+    const s = sliceOf(config, groups, g);
+    const { q, k, v } = await project(c, s, h1);
+    const { out, context } = await c.attention.forward(q, k, v, attentionOptions(c));
+    // Wo's rows of this group: dOut = dx2 Wo_g^T, dWo_g = out_g^T dx2; Wo's bias gradient (the sum of dx2) once
+    const o = await ops.linearBackward(out.reshape([rowCount, s.qWidth]), rows(weights["attn.o.w"]!, s.qStart, s.qWidth), dx2, config.bias && g === 0);
+    addBlock(grads, "attn.o.w", o.dw, s.qStart, 0);
+    if (o.db !== undefined) addBlock(grads, "attn.o.b", o.db, 0, 0);
+    // [rows, h * D] -> [b, s, h, D]
+    const a = await c.attention.backward(context, o.dx.reshape([c.batch, c.seq, s.heads, config.headDim]));
+    // q, k and v in one linear backward against the group's columns side by side: one [rows, hidden] dh1 term per group
+    const dq = await ops.ropeBackward(a.dq, c.positions, config.ropeBase);
+    const dk = await ops.ropeBackward(a.dk, c.positions, config.ropeBase);
+    c.attention.release(context, out, a.dq, a.dk);
+    const parts = [
+      { name: "attn.q", start: s.qStart, width: s.qWidth, d: dq },
+      { name: "attn.k", start: s.kvStart, width: s.kvWidth, d: dk },
+      { name: "attn.v", start: s.kvStart, width: s.kvWidth, d: a.dv },
+    ] as const;
+    const r = await ops.linearBackward(
+      h1,
+      sideBySide(
+        h1.shape[1]!,
+        parts.map((p) => columns(weights[`${p.name}.w`]!, p.start, p.width)),
+      ),
+      sideBySide(
+        rowCount,
+        parts.map((p) => p.d),
+      ),
+      config.bias,
+    );
+    c.attention.release(context, a.dv);
+    addInto(dh1, r.dx);
+    let at = 0;
+    for (const p of parts) {
+      addBlock(grads, `${p.name}.w`, columns(r.dw, at, p.width), 0, p.start);
+      if (config.bias) addBlock(grads, `${p.name}.b`, part(r.db!, at, p.width), 0, p.start);
+      at += p.width;
+    }
+  }
+  return dh1;
+}
