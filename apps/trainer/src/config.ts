@@ -111,7 +111,7 @@ export const DEFAULTS: TrainConfig = {
   sequenceLayout: "auto",
   ulyssesHeadGroups: 1,
   batch: 1,
-  steps: 350,
+  steps: 300,
   lr: 3e-3,
   minLr: 3e-4,
   warmup: 20,
@@ -271,7 +271,22 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
       problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
-  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "keys", "values", "ulyssesHeadGroups", "tileAttention"] as const)
+  for (const key of [
+    "sp",
+    "dp",
+    "seq",
+    "layers",
+    "hidden",
+    "heads",
+    "kvHeads",
+    "batch",
+    "steps",
+    "logEvery",
+    "keys",
+    "values",
+    "ulyssesHeadGroups",
+    "tileAttention",
+  ] as const)
     positive(key);
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
