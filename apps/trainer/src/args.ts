@@ -58,13 +58,13 @@ const HELP: Record<keyof TrainConfig, string> = {
   checkpointEvery: "steps between checkpoints (0: only at the end)",
   activationCheckpointing: "recompute block activations in backward to save memory (only each block's input is kept)",
   tileMlp:
-    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto: tiles of at most 16 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
+    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto: tiles of at most 4 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
   tileLoss:
-    "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 16 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
+    "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 4 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
   tileAttention:
-    "attention in head groups: each block's q, k, v projections, attention and output projection run over this many groups of heads in forward and backward (recomputed per group), so their buffers exist for heads/groups heads at a time; must divide --heads and --kv-heads (1: off)",
+    "attention in head groups: each block's q, k, v projections, attention and output projection run over this many groups of heads in forward and backward (recomputed per group), so their buffers exist for heads/groups heads at a time; must divide --heads and --kv-heads (1: off; auto: the most groups the layout allows, e.g. 8 heads: 8 at SP 1, 4 at SP 2 with Ulysses; the run header names the groups)",
   memoryArena:
-    "keep ONNX Runtime's per-session CPU arenas and glibc's default heap: up to ~25% faster at short sequences here, about twice the peak memory at long ones (default: off, freed buffers go back to the OS)",
+    "auto (the default): ONNX Runtime's CPU arenas and glibc's heap, unless the memory account says the run would then not fit, as --no-memory-arena; --memory-arena: always; --no-memory-arena: arenas off and freed large buffers back to the OS (the least memory; several times slower for small models here, where every large buffer is fresh pages); the run header names the choice; =auto in a config file: \"auto\", true or false",
   zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
   logEvery: "steps between log lines when not on a terminal",
   export: "export model.onnx at the end (--no-export to skip)",
@@ -83,7 +83,11 @@ export function helpText(): string {
   ];
   for (const key of Object.keys(HELP) as (keyof TrainConfig)[]) {
     const value = DEFAULTS[key];
-    const flag = typeof value === "boolean" ? `--${kebab(key)}` : `--${kebab(key)} <${typeof value === "number" || NULLABLE_NUMBERS.has(key) ? "n" : "value"}>`;
+    const flag = SWITCH_OR_AUTO.has(key)
+      ? `--[no-]${kebab(key)}[=auto]`
+      : typeof value === "boolean"
+        ? `--${kebab(key)}`
+        : `--${kebab(key)} <${typeof value === "number" || NULLABLE_NUMBERS.has(key) ? "n" : "value"}>`;
     const shown = value === null ? "" : ` (default ${String(value)})`;
     lines.push(`  ${flag.padEnd(34)} ${HELP[key]}${shown}`);
   }
@@ -114,8 +118,11 @@ export function helpText(): string {
 /** Numeric settings whose default is null (computed when the run starts). */
 const NULLABLE_NUMBERS: ReadonlySet<keyof TrainConfig> = new Set(["threads", "ulyssesDegree", "ringDegree", "vocab"]);
 
+/** On/off switches whose default is auto: `--flag` (on), `--no-flag` (off), `--flag=auto`. */
+const SWITCH_OR_AUTO: ReadonlySet<keyof TrainConfig> = new Set(["memoryArena"]);
+
 /** Rows per tile, 0 (off) or auto. */
-const TILE_SETTINGS: ReadonlySet<keyof TrainConfig> = new Set(["tileMlp", "tileLoss"]);
+const TILE_SETTINGS: ReadonlySet<keyof TrainConfig> = new Set(["tileMlp", "tileLoss", "tileAttention"]);
 
 export type ParseResult =
   | { help: true }
@@ -125,7 +132,13 @@ export type ParseResult =
 /** Converts one raw value to the type of `key`'s default. */
 export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
   const template = DEFAULTS[key];
-  if (TILE_SETTINGS.has(key) && raw === "auto") return "auto";
+  if ((TILE_SETTINGS.has(key) || SWITCH_OR_AUTO.has(key)) && raw === "auto") return "auto";
+  if (SWITCH_OR_AUTO.has(key)) {
+    if (typeof raw === "boolean") return raw;
+    if (raw === "true" || raw === "1" || raw === "on") return true;
+    if (raw === "false" || raw === "0" || raw === "off") return false;
+    throw new TrainerError(`${source}: --${kebab(key)} is on, off or auto, got '${String(raw)}'`);
+  }
   const numeric = typeof template === "number" || NULLABLE_NUMBERS.has(key) || TILE_SETTINGS.has(key);
   if (numeric) {
     const value = typeof raw === "number" ? raw : typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;
@@ -190,7 +203,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
       negated = true;
     }
     const key = keyOf(name, "command line");
-    if (typeof DEFAULTS[key] === "boolean") {
+    if (typeof DEFAULTS[key] === "boolean" || SWITCH_OR_AUTO.has(key)) {
       fromFlags[key] = negated ? false : value === undefined ? true : coerce(key, value, "command line");
       continue;
     }

@@ -18,7 +18,7 @@ import type { GptConfig } from "@ulysses/model";
 import { inspectCheckpoint } from "@ulysses/training";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
 import { launcherRank, validateConfig, type TrainConfig } from "./config.js";
-import { checkMemory } from "./preflight.js";
+import { checkMemory, resolveMemoryArena } from "./preflight.js";
 import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
@@ -102,6 +102,10 @@ function plan(argv: readonly string[]): RunPlan | "help" | "version" {
     if (resumeFile === null) throw error;
     throw new TrainerError(`${(error as Error).message}\n  (settings not given on the command line came from checkpoint '${resumeFile}')`, { cause: error });
   }
+  // the allocation --memory-arena auto stands for, decided once here (every rank then allocates alike)
+  const arena = resolveMemoryArena(config, { env: process.env });
+  config = { ...config, memoryArena: arena.memoryArena };
+  if (arena.note !== null) notes.push(arena.note);
   // before anything is written or any rank starts: refuse a run that cannot fit in memory
   checkMemory(config, { env: process.env, skip: config.skipMemoryCheck });
   const resumeDir = resumeFile === null ? null : path.dirname(resumeFile);

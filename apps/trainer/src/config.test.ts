@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
-import { checkpointSettings, DEFAULTS, gptConfigOf, tileRowsOf, validateConfig, type TrainConfig } from "./config.js";
+import { checkpointSettings, DEFAULTS, gptConfigOf, headGroupsOf, tileRowsOf, validateConfig, type TrainConfig } from "./config.js";
 
 function parse(argv: string[]): TrainConfig {
   const result = parseArgs(argv);
@@ -85,21 +85,42 @@ describe("validation before any rank starts", () => {
     expect(() => parse(["--tile-loss", "most"])).toThrow(/--tile-loss needs a number or auto, got 'most'/);
   });
 
-  it("sizes auto tiles to at most 16 MiB, in multiples of 64 rows, and leaves a shard untiled when its buffer fits", () => {
+  it("sizes auto tiles to at most 4 MiB, in multiples of 64 rows, and leaves a shard untiled when its buffer fits", () => {
     const rows = (over: Partial<TrainConfig>) => tileRowsOf({ ...DEFAULTS, tileMlp: "auto", tileLoss: "auto", ...over });
-    // 16 MiB / (4 bytes x 32768) = 128 rows of logits; a 16384-token sequence over 2 ranks has 8192 rows per rank
-    expect(rows({ task: "recall", vocab: 32768, seq: 16384, sp: 2, batch: 1 }).loss).toBe(128);
-    // 16 MiB / (4 x 1000) = 4194.3 rows -> 4160 (65 x 64)
-    expect(rows({ task: "recall", vocab: 1000, seq: 16384, sp: 1, batch: 1 }).loss).toBe(4160);
-    // hidden 256, GELU x4: an MLP row is 1024 floats -> 4096 rows, below the 8192 rows of a rank
-    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 16384, sp: 2, batch: 1 }).mlp).toBe(4096);
-    // the whole shard fits: untiled (4096 rows per rank, 4096-row tiles)
-    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 8192, sp: 2, batch: 1 }).mlp).toBe(0);
+    // 4 MiB / (4 bytes x 32768) = 32 rows of logits -> the 64-row floor; a 16384-token sequence over 2 ranks has 8192 rows per rank
+    expect(rows({ task: "recall", vocab: 32768, seq: 16384, sp: 2, batch: 1 }).loss).toBe(64);
+    // 4 MiB / (4 x 1000) = 1048.6 rows -> 1024 (16 x 64)
+    expect(rows({ task: "recall", vocab: 1000, seq: 16384, sp: 1, batch: 1 }).loss).toBe(1024);
+    // hidden 256, GELU x4: an MLP row is 1024 floats -> 1024 rows, below the 8192 rows of a rank
+    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 16384, sp: 2, batch: 1 }).mlp).toBe(1024);
+    // the whole shard fits: untiled (1024 rows per rank, 1024-row tiles)
+    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 2048, sp: 2, batch: 1 }).mlp).toBe(0);
     // the default recall run (vocab 73, 1024 rows per rank): untiled; a number is taken as given
     expect(rows({})).toEqual({ mlp: 0, loss: 0 });
     expect(rows({ tileMlp: 24, tileLoss: 0 })).toEqual({ mlp: 24, loss: 0 });
     // a huge vocabulary still gets 64-row tiles
     expect(rows({ task: "recall", vocab: 262144, seq: 4096, sp: 1, batch: 1 }).loss).toBe(64);
+  });
+
+  it("takes --tile-attention as head groups (1: off) or auto, the most groups the layout allows, and names a count the heads refuse", () => {
+    const groups = (over: Partial<TrainConfig>) => headGroupsOf({ ...DEFAULTS, heads: 8, kvHeads: 8, hidden: 256, ...over });
+    expect(parse([])).toMatchObject({ tileAttention: 1 });
+    expect(parse(["--tile-attention", "auto"])).toMatchObject({ tileAttention: "auto" });
+    expect(groups({ tileAttention: 2 })).toBe(2);
+    // 8 heads: one head a group on one rank; Ulysses over 2 ranks needs 2 heads a group, over 4 ranks 4
+    expect(groups({ tileAttention: "auto", sp: 1 })).toBe(8);
+    expect(groups({ tileAttention: "auto", sp: 2 })).toBe(4);
+    expect(groups({ tileAttention: "auto", sp: 4 })).toBe(2);
+    // ring attention runs every head on every rank; 2 kv heads allow 2 groups at most
+    expect(groups({ tileAttention: "auto", sp: 4, attention: "ring" })).toBe(8);
+    expect(groups({ tileAttention: "auto", sp: 1, kvHeads: 2 })).toBe(2);
+    expect(groups({ tileAttention: "auto", sp: 8, heads: 8 })).toBe(1);
+    expect(problems({ heads: 8, kvHeads: 8, hidden: 256, tileAttention: 3 })).toMatch(/--tile-attention 3 must divide --heads 8 and --kv-heads 8/);
+    expect(problems({ heads: 8, kvHeads: 8, hidden: 256, sp: 2, tileAttention: 8 })).toMatch(
+      /--tile-attention 8 leaves 1 heads per group, fewer than the 2 ranks of a Ulysses group \(each needs a query head\): use at most 4 groups/,
+    );
+    expect(problems({ tileAttention: 0 })).toMatch(/--tile-attention must be 1 \(off\), auto or a positive number of head groups, got 0/);
+    expect(problems({ heads: 8, kvHeads: 8, hidden: 256, sp: 2, tileAttention: "auto" })).toBe("");
   });
 
   it("names hybrid degree and layout problems in flag names; reads --ulysses-degree, --ring-degree and --sequence-layout", () => {

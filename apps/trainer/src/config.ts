@@ -73,10 +73,10 @@ export interface TrainConfig {
   tileMlp: TileSetting;
   /** Tiled logits and loss: rows per tile of the LM head, softmax and cross-entropy (0: off; auto: see tileRowsOf). */
   tileLoss: TileSetting;
-  /** Attention in head groups: each block's attention half (projections, attention, output projection) over this many groups of heads (1: off). */
-  tileAttention: number;
+  /** Attention in head groups: each block's attention half (projections, attention, output projection) over this many groups of heads (1: off; auto: see headGroupsOf). */
+  tileAttention: TileSetting;
   /** Keep ONNX Runtime's per-session arenas and glibc's default heap (faster at short sequences, more memory). */
-  memoryArena: boolean;
+  memoryArena: MemoryArenaSetting;
   zero1: boolean;
   logEvery: number;
   /** Export the final model to ONNX (model.onnx in the run directory). */
@@ -111,7 +111,7 @@ export const DEFAULTS: TrainConfig = {
   sequenceLayout: "auto",
   ulyssesHeadGroups: 1,
   batch: 1,
-  steps: 300,
+  steps: 400,
   lr: 3e-3,
   minLr: 3e-4,
   warmup: 20,
@@ -131,7 +131,7 @@ export const DEFAULTS: TrainConfig = {
   tileMlp: 0,
   tileLoss: "auto",
   tileAttention: 1,
-  memoryArena: false,
+  memoryArena: "auto",
   zero1: false,
   logEvery: 10,
   export: true,
@@ -146,19 +146,30 @@ export function tokensPerRankOf(config: Pick<TrainConfig, "batch" | "seq" | "sp"
   return config.batch * Math.ceil(config.seq / config.sp);
 }
 
+/**
+ * --memory-arena: true keeps ONNX Runtime's per-session CPU arenas and
+ * glibc's dynamic heap (fast: freed buffers are reused without new page
+ * faults); false turns the arenas off and fixes glibc's mmap threshold, so
+ * freed large buffers go back to the OS (the least memory, slower: every
+ * large buffer is new pages); auto picks true unless the run's memory
+ * account with arenas would not fit (resolveMemoryArena in preflight.ts).
+ */
+export type MemoryArenaSetting = boolean | "auto";
+
 /** --tile-mlp / --tile-loss: rows per tile, 0 for off, or auto. */
 export type TileSetting = number | "auto";
 
 /** The widest buffer one auto-sized tile may hold: [rows, MLP width] or [rows, vocab] fp32. */
-export const AUTO_TILE_BYTES = 16 * 1024 * 1024;
+export const AUTO_TILE_BYTES = 4 * 1024 * 1024;
 
 /**
  * Rows per tile of the MLP and of the LM head + loss (0: untiled), as each
  * rank runs them. A number is taken as given. auto tiles only where the
  * untiled buffer of a rank's shard (tokensPerRankOf rows) would be wider than
  * AUTO_TILE_BYTES: then the rows that fit in it, a multiple of 64 (at least
- * 64). So a 32K vocabulary at a 16K-token shard gets 128-row loss tiles, while
- * a small vocabulary or a short shard stays untiled.
+ * 64). So a 32K vocabulary gets 64-row loss tiles, the byte vocabulary 4096-row
+ * ones past 4096 tokens per rank, while a small vocabulary or a short shard
+ * stays untiled.
  */
 export function tileRowsOf(config: TrainConfig): { mlp: number; loss: number } {
   const rowsPerRank = tokensPerRankOf(config);
@@ -271,22 +282,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
       problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
-  for (const key of [
-    "sp",
-    "dp",
-    "seq",
-    "layers",
-    "hidden",
-    "heads",
-    "kvHeads",
-    "batch",
-    "steps",
-    "logEvery",
-    "keys",
-    "values",
-    "ulyssesHeadGroups",
-    "tileAttention",
-  ] as const)
+  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "keys", "values", "ulyssesHeadGroups"] as const)
     positive(key);
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
@@ -295,6 +291,8 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (value !== "auto" && (!Number.isSafeInteger(value) || value < 0))
       problems.push(`--${kebab(key)} must be 0 (off), auto or a positive number of rows per tile, got ${String(value)}`);
   }
+  if (config.tileAttention !== "auto" && (!Number.isSafeInteger(config.tileAttention) || config.tileAttention < 1))
+    problems.push(`--tile-attention must be 1 (off), auto or a positive number of head groups, got ${String(config.tileAttention)}`);
   if (!Number.isSafeInteger(config.warmup) || config.warmup < 0) problems.push(`--warmup must be a non-negative integer, got ${config.warmup}`);
   if (!Number.isSafeInteger(config.seed) || config.seed < 0) problems.push(`--seed must be an integer in [0, 2^53 - 1], got ${config.seed}`);
   for (const key of ["lr", "minLr", "weightDecay", "gradClip", "mlpRatio"] as const) {
@@ -395,21 +393,43 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (typeof config.overwrite !== "boolean") problems.push(`--overwrite is a switch, got ${String(config.overwrite)}`);
   if (!(typeof config.timeout === "number" && Number.isFinite(config.timeout) && config.timeout > 0))
     problems.push(`--timeout must be a positive number of seconds, got ${config.timeout}`);
+  if (typeof config.memoryArena !== "boolean" && config.memoryArena !== "auto")
+    problems.push(`--memory-arena is on, off (--no-memory-arena) or auto, got ${String(config.memoryArena)}`);
   if (typeof config.skipMemoryCheck !== "boolean") problems.push(`--skip-memory-check is a switch, got ${String(config.skipMemoryCheck)}`);
   if (problems.length > 0) throw new TrainerError(`invalid configuration:\n  - ${problems.join("\n  - ")}`);
+}
+
+/** Ranks that split a head group's heads: the Ulysses degree (plain or hybrid), 1 for ring and all-gather-KV (every rank runs every head). */
+function headSplit(config: TrainConfig): number {
+  if (config.attention === "ring" || config.attention === "allgather") return 1;
+  return resolveDims(parallelOptionsOf(config), config.kvHeads).ulyssesDegree;
+}
+
+/**
+ * Head groups of every block's attention half (1: all heads at once). A
+ * number is taken as given; auto is the most groups the layout allows: the
+ * largest G that divides --heads and --kv-heads and leaves each rank of a
+ * Ulysses group a query head (8 heads: 8 groups at SP 1, 4 at SP 2).
+ */
+export function headGroupsOf(config: TrainConfig): number {
+  if (config.tileAttention !== "auto") return config.tileAttention;
+  const { heads, kvHeads } = config;
+  const split = headSplit(config);
+  for (let groups = kvHeads; groups > 1; groups--) if (heads % groups === 0 && kvHeads % groups === 0 && heads / groups >= split) return groups;
+  return 1;
 }
 
 /** --tile-attention G: G divides the heads and the kv heads, and leaves a Ulysses group a query head per rank. */
 function tileAttentionProblems(config: TrainConfig): string[] {
   const groups = config.tileAttention;
-  if (groups === 1) return [];
+  if (groups === 1 || groups === "auto") return [];
   const { heads, kvHeads } = config;
   if (heads % groups !== 0 || kvHeads % groups !== 0)
     return [`--tile-attention ${groups} must divide --heads ${heads} and --kv-heads ${kvHeads} (each group of heads keeps its kv heads)`];
-  const { ulyssesDegree } = resolveDims(parallelOptionsOf(config), kvHeads);
-  if (config.attention !== "ring" && config.attention !== "allgather" && heads / groups < ulyssesDegree)
+  const split = headSplit(config);
+  if (heads / groups < split)
     return [
-      `--tile-attention ${groups} leaves ${heads / groups} heads per group, fewer than the ${ulyssesDegree} ranks of a Ulysses group (each needs a query head): use at most ${Math.floor(heads / ulyssesDegree)} groups`,
+      `--tile-attention ${groups} leaves ${heads / groups} heads per group, fewer than the ${split} ranks of a Ulysses group (each needs a query head): use at most ${Math.floor(heads / split)} groups`,
     ];
   return [];
 }

@@ -42,7 +42,7 @@ import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
-import { gptConfigOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
+import { gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 const MiB = 1024 * 1024;
@@ -96,6 +96,7 @@ export function layerFloatsPerToken(
   kind: SequenceParallelKind,
   ulyssesDegree = kind === "ring" ? 1 : sp,
   tiledMlp = false,
+  headGroups = 1,
 ): LayerFloats {
   const block = blockConfigOf(model);
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
@@ -134,7 +135,20 @@ export function layerFloatsPerToken(
   // (a tiled MLP's backward works on one tile at a time, before the attention's gradients exist: see mlpTile)
   const exchange = moved && kind !== "allgather" ? 2 * (qWidth + 2 * kvWidth) : 0; // send and receive areas of q, k, v (reused for out and the gradients)
   const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
-  return { saved, recomputed: attentionHalf, backward, exchange, mlpTile };
+  if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, mlpTile };
+  // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
+  // statistics, dx2 (in dy's buffer), dh1 and one group's term of it, and one group's recomputed forward (q and k before and after
+  // RoPE, v, out and its own-layout copy, log-sum-exp) and gradients (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
+  const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / headGroups;
+  const groupBackward = (4 * qWidth + 5 * kvWidth) / headGroups;
+  const groupedBackward = 3 * hidden + groupForward + groupBackward;
+  return {
+    saved: 2 * hidden + (tiledMlp ? 0 : mlpHalf),
+    recomputed: hidden + normStats,
+    backward: tiledMlp ? groupedBackward : Math.max(mlpBackward, groupedBackward),
+    exchange: exchange / headGroups,
+    mlpTile,
+  };
 }
 
 /** Ranks whose memory lands on this machine (every rank: threads and local run them in this process; mpirun on one host). */
@@ -155,7 +169,15 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const tiles = tileRowsOf(config);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
-  const perLayer = layerFloatsPerToken(model, config.sp, config.attention, resolveDims(parallelOptionsOf(config), model.kvHeads).ulyssesDegree, tiledMlp);
+  const headGroups = headGroupsOf(config);
+  const perLayer = layerFloatsPerToken(
+    model,
+    config.sp,
+    config.attention,
+    resolveDims(parallelOptionsOf(config), model.kvHeads).ulyssesDegree,
+    tiledMlp,
+    headGroups,
+  );
   const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
@@ -175,14 +197,14 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
     },
     {
       name: config.activationCheckpointing
-        ? `saved activations (checkpointing: ${model.layers} layer inputs + one recomputed attention half, ${tokensPerRank} tokens per rank)`
-        : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token${tiledMlp ? ", MLP tiled" : ""}, ${tokensPerRank} tokens per rank)`,
+        ? `saved activations (checkpointing: ${model.layers} layer inputs + ${headGroups > 1 ? "norm1's output" : "one recomputed attention half"}, ${tokensPerRank} tokens per rank)`
+        : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}, ${tokensPerRank} tokens per rank)`,
       bytes: all(F32 * activationFloats * tokensPerRank),
     },
     {
       // a tiled MLP's backward (one tile) comes before the attention's gradients exist: the larger of the two
       name: tiledMlp
-        ? `backward working set (the larger of the attention's gradients and one MLP tile of ${mlpTileRows} tokens)`
+        ? `backward working set (the larger of the attention's gradients${headGroups > 1 ? ` in ${headGroups} head groups` : ""} and one MLP tile of ${mlpTileRows} tokens)`
         : "backward working set (one block's gradients and the largest op's temporaries)",
       bytes: all(F32 * Math.max(perLayer.backward * tokensPerRank, perLayer.mlpTile * mlpTileRows)),
     },
@@ -190,7 +212,10 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
       name: `attention working buffers (score tiles; head dim ${block.headDim})`,
       bytes: all(ATTENTION_SCRATCH_BYTES),
     },
-    { name: "sequence-parallel exchange scratch (send and receive areas)", bytes: all(F32 * perLayer.exchange * tokensPerRank) },
+    {
+      name: `sequence-parallel exchange scratch (send and receive areas${headGroups > 1 ? ", one head group's" : ""})`,
+      bytes: all(F32 * perLayer.exchange * tokensPerRank),
+    },
     tiledLoss
       ? {
           name: `loss tile (logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}), final norm`,
@@ -201,7 +226,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
           bytes: all(F32 * (3 * model.vocab + finalNormFloats) * tokensPerRank),
         },
   ];
-  if (config.memoryArena) {
+  if (config.memoryArena !== false) {
     // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
     const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
     terms.push({
@@ -322,6 +347,25 @@ export function availableMemory(options: MemoryCheckOptions = {}): AvailableMemo
   return found.reduce((a, b) => (b.bytes < a.bytes ? b : a));
 }
 
+/**
+ * --memory-arena auto: arenas and glibc's heap (fast) when the account with
+ * them fits in the memory available, else off (freed buffers back to the
+ * OS), with a note saying so. true and false are taken as given. The
+ * allocation never changes results, only speed and memory.
+ */
+export function resolveMemoryArena(config: TrainConfig, options: MemoryCheckOptions = {}): { memoryArena: boolean; note: string | null } {
+  if (config.memoryArena !== "auto") return { memoryArena: config.memoryArena, note: null };
+  const withArenas = estimateMemory({ ...config, memoryArena: true }).bytes;
+  const available = availableMemory(options);
+  if (withArenas <= available.bytes) return { memoryArena: true, note: null };
+  return {
+    memoryArena: false,
+    note:
+      `memory: with ONNX Runtime arenas this run needs an estimated ${formatBytes(withArenas)}, more than the ${formatBytes(available.bytes)} available (${available.source}); ` +
+      "it runs with arenas off and freed buffers returned to the OS (--no-memory-arena: less memory, slower; --memory-arena forces the arenas)",
+  };
+}
+
 /** "1.5 GiB", "320.0 MiB" */
 export function formatBytes(bytes: number): string {
   if (bytes >= 2 ** 40) return `${(bytes / 2 ** 40).toFixed(2)} TiB`;
@@ -355,7 +399,7 @@ export function checkMemory(config: TrainConfig, options: MemoryCheckOptions = {
       `not enough memory: this run needs an estimated ${formatBytes(estimate.bytes)} (${estimate.bytes} bytes), ` +
         `but ${formatBytes(available.bytes)} (${available.bytes} bytes) is available (${available.source}).\n` +
         `  estimate for ${estimate.ranks} rank${estimate.ranks > 1 ? "s" : ""} on this machine, ${estimate.tokensPerRank} tokens each:\n${formatEstimate(estimate)}\n` +
-        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing, --tile-mlp, --tile-loss or --zero1; ` +
+        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing, --tile-mlp, --tile-loss, --tile-attention or --zero1; ` +
         `or pass --skip-memory-check to run anyway.`,
     );
   }

@@ -32,12 +32,14 @@ import {
   parallelOptionsOf,
   recallOptionsOf,
   textDataOptions,
+  headGroupsOf,
   tileRowsOf,
   usesDocuments,
   type TrainConfig,
 } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "./kernels.js";
+import { resolveMemoryArena } from "./preflight.js";
 
 export interface RankSetup {
   world: ProcessGroup;
@@ -145,7 +147,7 @@ export class RankTrainer {
     // validated before any group is built: one message naming every value that is off
     const dims = await ParallelDims.create(world, parallelOptionsOf(config), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
     const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
-    const kernels = await createRankKernels(threads, config.kernel, config.memoryArena);
+    const kernels = await createRankKernels(threads, config.kernel, resolveMemoryArena(config).memoryArena);
     const tiles = tileRowsOf(config);
     // the one-device model, parallelised from outside
     const model = new Gpt(gptConfig, {
@@ -154,7 +156,7 @@ export class RankTrainer {
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
       mlpTileRows: tiles.mlp,
-      attentionHeadGroups: config.tileAttention,
+      attentionHeadGroups: headGroupsOf(config),
     });
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,

@@ -14,7 +14,18 @@ import { resolveDims } from "@ulysses/parallel";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { resolveTextFormat } from "@ulysses/training";
-import { errnoText, fileProblem, gptConfigOf, parallelOptionsOf, textDataOptions, tileRowsOf, usesDocuments, type TrainConfig } from "./config.js";
+import {
+  errnoText,
+  fileProblem,
+  gptConfigOf,
+  headGroupsOf,
+  launcherRank,
+  parallelOptionsOf,
+  textDataOptions,
+  tileRowsOf,
+  usesDocuments,
+  type TrainConfig,
+} from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { modelFlopsPerStep } from "./flops.js";
@@ -118,6 +129,9 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       process.exit(SIGNAL_EXIT_CODES[signal]);
     }
   };
+  // the machine's MatMul rate (the MFU's denominator), measured before the ranks start: their allocator settings
+  // (--no-memory-arena fixes glibc's mmap threshold for the whole process) would slow the measurement itself
+  const matmulRate = (launcherRank(process.env) ?? 0) === 0 ? await measureMatmulRate() : 1;
   let pool: RankPool;
   try {
     pool = await options.startPool();
@@ -132,7 +146,6 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
   try {
     const firstStep = pool.step;
     const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep, options.metricsFrom) : null;
-    const matmulRate = leader ? await measureMatmulRate() : 1;
     const flopsPerStep = modelFlopsPerStep(gpt, config.batch * config.dp * config.seq, config.seq);
     const recall = leader && config.task === "recall" ? recallReport(config, gpt.kvHeads) : null;
     if (leader) {
@@ -145,10 +158,15 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       const lean = [
         config.activationCheckpointing ? "activation checkpointing (each block keeps its input only)" : "",
         tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
-        config.tileAttention > 1 ? `attention in ${config.tileAttention} head groups` : "",
+        headGroupsOf(config) > 1 ? `attention in ${headGroupsOf(config)} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
       ].filter((part) => part !== "");
-      if (lean.length > 0) log(`memory: ${lean.join(", ")}`);
+      lean.push(
+        config.memoryArena === false
+          ? "arenas off, freed buffers returned to the OS (--no-memory-arena)"
+          : `ONNX Runtime arenas and glibc's heap${config.memoryArena === "auto" ? " (auto)" : ""}`,
+      );
+      log(`memory: ${lean.join(", ")}`);
       if (usesDocuments(config)) {
         const text = textDataOptions(config);
         log(

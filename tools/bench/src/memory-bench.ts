@@ -7,7 +7,8 @@
  *
  *   - memory rows: SP 1 (2 ONNX Runtime threads, local backend) and SP 2
  *     (threads backend, 1 thread per rank), plain, tiled (tiled MLP + tiled
- *     loss) and lean (tiled + activation checkpointing), at N = 8K and 16K;
+ *     loss) and lean (tiled + activation checkpointing + attention in head
+ *     groups, `--tile-attention auto`), at N = 8K and 16K;
  *     the slope of peak RSS per token between them;
  *   - vocabulary rows: the recall task at vocab 256 and 32768, SP 2, lean, at
  *     8K and 16K: the slope with tiled loss must not grow with the vocabulary;
@@ -44,7 +45,7 @@ const HELP = `Usage: pnpm bench:memory [flags]
 
 Peak RSS and speed of the trainer (2 layers, hidden 256, 8 heads, batch 1,
 byte-level text) at SP 1 and SP 2, plain, tiled (tiled MLP + tiled loss) and
-lean (tiled + activation checkpointing); slopes per token, the vocabulary rows (recall task,
+lean (tiled + activation checkpointing + --tile-attention auto); slopes per token, the vocabulary rows (recall task,
 vocab 256 vs 32768), MFU, and the memory account against every measured peak.
 Writes bench-results/memory/memory.json and memory.md.
 
@@ -123,7 +124,8 @@ function rowConfig(row: RowSpec, tile: number, dataFile: string, outDir: string)
     threads: row.sp === 1 ? 2 : 1,
     task: row.task,
     data: row.task === "text" ? dataFile : null,
-    vocab: row.task === "text" ? 256 : row.vocab,
+    vocab: row.task === "text" ? null : row.vocab,
+    tiedHead: false,
     seq: row.seq,
     layers: 2,
     hidden: 256,
@@ -133,6 +135,9 @@ function rowConfig(row: RowSpec, tile: number, dataFile: string, outDir: string)
     steps: row.steps,
     warmup: 1,
     activationCheckpointing: lean,
+    tileAttention: lean ? "auto" : 1,
+    // memory rows measure the least-memory allocation; speed rows run the trainer's default (auto: arenas, on this machine)
+    memoryArena: row.group === "speed" ? "auto" : false,
     tileMlp: tiled ? tile : 0,
     tileLoss: tiled ? "auto" : 0,
     out: outDir,
@@ -181,10 +186,14 @@ function cliArgs(c: TrainConfig): string[] {
     String(c.tileMlp),
     "--tile-loss",
     String(c.tileLoss),
+    "--tile-attention",
+    String(c.tileAttention),
+    "--no-tied-head",
   ]; // prettier-ignore
   if (c.task === "text") args.push("--data", c.data!);
   else args.push("--task", "recall", "--vocab", String(c.vocab));
   if (c.activationCheckpointing) args.push("--activation-checkpointing");
+  if (c.memoryArena === false) args.push("--no-memory-arena");
   return args;
 }
 
@@ -287,7 +296,7 @@ async function main(): Promise<void> {
   const check = (ok: boolean, what: string) => checks.push(`${ok ? "PASS" : "FAIL"} ${what}`);
   lines.push("# bench:memory", "", `Machine: ${describeMachine(machine)}.`, "");
   lines.push(
-    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. Tiled = \`--tile-mlp ${f.tile} --tile-loss auto\` (the loss in tiles of at most 16 MiB of logits: 128 rows at vocab 32768; 16384 rows at vocab 256, so untiled up to 16K tokens per rank); lean = tiled + \`--activation-checkpointing\`. ONNX Runtime arenas off and glibc's mmap threshold fixed (the trainer's default; \`--memory-arena\` undoes both).`,
+    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. LM head untied. Tiled = \`--tile-mlp ${f.tile} --tile-loss auto\` (the loss in tiles of at most 4 MiB of logits: 64 rows at vocab 32768; 4096 rows at vocab 256, so untiled up to 4096 tokens per rank); lean = tiled + \`--activation-checkpointing --tile-attention auto\` (attention in head groups: 8 at SP 1, 4 at SP 2). Memory rows run with \`--no-memory-arena\` (ONNX Runtime arenas off, glibc's mmap threshold fixed: freed buffers go back to the OS); speed rows with the trainer's default allocation (\`--memory-arena auto\`: arenas and glibc's heap when they fit, as here).`,
     "",
   );
   lines.push("## Peak RSS", "", "| rows | SP | mode | task | N | peak RSS | account | account / peak |", "|---|---|---|---|---|---|---|---|");
