@@ -7,7 +7,7 @@
  * plain data only, never code or paths.
  */
 import fs from "node:fs";
-import { BYTE_VOCAB, type CheckpointInfo } from "@ulysses/training";
+import { BYTE_VOCAB, type CheckpointInfo, recallMinVocab } from "@ulysses/training";
 import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, camel, dataDigest, kebab, type TrainConfig } from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
@@ -309,7 +309,9 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
   } else if (explicit.has("vocab") && given.vocab !== gpt.vocab) {
     conflicts.push(`--vocab ${given.vocab} conflicts with ${source}, whose model has vocab ${gpt.vocab} (leave --vocab out to use it)`);
   } else {
-    config.vocab = gpt.vocab;
+    // null (the smallest vocabulary for --keys x --values) stays null where that is the model's: the resumed
+    // run records the same settings as an uninterrupted one
+    config.vocab = config.vocab === null && recallMinVocab(config.keys, config.values) === gpt.vocab ? null : gpt.vocab;
   }
   if (!explicit.has("seq") && !("seq" in recorded)) config.seq = gpt.maxSeq;
   if (config.seq > gpt.maxSeq) conflicts.push(`--seq ${config.seq} is beyond the longest sequence the model of ${source} was built for (maxSeq ${gpt.maxSeq})`);

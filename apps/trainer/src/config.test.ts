@@ -183,3 +183,21 @@ describe("resuming a hybrid run", () => {
     expect(() => validateConfig(ulysses)).not.toThrow();
   });
 });
+
+describe("resuming a recall run", () => {
+  const resume = (recorded: TrainConfig, given: Partial<TrainConfig> = {}) => {
+    const checkpoint = { file: "run/checkpoint.safetensors", step: 10, config: gptConfigOf(recorded), settings: checkpointSettings(recorded) };
+    return resumeSettings({ ...DEFAULTS, ...given }, new Set(Object.keys(given) as (keyof TrainConfig)[]), checkpoint).config;
+  };
+  it("records the same settings as the uninterrupted run: the default vocabulary stays null (the CI kill -9 test compares them)", () => {
+    const recorded: TrainConfig = { ...DEFAULTS, keys: 3, values: 4 };
+    expect(checkpointSettings(resume(recorded))).toEqual(checkpointSettings(recorded));
+    expect(resume(recorded).vocab).toBeNull();
+  });
+  it("takes the model's vocabulary where it is not the default one: an explicit --vocab, or --keys/--values changed now", () => {
+    expect(resume({ ...DEFAULTS, keys: 3, values: 4, vocab: 40 }).vocab).toBe(40);
+    // 3 x (4 + 1) + 1 = 16 tokens in the model; --keys 2 alone would imply 11
+    const changed = resume({ ...DEFAULTS, keys: 3, values: 4 }, { keys: 2 });
+    expect([changed.keys, changed.vocab]).toEqual([2, 16]);
+  });
+});

@@ -22,7 +22,9 @@
  *   rank's own layout when an exchange moved it), x2, and, unless the MLP is
  *   tiled, norm2's output and statistics and the MLP's up (and gate) and
  *   activation. Activation checkpointing keeps only each block's input, and
- *   the block in backward holds its recomputed attention half;
+ *   the block in backward holds its recomputed attention half; attention in
+ *   head groups (--tile-attention) keeps nothing of the attention half, and
+ *   its backward holds norm1's output, dx2, dh1 and one group's tensors;
  * - the backward working set of one block: the gradients alive together
  *   (the MLP's, unless tiled, then the attention's), and the largest ONNX
  *   Runtime op's temporaries (the MLP's width, per tile when tiled);
@@ -34,9 +36,12 @@
  *   the final norm's input, output and gradient;
  * - the local kernel's score tiles (bounded per call).
  *
- * ONNX Runtime's CPU arenas are off (session-cache.ts) and glibc returns
- * freed large buffers (setMallocMmapThreshold), so nothing else grows with
- * the sequence. The account is meant to be within 15% of the measured peak.
+ * With --no-memory-arena, ONNX Runtime's CPU arenas are off
+ * (session-cache.ts) and glibc returns freed large buffers
+ * (setMallocMmapThreshold), so nothing else grows with the sequence; with
+ * arenas (the default when they fit, resolveMemoryArena) a measured slack on
+ * the per-token terms counts what the arenas and glibc's heap keep. The
+ * account is meant to be within 15% of the measured peak.
  */
 import fs from "node:fs";
 import os from "node:os";

@@ -108,3 +108,13 @@ export class FlatTensors {
     for (let i = 0; i < t.data.length; i++) t.data[i] += d[i]!;
   }
 }
+
+/** target += each term, elementwise (same sizes); returns target. */
+export function addInto(target: Tensor<"float32">, ...terms: Tensor<"float32">[]): Tensor<"float32"> {
+  const t = target.data;
+  for (const term of terms) {
+    const d = term.data;
+    for (let i = 0; i < t.length; i++) t[i] += d[i]!;
+  }
+  return target;
+}

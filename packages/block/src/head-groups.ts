@@ -9,9 +9,9 @@
  * h1 = norm1(x), x2 and, in backward, dx2 and dh1.
  *
  * Nothing of a group survives it: backward recomputes each group's
- * projections and attention forward before its backward (the attention's
- * forward runs twice per backward group, as under activation
- * checkpointing). The math is blockForward's attentionHalf with the sums
+ * projections and attention forward before its backward (so the attention's
+ * forward runs twice per step, three times under activation checkpointing,
+ * whose recompute of the block runs it once more to rebuild x2). The math is blockForward's attentionHalf with the sums
  * over heads split into G partial sums (heads are independent until Wo), so
  * results equal the ungrouped block within float rounding; ONNX export keeps
  * the ungrouped definition. Group g holds query heads [g H/G, (g+1) H/G) and
@@ -22,7 +22,7 @@ import type { AttentionDocuments, BlockOps, RopePositions } from "@ulysses/kerne
 import { Tensor } from "@ulysses/tensors";
 import type { BlockAttention } from "./block-attention.js";
 import type { ResolvedBlockConfig } from "./block-config.js";
-import type { BlockWeights, FlatTensors } from "./block-weights.js";
+import { addInto, type BlockWeights, type FlatTensors } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 
 type F32 = Tensor<"float32">;
@@ -96,12 +96,6 @@ function addBlock(grads: FlatTensors, name: string, value: F32, row: number, col
     const to = (row + i) * width + col;
     for (let j = 0; j < c; j++) t.data[to + j]! += value.data[i * c + j]!;
   }
-}
-
-function addInto(target: F32, term: F32): void {
-  const t = target.data;
-  const d = term.data;
-  for (let i = 0; i < t.length; i++) t[i] += d[i]!;
 }
 
 /** Group g's slices: query columns [qStart, qStart + qWidth), kv columns [kvStart, kvStart + kvWidth). */
@@ -180,27 +174,21 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
     // [rows, h * D] -> [b, s, h, D]
     const a = await c.attention.backward(context, o.dx.reshape([c.batch, c.seq, s.heads, config.headDim]));
     // q, k and v in one linear backward against the group's columns side by side: one [rows, hidden] dh1 term per group
-    const dq = await ops.ropeBackward(a.dq, c.positions, config.ropeBase);
-    const dk = await ops.ropeBackward(a.dk, c.positions, config.ropeBase);
-    c.attention.release(context, out, a.dq, a.dk);
     const parts = [
-      { name: "attn.q", start: s.qStart, width: s.qWidth, d: dq },
-      { name: "attn.k", start: s.kvStart, width: s.kvWidth, d: dk },
+      { name: "attn.q", start: s.qStart, width: s.qWidth, d: await ops.ropeBackward(a.dq, c.positions, config.ropeBase) },
+      { name: "attn.k", start: s.kvStart, width: s.kvWidth, d: await ops.ropeBackward(a.dk, c.positions, config.ropeBase) },
       { name: "attn.v", start: s.kvStart, width: s.kvWidth, d: a.dv },
     ] as const;
-    const r = await ops.linearBackward(
-      h1,
-      sideBySide(
-        h1.shape[1]!,
-        parts.map((p) => columns(weights[`${p.name}.w`]!, p.start, p.width)),
-      ),
-      sideBySide(
-        rowCount,
-        parts.map((p) => p.d),
-      ),
-      config.bias,
+    const dqkv = sideBySide(
+      rowCount,
+      parts.map((p) => p.d),
     );
-    c.attention.release(context, a.dv);
+    c.attention.release(context, out, a.dq, a.dk, a.dv);
+    const wqkv = sideBySide(
+      h1.shape[1]!,
+      parts.map((p) => columns(weights[`${p.name}.w`]!, p.start, p.width)),
+    );
+    const r = await ops.linearBackward(h1, wqkv, dqkv, config.bias);
     addInto(dh1, r.dx);
     let at = 0;
     for (const p of parts) {

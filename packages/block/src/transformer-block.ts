@@ -39,7 +39,7 @@ import { Tensor } from "@ulysses/tensors";
 import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext } from "./block-attention.js";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
 import { attentionHalf, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
-import { blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
+import { addInto, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, type HeadGroupsCall } from "./head-groups.js";
 
@@ -203,15 +203,6 @@ export interface BlockGradients {
   grads: BlockWeights;
   /** Every weight gradient back to back, in `blockWeightSpecs` order. */
   flat: Float32Array;
-}
-
-function addInto(target: F32, ...terms: F32[]): F32 {
-  const t = target.data;
-  for (const term of terms) {
-    const d = term.data;
-    for (let i = 0; i < t.length; i++) t[i] += d[i]!;
-  }
-  return target;
 }
 
 /** Rows [start, start + count) of a [rows, width] tensor, as a view. */
