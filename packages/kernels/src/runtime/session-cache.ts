@@ -27,7 +27,10 @@ export interface RuntimeOptions {
    * Whether idle intra-op threads spin (ONNX Runtime's default: true). Spinning
    * helps on idle, dedicated cores; on oversubscribed cores it stalls every
    * parallel op (measured 3-6x slower attention with 2 threads on the shared
-   * 2-core machine), so pass false there.
+   * 2-core machine), so pass false there. Every session has its own pool, so
+   * with many sessions run one after another (one per op and shape, as the
+   * trainer runs them) the pools spin against each other even on idle cores:
+   * the trainer passes false (twice the tokens/s at SP 1 with 2 threads).
    */
   allowSpinning?: boolean;
   /**
