@@ -36,10 +36,7 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
   const chosen = resolveKernel(kernel);
   // Unless --memory-arena: freed activations go back to the OS (about 35 KiB per token of peak RSS at hidden 256, docs/results/memory).
   if (!memoryArena) setMallocMmapThreshold(MMAP_THRESHOLD_BYTES);
-  // Idle intra-op threads never spin: every op and shape has its own session and thread pool, so a pool still
-  // spinning after its op takes the cores the next op's pool needs (SP 1 with 2 threads at N = 4096, hidden 256,
-  // 2-core VM: 2000-2200 tokens/s spinning, no faster than 1 thread; 4000-4750 without).
-  const cache = new SessionCache({ intraOpThreads: threads, memoryArena, allowSpinning: false });
+  const cache = new SessionCache({ intraOpThreads: threads, memoryArena });
   const attention = await createAttention({ implementation: chosen.kernel === "fused" ? "fused" : "ort", cache });
   const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
   const name = chosen.kernel === "fused" ? "FusedAttention (C++ custom op)" : "OrtAttention";

@@ -104,8 +104,7 @@ export class FlatTensors {
   add(name: string, value: F32): void {
     const t = this.tensors[name];
     if (t === undefined || t.size !== value.size) throw new BlockError(`FlatTensors: no slot '${name}' of ${value.size} elements`);
-    const d = value.data;
-    for (let i = 0; i < t.data.length; i++) t.data[i] += d[i]!;
+    addInto(t, value);
   }
 }
 

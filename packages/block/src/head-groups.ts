@@ -11,9 +11,10 @@
  * Nothing of a group survives it: backward recomputes each group's
  * projections and attention forward before its backward (so the attention's
  * forward runs twice per step, three times under activation checkpointing,
- * whose recompute of the block runs it once more to rebuild x2). The math is blockForward's attentionHalf with the sums
- * over heads split into G partial sums (heads are independent until Wo), so
- * results equal the ungrouped block within float rounding; ONNX export keeps
+ * whose recompute of the block runs it once more to rebuild x2). The math is
+ * blockForward's attentionHalf with the sums over heads split into G partial
+ * sums (heads are independent until Wo), so results equal the ungrouped block
+ * within float rounding; ONNX export keeps
  * the ungrouped definition. Group g holds query heads [g H/G, (g+1) H/G) and
  * kv heads [g Hkv/G, (g+1) Hkv/G): G divides both head counts, so the
  * grouped-query mapping stays inside the group.
@@ -174,16 +175,17 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
     // [rows, h * D] -> [b, s, h, D]
     const a = await c.attention.backward(context, o.dx.reshape([c.batch, c.seq, s.heads, config.headDim]));
     // q, k and v in one linear backward against the group's columns side by side: one [rows, hidden] dh1 term per group
-    const parts = [
-      { name: "attn.q", start: s.qStart, width: s.qWidth, d: await ops.ropeBackward(a.dq, c.positions, config.ropeBase) },
-      { name: "attn.k", start: s.kvStart, width: s.kvWidth, d: await ops.ropeBackward(a.dk, c.positions, config.ropeBase) },
-      { name: "attn.v", start: s.kvStart, width: s.kvWidth, d: a.dv },
-    ] as const;
-    const dqkv = sideBySide(
-      rowCount,
-      parts.map((p) => p.d),
-    );
+    const dqkv = sideBySide(rowCount, [
+      await ops.ropeBackward(a.dq, c.positions, config.ropeBase),
+      await ops.ropeBackward(a.dk, c.positions, config.ropeBase),
+      a.dv,
+    ]);
     c.attention.release(context, out, a.dq, a.dk, a.dv);
+    const parts = [
+      { name: "attn.q", start: s.qStart, width: s.qWidth },
+      { name: "attn.k", start: s.kvStart, width: s.kvWidth },
+      { name: "attn.v", start: s.kvStart, width: s.kvWidth },
+    ] as const;
     const wqkv = sideBySide(
       h1.shape[1]!,
       parts.map((p) => columns(weights[`${p.name}.w`]!, p.start, p.width)),

@@ -24,13 +24,15 @@ export interface RuntimeOptions {
   /** Ranks sharing this process's cores (used for the default thread count). */
   ranksInProcess?: number;
   /**
-   * Whether idle intra-op threads spin (ONNX Runtime's default: true). Spinning
-   * helps on idle, dedicated cores; on oversubscribed cores it stalls every
-   * parallel op (measured 3-6x slower attention with 2 threads on the shared
-   * 2-core machine), so pass false there. Every session has its own pool, so
-   * with many sessions run one after another (one per op and shape, as the
-   * trainer runs them) the pools spin against each other even on idle cores:
-   * the trainer passes false (twice the tokens/s at SP 1 with 2 threads).
+   * Whether idle intra-op threads spin (default false; ONNX Runtime's own
+   * default is true). Every session has its own thread pool, and a cache holds
+   * one session per op and shape, run one after another: a pool still spinning
+   * after its op takes the cores the next op's pool needs (the trainer at SP 1
+   * with 2 threads, N = 4096, hidden 256, 2-core VM: 2000-2200 tokens/s
+   * spinning, no faster than 1 thread; 4000-4750 without), and on
+   * oversubscribed cores spinning stalls every parallel op (3-6x slower
+   * attention with 2 threads on the shared 2-core machine). Pass true only to
+   * time one session run in a loop on idle cores (measureMatmulRate does).
    */
   allowSpinning?: boolean;
   /**
@@ -63,7 +65,7 @@ export class SessionCache {
     }
     if (this.executionProvider === "cuda") assertCudaAvailable();
     this.intraOpThreads = options.intraOpThreads ?? defaultIntraOpThreads(options.ranksInProcess);
-    this.allowSpinning = options.allowSpinning ?? true;
+    this.allowSpinning = options.allowSpinning ?? false;
     this.memoryArena = options.memoryArena ?? false;
     if (!Number.isInteger(this.intraOpThreads) || this.intraOpThreads < 1) {
       throw new KernelError(`intraOpThreads must be a positive integer, got ${options.intraOpThreads}`);
