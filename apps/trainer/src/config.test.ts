@@ -78,7 +78,7 @@ describe("validation before any rank starts", () => {
   it("takes --tile-mlp and --tile-loss as rows per tile (0: off) or auto and names a bad value", () => {
     expect(parse(["--tile-mlp", "2048", "--tile-loss", "512"])).toMatchObject({ tileMlp: 2048, tileLoss: 512 });
     expect(parse(["--tile-mlp", "auto", "--tile-loss", "0"])).toMatchObject({ tileMlp: "auto", tileLoss: 0 });
-    expect(parse([])).toMatchObject({ tileMlp: 0, tileLoss: "auto" });
+    expect(parse([])).toMatchObject({ tileMlp: "auto", tileLoss: "auto" });
     expect(problems({ tileMlp: 2048, tileLoss: 1 })).toBe("");
     expect(problems({ tileMlp: 1.5 })).toMatch(/--tile-mlp must be 0 \(off\), auto or a positive number of rows per tile, got 1.5/);
     expect(problems({ tileLoss: -4 })).toMatch(/--tile-loss must be 0 \(off\), auto or a positive number of rows per tile, got -4/);

@@ -128,7 +128,7 @@ export const DEFAULTS: TrainConfig = {
   timeout: 300,
   checkpointEvery: 100,
   activationCheckpointing: false,
-  tileMlp: 0,
+  tileMlp: "auto",
   tileLoss: "auto",
   tileAttention: 1,
   memoryArena: "auto",
@@ -155,6 +155,9 @@ export function tokensPerRankOf(config: Pick<TrainConfig, "batch" | "seq" | "sp"
  * account with arenas would not fit (resolveMemoryArena in preflight.ts).
  */
 export type MemoryArenaSetting = boolean | "auto";
+
+/** With --no-memory-arena: V8 collects freed tensors after every this many bytes of op outputs per rank (GarbageCollector of @ulysses/kernels). */
+export const COLLECT_GARBAGE_EVERY_BYTES = 16 * 1024 * 1024;
 
 /** --tile-mlp / --tile-loss: rows per tile, 0 for off, or auto. */
 export type TileSetting = number | "auto";

@@ -9,7 +9,7 @@
 import "@ulysses/fused-attention"; // registers attention implementation "fused"
 import { fusedAttentionStatus, setMallocMmapThreshold } from "@ulysses/fused-attention";
 import { SessionCache, createAttention, createOrtOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
-import type { TrainConfig } from "./config.js";
+import { COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 export interface RankKernels {
@@ -36,7 +36,8 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
   const chosen = resolveKernel(kernel);
   // Unless --memory-arena: freed activations go back to the OS (about 35 KiB per token of peak RSS at hidden 256, docs/results/memory).
   if (!memoryArena) setMallocMmapThreshold(MMAP_THRESHOLD_BYTES);
-  const cache = new SessionCache({ intraOpThreads: threads, memoryArena });
+  // Unless --memory-arena: freed tensors collected every 16 MiB of outputs, so the peak is the live tensors' plus at most that much garbage
+  const cache = new SessionCache({ intraOpThreads: threads, memoryArena, collectGarbageEvery: memoryArena ? 0 : COLLECT_GARBAGE_EVERY_BYTES });
   const attention = await createAttention({ implementation: chosen.kernel === "fused" ? "fused" : "ort", cache });
   const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
   const name = chosen.kernel === "fused" ? "FusedAttention (C++ custom op)" : "OrtAttention";

@@ -45,9 +45,9 @@
  */
 import fs from "node:fs";
 import os from "node:os";
-import { blockConfigOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
+import { blockConfigOf, HEAD_GROUP_ROW_TILE_BYTES, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
-import { gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
+import { COLLECT_GARBAGE_EVERY_BYTES, gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 const MiB = 1024 * 1024;
@@ -142,11 +142,12 @@ export function layerFloatsPerToken(
   const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
   if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, mlpTile };
   // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
-  // statistics, dx2 (in dy's buffer), dh1 and one group's term of it, and one group's recomputed forward (q and k before and after
-  // RoPE, v, out and its own-layout copy, log-sum-exp) and gradients (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
+  // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileBytes),
+  // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
+  // (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
   const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / headGroups;
   const groupBackward = (4 * qWidth + 5 * kvWidth) / headGroups;
-  const groupedBackward = 3 * hidden + groupForward + groupBackward;
+  const groupedBackward = 2 * hidden + groupForward + groupBackward;
   return {
     saved: 2 * hidden + (tiledMlp ? 0 : mlpHalf),
     recomputed: hidden + normStats,
@@ -186,6 +187,9 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
+  // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
+  const groupTileFloats =
+    headGroups > 1 ? model.hidden * Math.min(tokensPerRank, Math.max(1, Math.floor(HEAD_GROUP_ROW_TILE_BYTES / (F32 * model.hidden)))) : 0;
   const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;
@@ -211,7 +215,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
       name: tiledMlp
         ? `backward working set (the larger of the attention's gradients${headGroups > 1 ? ` in ${headGroups} head groups` : ""} and one MLP tile of ${mlpTileRows} tokens)`
         : "backward working set (one block's gradients and the largest op's temporaries)",
-      bytes: all(F32 * Math.max(perLayer.backward * tokensPerRank, perLayer.mlpTile * mlpTileRows)),
+      bytes: all(F32 * Math.max(perLayer.backward * tokensPerRank + groupTileFloats, perLayer.mlpTile * mlpTileRows)),
     },
     {
       name: `attention working buffers (score tiles; head dim ${block.headDim})`,
@@ -231,7 +235,12 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
           bytes: all(F32 * (3 * model.vocab + finalNormFloats) * tokensPerRank),
         },
   ];
-  if (config.memoryArena !== false) {
+  if (config.memoryArena === false) {
+    terms.push({
+      name: `freed tensors awaiting V8's collection (at most ${COLLECT_GARBAGE_EVERY_BYTES / MiB} MiB of op outputs per rank, --no-memory-arena)`,
+      bytes: all(COLLECT_GARBAGE_EVERY_BYTES),
+    });
+  } else {
     // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
     const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
     terms.push({

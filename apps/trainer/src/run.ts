@@ -15,6 +15,7 @@ import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { resolveTextFormat } from "@ulysses/training";
 import {
+  COLLECT_GARBAGE_EVERY_BYTES,
   errnoText,
   fileProblem,
   gptConfigOf,
@@ -163,7 +164,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       ].filter((part) => part !== "");
       lean.push(
         config.memoryArena === false
-          ? "arenas off, freed buffers returned to the OS (--no-memory-arena)"
+          ? `arenas off, freed buffers returned to the OS, freed tensors collected every ${COLLECT_GARBAGE_EVERY_BYTES / 2 ** 20} MiB of outputs (--no-memory-arena)`
           : `ONNX Runtime arenas and glibc's heap${config.memoryArena === "auto" ? " (auto)" : ""}`,
       );
       log(`memory: ${lean.join(", ")}`);

@@ -60,7 +60,13 @@ describe("attention in head groups equals the plain block", () => {
           const x = randomTensor([batch, seq, c.hidden], random);
           const dy = randomTensor([batch, seq, c.hidden], random);
           for (const attentionHeadGroups of groups) {
-            for (const mode of [{}, { checkpoint: true }, { checkpoint: true, mlpTileRows: 5 }]) {
+            for (const mode of [
+              {},
+              { checkpoint: true },
+              { checkpoint: true, mlpTileRows: 5 },
+              { headGroupTileRows: 5 },
+              { checkpoint: true, headGroupTileRows: 1 },
+            ]) {
               for (const [callName, call] of [
                 ["positions from 0", {}],
                 ["packed documents", packed()],

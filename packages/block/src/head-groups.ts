@@ -38,6 +38,8 @@ export interface HeadGroupsCall {
   seq: number;
   positions: RopePositions;
   documents: AttentionDocuments | undefined;
+  /** Rows per tile of a group's full-width terms (x2's in forward, dh1's in backward). */
+  tileRows: number;
 }
 
 /** Checks a head-group count against the config (a BlockError naming the values). */
@@ -80,6 +82,25 @@ function sideBySide(rowCount: number, parts: readonly F32[]): F32 {
 function rows(w: F32, start: number, count: number): F32 {
   const outF = w.shape[1]!;
   return new Tensor("float32", [count, outF], w.data.subarray(start * outF, (start + count) * outF));
+}
+
+/** Rows [start, start + count) of a tensor read as [rows, last dimension], as a view. */
+function rowsOf(t: F32, start: number, count: number): F32 {
+  const width = t.shape[t.rank - 1]!;
+  return new Tensor("float32", [count, width], t.data.subarray(start * width, (start + count) * width));
+}
+
+/**
+ * The default bytes of one row tile of a group's full-width term ([tile rows,
+ * hidden]: its share of x2 in forward, of dh1 in backward), so that term
+ * never exists for the whole sequence: 4 MiB, the trainer's automatic tile size.
+ */
+export const HEAD_GROUP_ROW_TILE_BYTES = 4 * 1024 * 1024;
+
+/** Calls fn(start, count) over the row tiles of `like` [rows, width] (or [b, s, width]), `tile` rows each, one after another. */
+async function inRowTiles(like: F32, tile: number, fn: (start: number, count: number) => Promise<unknown>): Promise<void> {
+  const rowCount = like.size / like.shape[like.rank - 1]!;
+  for (let start = 0; start < rowCount; start += tile) await fn(start, Math.min(tile, rowCount - start));
 }
 
 /** Elements [start, start + count) of a vector, as a view. */
@@ -143,13 +164,13 @@ export async function groupedAttentionForward(c: HeadGroupsCall, groups: number,
     const { q, k, v } = await project(c, s, h1);
     const { out, context } = await c.attention.forward(q, k, v, attentionOptions(c));
     // [b, s, h, D] -> [rows, h * D]; the bias of Wo is added once, with group 0
-    const y = await ops.linearForward(
-      out.reshape([c.batch * c.seq, s.qWidth]),
-      rows(weights["attn.o.w"]!, s.qStart, s.qWidth),
-      config.bias && g === 0 ? weights["attn.o.b"] : undefined,
+    const outRows = out.reshape([c.batch * c.seq, s.qWidth]);
+    const wo = rows(weights["attn.o.w"]!, s.qStart, s.qWidth);
+    const bias = config.bias && g === 0 ? weights["attn.o.b"] : undefined;
+    await inRowTiles(x2, c.tileRows, async (start, count) =>
+      addInto(rowsOf(x2, start, count), await ops.linearForward(rowsOf(outRows, start, count), wo, bias)),
     );
     c.attention.release(context, out);
-    addInto(x2, y);
   }
   return x2;
 }
@@ -190,14 +211,17 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
       h1.shape[1]!,
       parts.map((p) => columns(weights[`${p.name}.w`]!, p.start, p.width)),
     );
-    const r = await ops.linearBackward(h1, wqkv, dqkv, config.bias);
-    addInto(dh1, r.dx);
-    let at = 0;
-    for (const p of parts) {
-      addBlock(grads, `${p.name}.w`, columns(r.dw, at, p.width), 0, p.start);
-      if (config.bias) addBlock(grads, `${p.name}.b`, part(r.db!, at, p.width), 0, p.start);
-      at += p.width;
-    }
+    // row tile by row tile, so the group's [rows, hidden] term of dh1 exists for one tile at a time
+    await inRowTiles(dh1, c.tileRows, async (start, count) => {
+      const r = await ops.linearBackward(rowsOf(h1, start, count), wqkv, rowsOf(dqkv, start, count), config.bias);
+      addInto(rowsOf(dh1, start, count), r.dx);
+      let at = 0;
+      for (const p of parts) {
+        addBlock(grads, `${p.name}.w`, columns(r.dw, at, p.width), 0, p.start);
+        if (config.bias) addBlock(grads, `${p.name}.b`, part(r.db!, at, p.width), 0, p.start);
+        at += p.width;
+      }
+    });
   }
   return dh1;
 }

@@ -41,7 +41,7 @@ import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "
 import { attentionHalf, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 import { addInto, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
-import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, type HeadGroupsCall } from "./head-groups.js";
+import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, HEAD_GROUP_ROW_TILE_BYTES, type HeadGroupsCall } from "./head-groups.js";
 
 type F32 = Tensor<"float32">;
 
@@ -71,6 +71,13 @@ export interface TransformerBlockOptions {
    * nothing (backward recomputes it group by group). 1 or undefined: off.
    */
   attentionHeadGroups?: number;
+  /**
+   * With head groups: rows per tile of a group's full-width terms (its share
+   * of x2 = x + attention @ Wo in forward, of dh1 in backward), which are
+   * computed and summed tile by tile (a positive integer; default: the rows
+   * of 4 MiB, HEAD_GROUP_ROW_TILE_BYTES).
+   */
+  headGroupTileRows?: number;
 }
 
 export interface BlockForwardOptions {
@@ -350,6 +357,8 @@ export class TransformerBlock {
   readonly mlpTileRows: number;
   /** Head groups of the attention half; 1: all heads at once. */
   readonly attentionHeadGroups: number;
+  /** Rows per tile of a head group's full-width terms. */
+  readonly headGroupTileRows: number;
   private readonly ops: BlockOps;
 
   constructor(config: BlockConfig, options: TransformerBlockOptions) {
@@ -369,6 +378,13 @@ export class TransformerBlock {
       throw new BlockError("TransformerBlock: give `localAttention` (a kernel) or `attention` (a BlockAttention)");
     }
     this.attentionHeadGroups = checkHeadGroups(options.attentionHeadGroups ?? 1, this.config);
+    const groupTile = options.headGroupTileRows ?? Math.max(1, Math.floor(HEAD_GROUP_ROW_TILE_BYTES / (4 * this.config.hidden)));
+    if (typeof groupTile !== "number" || !Number.isInteger(groupTile) || groupTile < 1) {
+      throw new BlockError(
+        `TransformerBlock: headGroupTileRows must be a positive integer (rows per tile of a head group's full-width terms), got ${String(groupTile)}`,
+      );
+    }
+    this.headGroupTileRows = groupTile;
     this.weights = options.weights ?? initBlockWeights(this.config, options.seed ?? 0);
     checkBlockWeights(this.config, this.weights);
   }
@@ -464,7 +480,7 @@ export class TransformerBlock {
 
   private headGroupsCall({ batch, seq, call }: Geometry): HeadGroupsCall {
     const { config, weights, ops, attention } = this;
-    return { config, weights, ops, attention, batch, seq, positions: call.positions, documents: call.documents };
+    return { config, weights, ops, attention, batch, seq, positions: call.positions, documents: call.documents, tileRows: this.headGroupTileRows };
   }
 
   /** The MLP half tile by tile over x2's rows, saving (when `saved`) only x2. */

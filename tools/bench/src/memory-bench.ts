@@ -6,15 +6,18 @@
  * run:
  *
  *   - memory rows: SP 1 (2 ONNX Runtime threads, local backend) and SP 2
- *     (threads backend, 1 thread per rank), plain, tiled (tiled MLP + tiled
- *     loss) and lean (tiled + activation checkpointing + attention in head
- *     groups, `--tile-attention auto`), at N = 8K and 16K;
- *     the slope of peak RSS per token between them;
+ *     (threads backend, 1 thread per rank), plain (every tiling off, for
+ *     reference), default (the trainer's defaults: MLP and loss tiled where a
+ *     rank's untiled buffer would pass 4 MiB) and lean (default + activation
+ *     checkpointing + attention in head groups, `--tile-attention auto`), at
+ *     N = 8K and 16K, each run --repeat times (its peak: the median); the
+ *     slope of peak RSS per token between them;
  *   - vocabulary rows: the recall task at vocab 256 and 32768, SP 2, lean, at
- *     8K and 16K: the slope with tiled loss must not grow with the vocabulary;
- *   - speed rows: SP 1 and SP 2, plain, at 4K, 8K and 16K: tokens/s (median
- *     of the steps after the first) and MFU against the same process's
- *     ONNX Runtime MatMul rate, and SP 1 as a fraction of SP 2;
+ *     8K and 16K (repeated too): the slope with tiled loss must not grow with
+ *     the vocabulary;
+ *   - speed rows: SP 1 and SP 2, default, at 4K, 8K and 16K: tokens/s
+ *     (median of the steps after the first) and MFU against the same
+ *     process's ONNX Runtime MatMul rate, and SP 1 as a fraction of SP 2;
  *   - with --long: one step at N = 131072, SP 2, lean.
  *
  * Every row is also predicted by the trainer's memory account
@@ -44,15 +47,17 @@ const MiB = 1024 * KiB;
 const HELP = `Usage: pnpm bench:memory [flags]
 
 Peak RSS and speed of the trainer (2 layers, hidden 256, 8 heads, batch 1,
-byte-level text) at SP 1 and SP 2, plain, tiled (tiled MLP + tiled loss) and
-lean (tiled + activation checkpointing + --tile-attention auto); slopes per token, the vocabulary rows (recall task,
-vocab 256 vs 32768), MFU, and the memory account against every measured peak.
-Writes bench-results/memory/memory.json and memory.md.
+byte-level text) at SP 1 and SP 2, plain (every tiling off), default (the
+trainer's defaults: --tile-mlp auto --tile-loss auto) and lean (default +
+--activation-checkpointing --tile-attention auto); slopes per token, the
+vocabulary rows (recall task, vocab 256 vs 32768), MFU, and the memory account
+against every measured peak. Writes bench-results/memory/memory.json and
+memory.md.
 
   --memory-seq LIST   the two sequence lengths of the slopes (default 8192,16384)
   --speed-seq LIST    sequence lengths of the speed rows (default 4096,8192,16384)
   --speed-steps N     steps of a speed row (default 4; the first is not timed)
-  --tile N            rows per MLP tile in the tiled and lean rows (default 2048; their loss runs with --tile-loss auto)
+  --repeat N          runs of each memory and vocabulary row; its peak is their median (default 3)
   --long              also one lean step at N = 131072, SP 2 (minutes)
   --help, -h          this text
 `;
@@ -61,7 +66,7 @@ const FLAG_OPTIONS = {
   "memory-seq": { type: "string" },
   "speed-seq": { type: "string" },
   "speed-steps": { type: "string" },
-  tile: { type: "string" },
+  repeat: { type: "string" },
   long: { type: "boolean" },
 } as const;
 
@@ -69,7 +74,7 @@ interface Flags {
   memorySeq: [number, number];
   speedSeq: number[];
   speedSteps: number;
-  tile: number;
+  repeat: number;
   long: boolean;
 }
 
@@ -86,12 +91,13 @@ function readFlags(argv: readonly string[]): Flags | null {
     memorySeq: [memorySeq[0]!, memorySeq[1]!],
     speedSeq: positiveIntegers("--speed-seq", v["speed-seq"] ?? "4096,8192,16384"),
     speedSteps,
-    tile: positiveIntegers("--tile", v.tile ?? "2048")[0]!,
+    repeat: positiveIntegers("--repeat", v.repeat ?? "3")[0]!,
     long: v.long ?? false,
   };
 }
 
-type Mode = "plain" | "tiled" | "lean";
+type Mode = "plain" | "default" | "lean";
+const MODES: readonly Mode[] = ["plain", "default", "lean"];
 
 interface RowSpec {
   group: "memory" | "vocab" | "speed" | "long";
@@ -104,7 +110,10 @@ interface RowSpec {
 }
 
 interface RowResult extends RowSpec {
+  /** The median of the runs' peaks. */
   peakBytes: number;
+  /** Every run's peak RSS, in run order. */
+  peaks: number[];
   tokensPerSec: number;
   mfu: number;
   stepMs: number;
@@ -114,9 +123,9 @@ interface RowResult extends RowSpec {
 }
 
 /** The trainer configuration a row runs (the same object the account is computed from). */
-function rowConfig(row: RowSpec, tile: number, dataFile: string, outDir: string): TrainConfig {
+function rowConfig(row: RowSpec, dataFile: string, outDir: string): TrainConfig {
   const lean = row.mode === "lean";
-  const tiled = row.mode !== "plain";
+  const plain = row.mode === "plain";
   return {
     ...DEFAULTS,
     sp: row.sp,
@@ -138,8 +147,8 @@ function rowConfig(row: RowSpec, tile: number, dataFile: string, outDir: string)
     tileAttention: lean ? "auto" : 1,
     // memory rows measure the least-memory allocation; speed rows run the trainer's default (auto: arenas, on this machine)
     memoryArena: row.group === "speed" ? "auto" : false,
-    tileMlp: tiled ? tile : 0,
-    tileLoss: tiled ? "auto" : 0,
+    tileMlp: plain ? 0 : "auto",
+    tileLoss: plain ? 0 : "auto",
     out: outDir,
     overwrite: true,
     checkpointEvery: 0,
@@ -197,11 +206,39 @@ function cliArgs(c: TrainConfig): string[] {
   return args;
 }
 
-async function runRow(row: RowSpec, tile: number, dataFile: string, outRoot: string): Promise<RowResult> {
+interface RunMetrics {
+  tokensPerSec: number;
+  mfu: number;
+  stepMs: number;
+  peakRssBytes: number;
+}
+
+/** Runs a row `runs` times, each in its own trainer process; its peak is their median, its speed the first run's. */
+async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: string): Promise<RowResult> {
   const dir = path.join(outRoot, "runs", `${row.group}-sp${row.sp}-${row.mode}-${row.task}${row.vocab}-n${row.seq}`);
-  const config = rowConfig(row, tile, dataFile, dir);
+  const config = rowConfig(row, dataFile, dir);
   const args = cliArgs(config);
   const started = performance.now();
+  const first = await runTrainer(args, dir);
+  const wallSeconds = (performance.now() - started) / 1000;
+  const peaks = [Math.max(...first.map((m) => m.peakRssBytes))];
+  for (let i = 1; i < runs; i++) peaks.push(Math.max(...(await runTrainer(args, dir)).map((m) => m.peakRssBytes)));
+  const timed = first.length > 1 ? first.slice(1) : first;
+  return {
+    ...row,
+    peakBytes: median(peaks),
+    peaks,
+    tokensPerSec: median(timed.map((m) => m.tokensPerSec)),
+    mfu: median(timed.map((m) => m.mfu)),
+    stepMs: median(timed.map((m) => m.stepMs)),
+    wallSeconds,
+    estimate: estimateMemory(config),
+    command: `pnpm train ${args.join(" ").replaceAll(dir, "<out>").replaceAll(dataFile, "<text>")}`,
+  };
+}
+
+/** One trainer process with `args` (writing to `dir`): its metrics.jsonl, a line a step. */
+async function runTrainer(args: string[], dir: string): Promise<RunMetrics[]> {
   try {
     await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", CLI, ...args], {
       cwd: REPO_ROOT,
@@ -212,23 +249,11 @@ async function runRow(row: RowSpec, tile: number, dataFile: string, outRoot: str
     const e = cause as { stderr?: string; stdout?: string; message: string };
     throw new Error(`bench:memory: the trainer failed for ${path.basename(dir)}: ${e.message}\n${e.stderr ?? ""}${e.stdout?.slice(-2000) ?? ""}`, { cause });
   }
-  const wallSeconds = (performance.now() - started) / 1000;
-  const metrics = fs
+  return fs
     .readFileSync(path.join(dir, "metrics.jsonl"), "utf8")
     .split("\n")
     .filter((l) => l.trim() !== "")
-    .map((l) => JSON.parse(l) as { tokensPerSec: number; mfu: number; stepMs: number; peakRssBytes: number });
-  const timed = metrics.length > 1 ? metrics.slice(1) : metrics;
-  return {
-    ...row,
-    peakBytes: Math.max(...metrics.map((m) => m.peakRssBytes)),
-    tokensPerSec: median(timed.map((m) => m.tokensPerSec)),
-    mfu: median(timed.map((m) => m.mfu)),
-    stepMs: median(timed.map((m) => m.stepMs)),
-    wallSeconds,
-    estimate: estimateMemory(config),
-    command: `pnpm train ${args.join(" ").replaceAll(dir, "<out>").replaceAll(dataFile, "<text>")}`,
-  };
+    .map((l) => JSON.parse(l) as RunMetrics);
 }
 
 /** Byte-level text for the rows: this repository's Markdown, concatenated (read at run time, nothing downloaded). */
@@ -249,6 +274,7 @@ function writeText(file: string): void {
 }
 
 const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 const kibPerToken = (b: number) => `${(b / KiB).toFixed(1)} KiB`;
 
 function slope(rows: RowResult[], a: number, b: number, pick: (r: RowResult) => boolean): number | null {
@@ -268,21 +294,20 @@ async function main(): Promise<void> {
   const [n1, n2] = f.memorySeq;
   const specs: RowSpec[] = [];
   for (const sp of [1, 2] as const)
-    for (const mode of ["plain", "tiled", "lean"] as const)
-      for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2 });
+    for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2 });
   for (const vocab of [256, 32768]) for (const seq of [n1, n2]) specs.push({ group: "vocab", sp: 2, mode: "lean", seq, task: "recall", vocab, steps: 2 });
   for (const seq of f.speedSeq)
-    for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "plain", seq, task: "text", vocab: 256, steps: f.speedSteps });
+    for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps });
   if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1 });
 
   const rows: RowResult[] = [];
   try {
     for (const spec of specs) {
-      const r = await runRow(spec, f.tile, dataFile, outRoot);
+      const r = await runRow(spec, spec.group === "memory" || spec.group === "vocab" ? f.repeat : 1, dataFile, outRoot);
       rows.push(r);
       console.log(
         `${spec.group.padEnd(6)} SP ${spec.sp} ${spec.mode.padEnd(5)} ${spec.task}${spec.task === "recall" ? ` vocab ${spec.vocab}` : ""} N=${spec.seq}: ` +
-          `peak ${gib(r.peakBytes)} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
+          `peak ${gib(r.peakBytes)}${r.peaks.length > 1 ? ` (median of ${r.peaks.map((b) => mib(b)).join(", ")})` : ""} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
           `${r.tokensPerSec.toFixed(0)} tok/s, MFU ${(100 * r.mfu).toFixed(1)}%, ${r.wallSeconds.toFixed(0)} s`,
       );
     }
@@ -296,22 +321,31 @@ async function main(): Promise<void> {
   const check = (ok: boolean, what: string) => checks.push(`${ok ? "PASS" : "FAIL"} ${what}`);
   lines.push("# bench:memory", "", `Machine: ${describeMachine(machine)}.`, "");
   lines.push(
-    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. LM head untied. Tiled = \`--tile-mlp ${f.tile} --tile-loss auto\` (the loss in tiles of at most 4 MiB of logits: 64 rows at vocab 32768; 4096 rows at vocab 256, so untiled up to 4096 tokens per rank); lean = tiled + \`--activation-checkpointing --tile-attention auto\` (attention in head groups: 8 at SP 1, 4 at SP 2). Memory rows run with \`--no-memory-arena\` (ONNX Runtime arenas off, glibc's mmap threshold fixed: freed buffers go back to the OS); speed rows with the trainer's default allocation (\`--memory-arena auto\`: arenas and glibc's heap when they fit, as here).`,
+    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. LM head untied. Plain = every tiling off (\`--tile-mlp 0 --tile-loss 0\`), for reference; default = the trainer's defaults (\`--tile-mlp auto --tile-loss auto\`: the MLP in tiles of 1024 tokens past 1024 tokens per rank, the loss in tiles of at most 4 MiB of logits, 64 rows at vocab 32768 and 4096 at vocab 256, so untiled up to 4096 tokens per rank); lean = default + \`--activation-checkpointing --tile-attention auto\` (attention in head groups: 8 at SP 1, 4 at SP 2). Memory rows run with \`--no-memory-arena\` (ONNX Runtime arenas off, glibc's mmap threshold fixed: freed buffers go back to the OS; V8 collects freed tensors every 16 MiB of op outputs per rank), ${f.repeat} run${f.repeat > 1 ? "s" : ""} each (the peak is their median); speed rows with the trainer's default allocation (\`--memory-arena auto\`: arenas and glibc's heap when they fit, as here).`,
     "",
   );
-  lines.push("## Peak RSS", "", "| rows | SP | mode | task | N | peak RSS | account | account / peak |", "|---|---|---|---|---|---|---|---|");
+  lines.push("## Peak RSS", "", "| rows | SP | mode | task | N | peak RSS | runs | account | account / peak |", "|---|---|---|---|---|---|---|---|---|");
   for (const r of rows) {
     lines.push(
-      `| ${r.group} | ${r.sp} | ${r.mode} | ${r.task}${r.task === "recall" ? ` (vocab ${r.vocab})` : ""} | ${r.seq} | ${gib(r.peakBytes)} | ${gib(r.estimate.bytes)} | ${(r.estimate.bytes / r.peakBytes).toFixed(2)} |`,
+      `| ${r.group} | ${r.sp} | ${r.mode} | ${r.task}${r.task === "recall" ? ` (vocab ${r.vocab})` : ""} | ${r.seq} | ${gib(r.peakBytes)} | ${r.peaks.map((b) => mib(b)).join(", ")} | ${gib(r.estimate.bytes)} | ${(r.estimate.bytes / r.peakBytes).toFixed(2)} |`,
     );
   }
-  lines.push("", "## Slopes of peak RSS per token", "", `Between N = ${n1} and ${n2}.`, "", "| SP | mode | slope |", "|---|---|---|");
+  lines.push(
+    "",
+    "## Slopes of peak RSS per token",
+    "",
+    `Between N = ${n1} and ${n2}, of the median peaks. The targets: without checkpointing (the default rows) at most 40 KiB, with checkpointing and tiling (lean) at most 10; plain, every tiling off, has none.`,
+    "",
+    "| SP | mode | slope |",
+    "|---|---|---|",
+  );
   for (const sp of [1, 2] as const)
-    for (const mode of ["plain", "tiled", "lean"] as const) {
+    for (const mode of MODES) {
       const s = slope(rows, n1, n2, (r) => r.group === "memory" && r.sp === sp && r.mode === mode);
       if (s === null) continue;
       lines.push(`| ${sp} | ${mode} | ${kibPerToken(s)} |`);
-      const target = mode === "lean" ? 10 : 40; // without checkpointing: 40 KiB per token; with checkpointing and tiling: 10
+      if (mode === "plain") continue;
+      const target = mode === "lean" ? 10 : 40;
       check(s <= target * KiB, `SP ${sp} ${mode}: slope ${kibPerToken(s)}/token <= ${target} KiB`);
     }
   const v256 = slope(rows, n1, n2, (r) => r.group === "vocab" && r.vocab === 256);
@@ -328,7 +362,7 @@ async function main(): Promise<void> {
 
   const speed = rows.filter((r) => r.group === "speed");
   if (speed.length > 0) {
-    lines.push("", "## Speed (plain)", "", "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 |", "|---|---|---|---|---|---|");
+    lines.push("", "## Speed (default)", "", "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 |", "|---|---|---|---|---|---|");
     for (const seq of f.speedSeq) {
       const a = speed.find((r) => r.sp === 1 && r.seq === seq);
       const b = speed.find((r) => r.sp === 2 && r.seq === seq);
@@ -351,7 +385,7 @@ async function main(): Promise<void> {
     check(long.peakBytes <= 3 * 2 ** 30, `N = 131072, SP 2, lean: peak ${gib(long.peakBytes)} <= 3 GiB`);
   }
   lines.push("", "## The account, term by term (largest row of each mode)", "");
-  for (const mode of ["plain", "tiled", "lean"] as const) {
+  for (const mode of MODES) {
     const r = rows.filter((x) => x.group === "memory" && x.mode === mode && x.sp === 2).at(-1);
     if (!r) continue;
     lines.push(`SP 2, ${mode}, N = ${r.seq}: measured ${gib(r.peakBytes)}, account ${gib(r.estimate.bytes)}`, "", "| term | MiB |", "|---|---|");

@@ -13,6 +13,7 @@ import * as ort from "onnxruntime-node";
 import type { Tensor } from "@ulysses/tensors";
 import { fromOrt, toOrt } from "@ulysses/tensors/ort";
 import { KernelError } from "../errors.js";
+import { GarbageCollector } from "./garbage-collector.js";
 
 export type ExecutionProvider = "cpu" | "cuda";
 
@@ -43,6 +44,14 @@ export interface RuntimeOptions {
    * (docs/results/memory).
    */
   memoryArena?: boolean;
+  /**
+   * Run V8's full garbage collection after every this many bytes of op
+   * outputs (default 0: never; V8 alone decides). Bounds the freed tensors
+   * still held in memory to about this much per rank, so the peak is the live
+   * tensors' (see GarbageCollector); the trainer sets 16 MiB with
+   * --no-memory-arena.
+   */
+  collectGarbageEvery?: number;
 }
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -56,6 +65,8 @@ export class SessionCache {
   readonly intraOpThreads: number;
   readonly allowSpinning: boolean;
   readonly memoryArena: boolean;
+  /** Present with options.collectGarbageEvery > 0. */
+  readonly collector: GarbageCollector | null;
   private readonly sessions = new Map<string, Promise<ort.InferenceSession>>();
 
   constructor(options: RuntimeOptions = {}) {
@@ -67,6 +78,8 @@ export class SessionCache {
     this.intraOpThreads = options.intraOpThreads ?? defaultIntraOpThreads(options.ranksInProcess);
     this.allowSpinning = options.allowSpinning ?? false;
     this.memoryArena = options.memoryArena ?? false;
+    const every = options.collectGarbageEvery ?? 0;
+    this.collector = every === 0 ? null : new GarbageCollector(every);
     if (!Number.isInteger(this.intraOpThreads) || this.intraOpThreads < 1) {
       throw new KernelError(`intraOpThreads must be a positive integer, got ${options.intraOpThreads}`);
     }
@@ -125,7 +138,13 @@ export class SessionCache {
       throw new KernelError(`running '${key}' failed (${shapes}): ${(cause as Error).message ?? cause}`, { cause });
     }
     const out: Record<string, Tensor> = {};
-    for (const [name, value] of Object.entries(result)) out[name] = fromOrt(value as never);
+    let bytes = 0;
+    for (const [name, value] of Object.entries(result)) {
+      const t = fromOrt(value as never);
+      out[name] = t;
+      bytes += t.data.byteLength;
+    }
+    this.collector?.allocated(bytes);
     return out;
   }
 

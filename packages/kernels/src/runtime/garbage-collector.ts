@@ -1,0 +1,60 @@
+/**
+ * Collects freed tensors on a schedule of bytes allocated. Tensors are
+ * ArrayBuffers: the memory of one nothing references any more goes back only
+ * when V8 next collects, and V8 schedules that by its own heap and by external
+ * memory grown since the last collection (tens of MiB per isolate). Between
+ * collections the freed buffers still count in RSS, so a rank's peak is its
+ * live tensors plus whatever garbage happened to be uncollected at that
+ * moment: on the trainer's lean rows (N = 8K-16K, hidden 256, 2-core VM) that
+ * moved the peak by 20-100 MiB from one run to the next. Collecting after every
+ * `everyBytes` of op outputs bounds the garbage to about that much per rank.
+ *
+ * The collection is V8's full one (major GC), from `gc`, exposed at run time
+ * with `--expose-gc` in a fresh context; in each worker thread (each rank's
+ * own isolate) separately.
+ */
+import v8 from "node:v8";
+import vm from "node:vm";
+import { KernelError } from "../errors.js";
+
+type Gc = () => void;
+
+let gcOfThisIsolate: Gc | undefined;
+
+/** V8's `gc` for the calling thread's isolate (the process's own `gc` under --expose-gc, else exposed now). */
+function exposedGc(): Gc {
+  if (gcOfThisIsolate) return gcOfThisIsolate;
+  const global = (globalThis as { gc?: unknown }).gc;
+  if (typeof global === "function") gcOfThisIsolate = global as Gc;
+  else {
+    v8.setFlagsFromString("--expose-gc");
+    const fromContext = vm.runInNewContext("typeof gc === 'function' ? gc : undefined") as unknown;
+    if (typeof fromContext !== "function") throw new KernelError("collectGarbageEvery: V8's gc could not be exposed in this Node.js (--expose-gc)");
+    gcOfThisIsolate = fromContext as Gc;
+  }
+  return gcOfThisIsolate;
+}
+
+export class GarbageCollector {
+  private sinceLast = 0;
+  private readonly gc: Gc;
+  /** Collections run so far, and their total milliseconds. */
+  collections = 0;
+  milliseconds = 0;
+
+  constructor(readonly everyBytes: number) {
+    if (!Number.isFinite(everyBytes) || everyBytes <= 0) throw new KernelError(`collectGarbageEvery must be a positive number of bytes, got ${everyBytes}`);
+    this.gc = exposedGc();
+  }
+
+  /** Counts `bytes` just allocated; collects once at least everyBytes were allocated since the last collection. */
+  allocated(bytes: number): void {
+    this.sinceLast += bytes;
+    if (this.sinceLast < this.everyBytes) return;
+    const started = performance.now();
+    this.gc();
+    this.milliseconds += performance.now() - started;
+    this.collections++;
+    this.sinceLast = 0;
+  }
+}
