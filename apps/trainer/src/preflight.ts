@@ -45,7 +45,7 @@
  */
 import fs from "node:fs";
 import os from "node:os";
-import { blockConfigOf, HEAD_GROUP_ROW_TILE_BYTES, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
+import { blockConfigOf, headGroupTileRowsOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
 import { COLLECT_GARBAGE_EVERY_BYTES, gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
@@ -142,7 +142,7 @@ export function layerFloatsPerToken(
   const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
   if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, mlpTile };
   // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
-  // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileBytes),
+  // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileRowsOf),
   // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
   // (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
   const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / headGroups;
@@ -188,8 +188,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
   // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
-  const groupTileFloats =
-    headGroups > 1 ? model.hidden * Math.min(tokensPerRank, Math.max(1, Math.floor(HEAD_GROUP_ROW_TILE_BYTES / (F32 * model.hidden)))) : 0;
+  const groupTileFloats = headGroups > 1 ? model.hidden * Math.min(tokensPerRank, headGroupTileRowsOf(model.hidden)) : 0;
   const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;

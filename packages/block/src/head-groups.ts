@@ -25,6 +25,7 @@ import type { BlockAttention } from "./block-attention.js";
 import type { ResolvedBlockConfig } from "./block-config.js";
 import { addInto, type BlockWeights, type FlatTensors } from "./block-weights.js";
 import { BlockError } from "./errors.js";
+import { inRowTiles, rowsOf } from "./row-tiles.js";
 
 type F32 = Tensor<"float32">;
 
@@ -78,29 +79,14 @@ function sideBySide(rowCount: number, parts: readonly F32[]): F32 {
   return t;
 }
 
-/** Rows [start, start + count) of w [in, out], as a view. */
-function rows(w: F32, start: number, count: number): F32 {
-  const outF = w.shape[1]!;
-  return new Tensor("float32", [count, outF], w.data.subarray(start * outF, (start + count) * outF));
-}
-
-/** Rows [start, start + count) of a tensor read as [rows, last dimension], as a view. */
-function rowsOf(t: F32, start: number, count: number): F32 {
-  const width = t.shape[t.rank - 1]!;
-  return new Tensor("float32", [count, width], t.data.subarray(start * width, (start + count) * width));
-}
-
 /**
- * The default bytes of one row tile of a group's full-width term ([tile rows,
- * hidden]: its share of x2 in forward, of dh1 in backward), so that term
- * never exists for the whole sequence: 4 MiB, the trainer's automatic tile size.
+ * The default rows per tile of a group's full-width terms ([tile rows, hidden]:
+ * its share of x2 in forward, of dh1 in backward), so that no such term
+ * exists for the whole sequence: the rows of 4 MiB, the trainer's automatic
+ * tile size (TransformerBlock headGroupTileRows; the trainer's memory account).
  */
-export const HEAD_GROUP_ROW_TILE_BYTES = 4 * 1024 * 1024;
-
-/** Calls fn(start, count) over the row tiles of `like` [rows, width] (or [b, s, width]), `tile` rows each, one after another. */
-async function inRowTiles(like: F32, tile: number, fn: (start: number, count: number) => Promise<unknown>): Promise<void> {
-  const rowCount = like.size / like.shape[like.rank - 1]!;
-  for (let start = 0; start < rowCount; start += tile) await fn(start, Math.min(tile, rowCount - start));
+export function headGroupTileRowsOf(hidden: number): number {
+  return Math.max(1, Math.floor((4 * 1024 * 1024) / (4 * hidden)));
 }
 
 /** Elements [start, start + count) of a vector, as a view. */
@@ -165,9 +151,9 @@ export async function groupedAttentionForward(c: HeadGroupsCall, groups: number,
     const { out, context } = await c.attention.forward(q, k, v, attentionOptions(c));
     // [b, s, h, D] -> [rows, h * D]; the bias of Wo is added once, with group 0
     const outRows = out.reshape([c.batch * c.seq, s.qWidth]);
-    const wo = rows(weights["attn.o.w"]!, s.qStart, s.qWidth);
+    const wo = rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth);
     const bias = config.bias && g === 0 ? weights["attn.o.b"] : undefined;
-    await inRowTiles(x2, c.tileRows, async (start, count) =>
+    await inRowTiles(c.batch * c.seq, c.tileRows, async (start, count) =>
       addInto(rowsOf(x2, start, count), await ops.linearForward(rowsOf(outRows, start, count), wo, bias)),
     );
     c.attention.release(context, out);
@@ -190,7 +176,7 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
     const { q, k, v } = await project(c, s, h1);
     const { out, context } = await c.attention.forward(q, k, v, attentionOptions(c));
     // Wo's rows of this group: dOut = dx2 Wo_g^T, dWo_g = out_g^T dx2; Wo's bias gradient (the sum of dx2) once
-    const o = await ops.linearBackward(out.reshape([rowCount, s.qWidth]), rows(weights["attn.o.w"]!, s.qStart, s.qWidth), dx2, config.bias && g === 0);
+    const o = await ops.linearBackward(out.reshape([rowCount, s.qWidth]), rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth), dx2, config.bias && g === 0);
     addBlock(grads, "attn.o.w", o.dw, s.qStart, 0);
     if (o.db !== undefined) addBlock(grads, "attn.o.b", o.db, 0, 0);
     // [rows, h * D] -> [b, s, h, D]
@@ -212,7 +198,7 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
       parts.map((p) => columns(weights[`${p.name}.w`]!, p.start, p.width)),
     );
     // row tile by row tile, so the group's [rows, hidden] term of dh1 exists for one tile at a time
-    await inRowTiles(dh1, c.tileRows, async (start, count) => {
+    await inRowTiles(rowCount, c.tileRows, async (start, count) => {
       const r = await ops.linearBackward(rowsOf(h1, start, count), wqkv, rowsOf(dqkv, start, count), config.bias);
       addInto(rowsOf(dh1, start, count), r.dx);
       let at = 0;

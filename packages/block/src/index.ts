@@ -18,7 +18,7 @@ export {
 export { blockForward, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
 export { blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
-export { HEAD_GROUP_ROW_TILE_BYTES } from "./head-groups.js";
+export { headGroupTileRowsOf } from "./head-groups.js";
 export {
   TransformerBlock,
   BlockContext,

@@ -41,7 +41,8 @@ import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "
 import { attentionHalf, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 import { addInto, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
-import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, HEAD_GROUP_ROW_TILE_BYTES, type HeadGroupsCall } from "./head-groups.js";
+import { inRowTiles, rowsOf } from "./row-tiles.js";
+import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, headGroupTileRowsOf, type HeadGroupsCall } from "./head-groups.js";
 
 type F32 = Tensor<"float32">;
 
@@ -75,7 +76,7 @@ export interface TransformerBlockOptions {
    * With head groups: rows per tile of a group's full-width terms (its share
    * of x2 = x + attention @ Wo in forward, of dh1 in backward), which are
    * computed and summed tile by tile (a positive integer; default: the rows
-   * of 4 MiB, HEAD_GROUP_ROW_TILE_BYTES).
+   * of 4 MiB, headGroupTileRowsOf).
    */
   headGroupTileRows?: number;
 }
@@ -210,12 +211,6 @@ export interface BlockGradients {
   grads: BlockWeights;
   /** Every weight gradient back to back, in `blockWeightSpecs` order. */
   flat: Float32Array;
-}
-
-/** Rows [start, start + count) of a [rows, width] tensor, as a view. */
-function rowsOf(t: F32, start: number, count: number): F32 {
-  const width = t.shape[1]!;
-  return new Tensor("float32", [count, width], t.data.subarray(start * width, (start + count) * width));
 }
 
 /** The MLP's gradients between two backward stages; the stage that reads one takes it out. */
@@ -378,7 +373,7 @@ export class TransformerBlock {
       throw new BlockError("TransformerBlock: give `localAttention` (a kernel) or `attention` (a BlockAttention)");
     }
     this.attentionHeadGroups = checkHeadGroups(options.attentionHeadGroups ?? 1, this.config);
-    const groupTile = options.headGroupTileRows ?? Math.max(1, Math.floor(HEAD_GROUP_ROW_TILE_BYTES / (4 * this.config.hidden)));
+    const groupTile = options.headGroupTileRows ?? headGroupTileRowsOf(this.config.hidden);
     if (typeof groupTile !== "number" || !Number.isInteger(groupTile) || groupTile < 1) {
       throw new BlockError(
         `TransformerBlock: headGroupTileRows must be a positive integer (rows per tile of a head group's full-width terms), got ${String(groupTile)}`,
@@ -489,10 +484,9 @@ export class TransformerBlock {
     const [rows, hidden] = x2.shape as unknown as [number, number];
     const y = new Tensor("float32", [rows, hidden]);
     const math = new Recorder(this, this.ops, null, null);
-    for (let start = 0; start < rows; start += this.mlpTileRows) {
-      const count = Math.min(this.mlpTileRows, rows - start);
-      y.data.set((await mlpHalf(this.config, math, rowsOf(x2, start, count))).data, start * hidden);
-    }
+    await inRowTiles(rows, this.mlpTileRows, async (start, count) =>
+      y.data.set((await mlpHalf(this.config, math, rowsOf(x2, start, count))).data, start * hidden),
+    );
     return y;
   }
 
@@ -500,12 +494,11 @@ export class TransformerBlock {
   private async tiledMlpBackward(x2: F32, dy: F32, grads: FlatTensors, into: boolean): Promise<F32> {
     const [rows, hidden] = x2.shape as unknown as [number, number];
     const dx2 = into ? dy : new Tensor("float32", [rows, hidden]);
-    for (let start = 0; start < rows; start += this.mlpTileRows) {
-      const count = Math.min(this.mlpTileRows, rows - start);
+    await inRowTiles(rows, this.mlpTileRows, async (start, count) => {
       // a tile reads only its own rows of dy, so its dx2 may take their place
       const tile = await this.mlpTileBackward(rowsOf(x2, start, count), rowsOf(dy, start, count), grads, into);
       if (!into) dx2.data.set(tile.data, start * hidden);
-    }
+    });
     return dx2;
   }
 

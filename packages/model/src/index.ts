@@ -16,8 +16,8 @@ export {
   type SafetensorsHeader,
 } from "./safetensors.js";
 export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, GPT_CONFIG_LIMITS, type GptConfig, type ParamSpec } from "./gpt-config.js";
-/** The default bytes of a head group's row tile (TransformerBlock headGroupTileRows), for memory accounts. */
-export { HEAD_GROUP_ROW_TILE_BYTES } from "@ulysses/block";
+/** The default rows of a head group's row tile (TransformerBlock headGroupTileRows), for memory accounts. */
+export { headGroupTileRowsOf } from "@ulysses/block";
 export { ParameterStore, type ParamSlot } from "./parameters.js";
 export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 export { Gpt, type GptOptions, type GptForwardOptions, type GptContext, type GptLogitsContext, type GptHead } from "./gpt.js";
