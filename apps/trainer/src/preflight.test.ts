@@ -5,6 +5,14 @@ import { availableMemory, cgroupMemoryLimit, checkMemory, estimateMemory, memAva
 // the MLP and loss untiled: auto tiles (the defaults) stop their buffers growing with the sequence past 4 MiB per rank
 const MODEL: TrainConfig = { ...DEFAULTS, layers: 2, hidden: 256, heads: 8, kvHeads: 8, batch: 1, sp: 2, tileMlp: 0, tileLoss: 0 };
 const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+
+/** The bytes of an estimate's exchange scratch term. */
+function exchangeTerm(e: ReturnType<typeof estimateMemory>): number {
+  const terms = e.terms.filter((t) => t.name.includes("exchange scratch"));
+  expect(terms).toHaveLength(1);
+  return terms[0]!.bytes;
+}
 
 /** A fake /proc and /sys: the given files exist, every other file is missing. */
 function files(contents: Record<string, string>): ReadText {
@@ -15,10 +23,21 @@ const meminfo = (availableKb: number) => `MemTotal:       24000000 kB\nMemFree: 
 
 describe("memory estimate", () => {
   it("grows linearly in the sequence length for a fixed model", () => {
-    const at = (seq: number) => estimateMemory({ ...MODEL, seq }).bytes;
+    // pipelined Ulysses exchanges whole tensors: no term stops growing (chunked exchanges: the next test)
+    const at = (seq: number) => estimateMemory({ ...MODEL, seq, ulyssesHeadGroups: 2 }).bytes;
     const step = at(2048) - at(1024);
     expect(step).toBeGreaterThan(0);
     for (const seq of [2048, 4096, 8192, 65536]) expect(at(2 * seq) - at(seq)).toBeCloseTo((step * seq) / 1024, -3);
+  });
+
+  it("counts Ulysses' exchange scratch in chunks: at most 4 MiB a send and a receive area per rank; pipelined Ulysses' whole", () => {
+    // q, k, v of 256 floats a token each, sent and received: 6 KiB a token per rank, 2 ranks; past 1365 tokens per rank, 8 MiB
+    const scratch = (seq: number, ulyssesHeadGroups = 1) => exchangeTerm(estimateMemory({ ...MODEL, seq, ulyssesHeadGroups }));
+    expect(scratch(1024)).toBe(2 * 512 * 6 * 1024);
+    expect(scratch(2048)).toBe(2 * 1024 * 6 * 1024);
+    expect(scratch(4096)).toBe(2 * 8 * MiB);
+    expect(scratch(65536)).toBe(2 * 8 * MiB);
+    expect(scratch(65536, 2)).toBe(2 * 32768 * 6 * 1024);
   });
 
   it("breaks the estimate down and counts every rank", () => {

@@ -31,7 +31,10 @@
  * - the tiles' working sets: one MLP tile (its recomputed up, activation and
  *   their gradients), one loss tile (logits, softmax and dLogits);
  * - the exchange scratch (send and receive areas, the gathered gradients)
- *   when sequence parallelism moves tensors;
+ *   when sequence parallelism moves tensors: at most EXCHANGE_CHUNK_BYTES
+ *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
+ *   Ulysses pipelined over head groups (--ulysses-head-groups), whose
+ *   concurrent exchanges are whole;
  * - logits, softmax and dLogits [tokens, vocab] unless the loss is tiled;
  *   the final norm's input, output and gradient;
  * - the local kernel's score tiles (bounded per call).
@@ -46,7 +49,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, headGroupTileRowsOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
-import { resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
+import { EXCHANGE_CHUNK_BYTES, resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
 import { COLLECT_GARBAGE_EVERY_BYTES, gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
@@ -190,6 +193,9 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
   const groupTileFloats = headGroups > 1 ? model.hidden * Math.min(tokensPerRank, headGroupTileRowsOf(model.hidden)) : 0;
   const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
+  // Ulysses (unpipelined) and hybrid exchange in chunks: a send and a receive area of at most EXCHANGE_CHUNK_BYTES
+  const chunkedExchange = (config.attention === "ulysses" && config.ulyssesHeadGroups === 1) || config.attention === "hybrid";
+  const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;
   const terms: MemoryTerm[] = [
@@ -221,8 +227,8 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
       bytes: all(ATTENTION_SCRATCH_BYTES),
     },
     {
-      name: `sequence-parallel exchange scratch (send and receive areas${headGroups > 1 ? ", one head group's" : ""})`,
-      bytes: all(F32 * perLayer.exchange * tokensPerRank),
+      name: `sequence-parallel exchange scratch (send and receive areas${headGroups > 1 ? ", one head group's" : ""}${chunkedExchange ? `, in chunks of at most ${EXCHANGE_CHUNK_BYTES / MiB} MiB` : ""})`,
+      bytes: all(chunkedExchange ? Math.min(exchangeBytes, 2 * EXCHANGE_CHUNK_BYTES) : exchangeBytes),
     },
     tiledLoss
       ? {

@@ -141,14 +141,23 @@ function attentionOptions(c: HeadGroupsCall) {
   return c.documents === undefined ? { causal: c.config.causal } : { causal: c.config.causal, documents: c.documents };
 }
 
+/**
+ * Group s's projections and attention forward. Its q, k, v die with this
+ * call: a sharded attention keeps its own (exchanged) copies in the context,
+ * so the rank's own-layout ones are garbage once it returns.
+ */
+async function attend(c: HeadGroupsCall, s: Slice, h1: F32) {
+  const { q, k, v } = await project(c, s, h1);
+  return c.attention.forward(q, k, v, attentionOptions(c));
+}
+
 /** x [rows, hidden] and h1 = norm1(x) -> x2 = x + attention(h1) @ Wo, one head group at a time; keeps nothing. */
 export async function groupedAttentionForward(c: HeadGroupsCall, groups: number, x: F32, h1: F32): Promise<F32> {
   const { config, weights, ops } = c;
   const x2 = new Tensor("float32", x.shape, Float32Array.from(x.data));
   for (let g = 0; g < groups; g++) {
     const s = sliceOf(config, groups, g);
-    const { q, k, v } = await project(c, s, h1);
-    const { out, context } = await c.attention.forward(q, k, v, attentionOptions(c));
+    const { out, context } = await attend(c, s, h1);
     // [b, s, h, D] -> [rows, h * D]; the bias of Wo is added once, with group 0
     const outRows = out.reshape([c.batch * c.seq, s.qWidth]);
     const wo = rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth);
@@ -159,6 +168,19 @@ export async function groupedAttentionForward(c: HeadGroupsCall, groups: number,
     c.attention.release(context, out);
   }
   return x2;
+}
+
+/**
+ * The backward of group s's share of Wo: dWo_g = out_g^T dx2 (and Wo's bias
+ * gradient, the sum of dx2, once, with group 0) into `grads`; returns
+ * dOut = dx2 Wo_g^T as [b, s, h, D].
+ */
+async function outputBackward(c: HeadGroupsCall, s: Slice, g: number, out: F32, dx2: F32, grads: FlatTensors): Promise<F32> {
+  const { config, weights, ops } = c;
+  const o = await ops.linearBackward(out.reshape([c.batch * c.seq, s.qWidth]), rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth), dx2, config.bias && g === 0);
+  addBlock(grads, "attn.o.w", o.dw, s.qStart, 0);
+  if (o.db !== undefined) addBlock(grads, "attn.o.b", o.db, 0, 0);
+  return o.dx.reshape([c.batch, c.seq, s.heads, config.headDim]);
 }
 
 /**
@@ -173,14 +195,8 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
   const dh1 = new Tensor("float32", h1.shape);
   for (let g = 0; g < groups; g++) {
     const s = sliceOf(config, groups, g);
-    const { q, k, v } = await project(c, s, h1);
-    const { out, context } = await c.attention.forward(q, k, v, attentionOptions(c));
-    // Wo's rows of this group: dOut = dx2 Wo_g^T, dWo_g = out_g^T dx2; Wo's bias gradient (the sum of dx2) once
-    const o = await ops.linearBackward(out.reshape([rowCount, s.qWidth]), rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth), dx2, config.bias && g === 0);
-    addBlock(grads, "attn.o.w", o.dw, s.qStart, 0);
-    if (o.db !== undefined) addBlock(grads, "attn.o.b", o.db, 0, 0);
-    // [rows, h * D] -> [b, s, h, D]
-    const a = await c.attention.backward(context, o.dx.reshape([c.batch, c.seq, s.heads, config.headDim]));
+    const { out, context } = await attend(c, s, h1);
+    const a = await c.attention.backward(context, await outputBackward(c, s, g, out, dx2, grads));
     // q, k and v in one linear backward against the group's columns side by side: one [rows, hidden] dh1 term per group
     const dqkv = sideBySide(rowCount, [
       await ops.ropeBackward(a.dq, c.positions, config.ropeBase),

@@ -40,6 +40,12 @@ export interface FusedAttentionOptions {
    * CUDA binaries. Untested so far: no GPU was available. Default "cpu".
    */
   executionProvider?: "cpu" | "cuda";
+  /**
+   * Told the bytes of every output tensor this attention allocates (the
+   * SessionCache's GarbageCollector, so that freed attention outputs are
+   * collected on the same schedule as the other ops'). Default: none.
+   */
+  collector?: { allocated(bytes: number): void } | null;
 }
 
 /** What the loaded addon reports, or why it is unavailable. */
@@ -57,6 +63,7 @@ export class FusedAttention implements LocalAttention {
   private readonly binding: NativeBinding;
   private runtime: NativeRuntime | undefined;
   private readonly sessions = new Map<string, NativeSession>();
+  private readonly collector: { allocated(bytes: number): void } | null;
 
   /** Throws FusedAttentionError (saying how to build it) when the addon is not built or fails to load. */
   constructor(options: FusedAttentionOptions = {}) {
@@ -71,6 +78,7 @@ export class FusedAttention implements LocalAttention {
       );
     }
     this.threads = threads;
+    this.collector = options.collector ?? null;
     this.binding = native.binding;
     try {
       this.runtime = new native.binding.Runtime({ threads, isa: options.isa ?? "auto", cuda });
@@ -133,6 +141,7 @@ export class FusedAttention implements LocalAttention {
     const documents = options.documents;
     // The op's attribute is a float32: key sessions by the value it will hold.
     const session = this.session(kind, s.causal, Math.fround(s.scale), documents !== undefined);
+    this.collector?.allocated(outputs.reduce((n, t) => n + t.data.byteLength, 0));
     const names: readonly string[] = documents ? [...io.inputs, ...DOCUMENT_INPUTS] : io.inputs;
     const data: (Float32Array | Int32Array)[] = inputs.map((t) => t.data);
     const dims: (readonly number[])[] = inputs.map((t) => t.shape);

@@ -44,6 +44,24 @@ describe.skipIf(!status.available)(suite, () => {
     }
   });
 
+  it("tells the cache's garbage collector the bytes of its outputs", async () => {
+    // out [1, 20, 2, 8] and logSumExp [1, 2, 20]: 1440 bytes a forward; dq [1, 20, 2, 8], dk and dv [1, 20, 1, 8]: 2560 a backward
+    const cache = new SessionCache({ intraOpThreads: 1, collectGarbageEvery: 1440 });
+    const attention = await createAttention({ implementation: "fused", cache });
+    try {
+      const random = seededRandom(4);
+      const q = randomTensor([1, 20, 2, 8], random);
+      const k = randomTensor([1, 20, 1, 8], random);
+      const { out, logSumExp } = await attention.forward(q, k, k, { causal: true });
+      expect(cache.collector!.collections).toBe(1);
+      await attention.backward(q, k, k, out, randomTensor([1, 20, 2, 8], random), logSumExp, { causal: true });
+      expect(cache.collector!.collections).toBe(2);
+    } finally {
+      await attention.release();
+      await cache.release();
+    }
+  });
+
   it("takes the threads asked for when no cache is given", async () => {
     const attention = (await createAttention({ implementation: "fused", threads: 3 })) as FusedAttention;
     expect(attention.threads).toBe(3);

@@ -4,6 +4,7 @@
  *
  *   gatherHeads   [b, s, Hx, D] (chosen heads)  -> buffer [b, s, h, D]
  *   scatterHeads  buffer [b, s, h, D]           -> [b, s, Hx, D] (chosen heads; set or add)
+ *   (both optionally on a window of tokens of each batch row: an exchange in chunks)
  *   readSeqBlock  [b, N, h, D] (tokens [t, t+n)) -> buffer [b, n, h, D]
  *   writeSeqBlock buffer [b, n, h, D]           -> [b, N, h, D] (tokens [t, t+n))
  *
@@ -41,41 +42,62 @@ function dims4(t: F32, what: string): [number, number, number, number] {
   return t.shape as unknown as [number, number, number, number];
 }
 
-/** Writes heads `heads` of src [b, s, Hx, D] into dst[offset..] as [b, s, heads.length, D]; returns the end offset. */
-export function gatherHeads(src: F32, heads: readonly number[], dst: Float32Array, offset: number): number {
+/** Tokens [first, first + count) of a sequence axis (default: all of it). */
+export interface TokenWindow {
+  readonly first: number;
+  readonly count: number;
+}
+
+/** [first, end) of `window` in a sequence of s tokens (default: all of it). */
+function windowRange(s: number, window: TokenWindow | undefined, what: string): [number, number] {
+  const first = window?.first ?? 0;
+  const end = first + (window?.count ?? s);
+  if (!Number.isInteger(first) || first < 0 || end < first || end > s)
+    throw new ParallelError(`${what}: token window [${first}, ${end}) is outside a sequence of ${s}`);
+  return [first, end];
+}
+
+/** Writes heads `heads` of src [b, s, Hx, D] (tokens `window` of each batch row) into dst[offset..] as [b, window, heads.length, D]; returns the end offset. */
+export function gatherHeads(src: F32, heads: readonly number[], dst: Float32Array, offset: number, window?: TokenWindow): number {
   const [b, s, hx, d] = dims4(src, "gatherHeads");
+  const [first, end] = windowRange(s, window, "gatherHeads");
   const runs = headRuns(heads);
   const data = src.data;
   let o = offset;
   // [b, s, Hx, D] -> [b, s, h, D]: per token, copy each run of consecutive heads.
-  for (let t = 0; t < b * s; t++) {
-    const base = t * hx * d;
-    for (const [start, length] of runs) {
-      copyRun(data, base + start * d, dst, o, length * d);
-      o += length * d;
+  for (let i = 0; i < b; i++) {
+    for (let t = i * s + first; t < i * s + end; t++) {
+      const base = t * hx * d;
+      for (const [start, length] of runs) {
+        copyRun(data, base + start * d, dst, o, length * d);
+        o += length * d;
+      }
     }
   }
   return o;
 }
 
-/** Reads [b, s, heads.length, D] from src[offset..] into heads `heads` of dst [b, s, Hx, D]; adds when `accumulate`. */
-export function scatterHeads(src: Float32Array, offset: number, dst: F32, heads: readonly number[], accumulate: boolean): number {
+/** Reads [b, window, heads.length, D] from src[offset..] into heads `heads` of dst [b, s, Hx, D] (tokens `window` of each batch row); adds when `accumulate`. */
+export function scatterHeads(src: Float32Array, offset: number, dst: F32, heads: readonly number[], accumulate: boolean, window?: TokenWindow): number {
   const [b, s, hx, d] = dims4(dst, "scatterHeads");
+  const [first, end] = windowRange(s, window, "scatterHeads");
   const runs = headRuns(heads);
   const data = dst.data;
   let o = offset;
   // [b, s, h, D] -> [b, s, Hx, D]: per token, each run lands on consecutive heads.
-  for (let t = 0; t < b * s; t++) {
-    const base = t * hx * d;
-    for (const [start, length] of runs) {
-      const to = base + start * d;
-      const n = length * d;
-      if (accumulate) {
-        for (let e = 0; e < n; e++) data[to + e] += src[o + e]!;
-      } else {
-        copyRun(src, o, data, to, n);
+  for (let i = 0; i < b; i++) {
+    for (let t = i * s + first; t < i * s + end; t++) {
+      const base = t * hx * d;
+      for (const [start, length] of runs) {
+        const to = base + start * d;
+        const n = length * d;
+        if (accumulate) {
+          for (let e = 0; e < n; e++) data[to + e] += src[o + e]!;
+        } else {
+          copyRun(src, o, data, to, n);
+        }
+        o += n;
       }
-      o += n;
     }
   }
   return o;

@@ -106,7 +106,7 @@ async function expected(x: ReturnType<typeof inputs>, causal: boolean, documents
   return { out: forward.out, ...(await reference.backward(x.q, x.k, x.v, forward.out, x.dOut, forward.logSumExp, options)) };
 }
 
-type Scheme = { kind: "ring" } | { kind: "hybrid"; u: number; r: number };
+type Scheme = { kind: "ring" } | { kind: "hybrid"; u: number; r: number; chunkBytes?: number };
 
 /** One attention forward + backward per rank on the layout's shards; joins the results in sequence order. */
 async function runScheme(
@@ -132,7 +132,8 @@ async function runScheme(
           { sp: p, attention: "hybrid", ulyssesDegree: scheme.u, ringDegree: scheme.r, layout },
           { heads: c.heads, kvHeads: c.kvHeads, seqLength: c.seq },
         );
-        attention = new HybridAttention(counter, world, dims.hybridGroups!.ulysses, dims.hybridGroups!.ring);
+        const options = scheme.chunkBytes === undefined ? {} : { exchangeChunkBytes: scheme.chunkBytes };
+        attention = new HybridAttention(counter, world, dims.hybridGroups!.ulysses, dims.hybridGroups!.ring, options);
         groups.push(dims.hybridGroups!.ulysses, dims.hybridGroups!.ring);
       }
       // bytes this rank sent on the world and its subgroups
@@ -213,23 +214,25 @@ describe("ring attention on the zigzag layout equals single-rank ReferenceAttent
   });
 });
 
-const hybrids = [
+const hybrids: { u: number; r: number; chunkBytes?: number }[] = [
   { u: 2, r: 2 },
   { u: 1, r: 4 },
   { u: 4, r: 1 },
+  // the Ulysses exchanges in all-to-alls of at most 48 bytes a side (a token or two each): the same results and bytes
+  { u: 2, r: 2, chunkBytes: 48 },
 ];
 
 describe("HybridAttention (Ulysses x ring, P = 4) equals single-rank ReferenceAttention", () => {
   for (const c of cases) {
     for (const causal of [true, false]) {
-      it(`${c.name}, causal ${causal}: 2x2, 1x4, 4x1`, async () => {
+      it(`${c.name}, causal ${causal}: 2x2, 1x4, 4x1, 2x2 with chunked exchanges`, async () => {
         const x = inputs(c, c.seq * 13 + c.kvHeads + (causal ? 1 : 0));
         const want = await expected(x, causal);
-        for (const { u, r } of hybrids) {
+        for (const { u, r, chunkBytes } of hybrids) {
           const layouts = causal && r > 1 ? (["zigzag", "contiguous"] as const) : (["contiguous"] as const);
           for (const layout of layouts) {
-            const got = await runScheme(4, { kind: "hybrid", u, r }, layout, c, x, causal);
-            await expectEqual(got, want, `${u}x${r} ${layout}`);
+            const got = await runScheme(4, { kind: "hybrid", u, r, chunkBytes }, layout, c, x, causal);
+            await expectEqual(got, want, `${u}x${r} ${layout}${chunkBytes === undefined ? "" : " chunked"}`);
             const sizes = got.runs.map((run) => run.reduce((n, x) => n + x.length, 0));
             const routing = headRouting(c.heads, c.kvHeads, u);
             got.perRank.forEach((rank, p) => {

@@ -36,6 +36,7 @@ import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
 import { RingAttention, type RingAttentionOptions, type RingContext } from "./ring-attention.js";
 import { aroundHeads, aroundHeadsBackward, type SeqExchange } from "./seq-all-to-all.js";
+import { exchangeChunkBytesOf, type UlyssesAttentionOptions } from "./ulysses-attention.js";
 import { joinRuns, sequenceShards, type SequenceRun, type SequenceShards } from "./sequence-shards.js";
 import { shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
@@ -64,6 +65,7 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
   readonly ring: RingAttention;
   private readonly scratch = new ScratchBuffers();
   private readonly pool = new TensorPool();
+  private readonly chunkBytes: number;
 
   /** `group`: the SP group (P = u·r ranks); `ulyssesGroup` and `ringGroup`: this rank's subgroups of it (see the module comment). */
   constructor(
@@ -71,7 +73,7 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
     readonly group: ProcessGroup,
     readonly ulyssesGroup: ProcessGroup,
     readonly ringGroup: ProcessGroup,
-    options: RingAttentionOptions = {},
+    options: RingAttentionOptions & UlyssesAttentionOptions = {},
   ) {
     const u = ulyssesGroup.size;
     const r = ringGroup.size;
@@ -83,6 +85,7 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
     }
     this.ring = new RingAttention(local, ringGroup, options);
     this.name = `hybrid(${local.name}, ulysses ${u} x ring ${r})`;
+    this.chunkBytes = exchangeChunkBytesOf(options.exchangeChunkBytes, this.name);
   }
 
   checkHeads(heads: number, kvHeads: number): void {
@@ -116,7 +119,7 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
   }
 
   private exchange(routing: HeadRouting, shards: SequenceShards): SeqExchange {
-    return { group: this.ulyssesGroup, routing, shards, scratch: this.scratch, pool: this.pool };
+    return { group: this.ulyssesGroup, routing, shards, scratch: this.scratch, pool: this.pool, chunkBytes: this.chunkBytes };
   }
 
   async forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<HybridContext>> {

@@ -23,8 +23,17 @@ export {
 export { shardBatch, type Batch, type BatchShard, type BatchDocuments, type ShardDocuments } from "./shard-batch.js";
 export { headRouting, checkHeads, type HeadRouting, type HeadRange } from "./head-routing.js";
 export { documentSlice, documentRuns, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
-export { UlyssesAttention, type UlyssesContext } from "./ulysses-attention.js";
-export { seqAllToAll, seqToHeads, headsToSeq, type SeqAllToAllDirection, type SeqAllToAllPart, type SeqExchange, type HeadSet } from "./seq-all-to-all.js";
+export { UlyssesAttention, type UlyssesAttentionOptions, type UlyssesContext } from "./ulysses-attention.js";
+export {
+  EXCHANGE_CHUNK_BYTES,
+  seqAllToAll,
+  seqToHeads,
+  headsToSeq,
+  type SeqAllToAllDirection,
+  type SeqAllToAllPart,
+  type SeqExchange,
+  type HeadSet,
+} from "./seq-all-to-all.js";
 export { AllGatherKVAttention, type AllGatherKVContext } from "./allgather-kv-attention.js";
 export {
   RingAttention,

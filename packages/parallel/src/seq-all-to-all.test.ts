@@ -63,63 +63,99 @@ const cases: Case[] = [
   { name: "GQA 6/2 on 4, uneven heads (q 2, 3 straddle kv 0, 1)", ranks: 4, batch: 1, seq: 9, heads: 6, kvHeads: 2, headDim: 4, copies: [2, 3] },
 ];
 
+/** One exchange (no chunkBytes), or one all-to-all per token of the smallest shard (chunkBytes 1: every area is larger). */
+const chunkings = [
+  { name: "one all-to-all", chunkBytes: undefined, calls: (_sizes: number[]) => 1 },
+  { name: "in chunks of a token", chunkBytes: 1, calls: (sizes: number[]) => Math.min(...sizes) },
+];
+
 describe("seqToHeads / headsToSeq", () => {
-  for (const c of cases) {
-    it(`${c.name}: seqToHeads slices the full tensor, headsToSeq inverts it (copies summed with accumulate)`, async () => {
-      const q = numbered([c.batch, c.seq, c.heads, c.headDim], 1);
-      const k = numbered([c.batch, c.seq, c.kvHeads, c.headDim], 1 + q.size);
-      const v = numbered([c.batch, c.seq, c.kvHeads, c.headDim], 1 + q.size + k.size);
-      const sizes = evenSplitSizes(c.seq, c.ranks);
-      const routing = headRouting(c.heads, c.kvHeads, c.ranks);
-      const copies = copiesOf(routing);
-      if (c.copies !== undefined) expect(copies).toEqual(c.copies);
+  for (const c of cases)
+    for (const chunking of chunkings)
+      it(`${c.name}, ${chunking.name}: seqToHeads slices the full tensor, headsToSeq inverts it (copies summed with accumulate)`, async () => {
+        const q = numbered([c.batch, c.seq, c.heads, c.headDim], 1);
+        const k = numbered([c.batch, c.seq, c.kvHeads, c.headDim], 1 + q.size);
+        const v = numbered([c.batch, c.seq, c.kvHeads, c.headDim], 1 + q.size + k.size);
+        const sizes = evenSplitSizes(c.seq, c.ranks);
+        const routing = headRouting(c.heads, c.kvHeads, c.ranks);
+        const copies = copiesOf(routing);
+        if (c.copies !== undefined) expect(copies).toEqual(c.copies);
 
-      const perRank = await runRanks(c.ranks, async (group, rank) => {
-        const shards = sequenceShards(sizes[rank]!, rank, c.ranks, { seqLength: c.seq });
-        const exchange: SeqExchange = { group, routing, shards, scratch: new ScratchBuffers(), pool: new TensorPool() };
-        const shard = (t: F32) => shardOf(t, sizes, rank);
-        const [qh, kh, vh] = await seqToHeads(exchange, [
-          { tensor: shard(q), heads: "q" },
-          { tensor: shard(k), heads: "kv" },
-          { tensor: shard(v), heads: "kv" },
-        ]);
-        const afterForward = group.stats().byOp.allToAll.calls;
-        const [q2, k2, v2] = await headsToSeq(exchange, [
-          { tensor: qh, heads: "q" },
-          { tensor: kh, heads: "kv" },
-          { tensor: vh, heads: "kv" },
-        ]);
-        const [qSum, kSum, vSum] = await headsToSeq(exchange, [
-          { tensor: qh, heads: "q", accumulate: true },
-          { tensor: kh, heads: "kv", accumulate: true },
-          { tensor: vh, heads: "kv", accumulate: true },
-        ]);
-        return { qh, kh, vh, q2, k2, v2, qSum, kSum, vSum, afterForward, calls: group.stats().byOp.allToAll.calls };
+        const perRank = await runRanks(c.ranks, async (group, rank) => {
+          const shards = sequenceShards(sizes[rank]!, rank, c.ranks, { seqLength: c.seq });
+          const exchange: SeqExchange = { group, routing, shards, scratch: new ScratchBuffers(), pool: new TensorPool(), chunkBytes: chunking.chunkBytes };
+          const shard = (t: F32) => shardOf(t, sizes, rank);
+          const [qh, kh, vh] = await seqToHeads(exchange, [
+            { tensor: shard(q), heads: "q" },
+            { tensor: shard(k), heads: "kv" },
+            { tensor: shard(v), heads: "kv" },
+          ]);
+          const afterForward = group.stats().byOp.allToAll.calls;
+          const [q2, k2, v2] = await headsToSeq(exchange, [
+            { tensor: qh, heads: "q" },
+            { tensor: kh, heads: "kv" },
+            { tensor: vh, heads: "kv" },
+          ]);
+          const [qSum, kSum, vSum] = await headsToSeq(exchange, [
+            { tensor: qh, heads: "q", accumulate: true },
+            { tensor: kh, heads: "kv", accumulate: true },
+            { tensor: vh, heads: "kv", accumulate: true },
+          ]);
+          return { qh, kh, vh, q2, k2, v2, qSum, kSum, vSum, afterForward, calls: group.stats().byOp.allToAll.calls };
+        });
+
+        perRank.forEach((r, rank) => {
+          const mine = routing.q[rank]!;
+          const qHeads = Array.from({ length: mine.count }, (_, i) => mine.start + i);
+          // The heads layout is the full tensor narrowed to this rank's heads, all tokens.
+          expect(r.qh.shape).toEqual([c.batch, c.seq, mine.count, c.headDim]);
+          expect(Array.from(r.qh.data)).toEqual(Array.from(pickHeads(q, qHeads).data));
+          expect(Array.from(r.kh.data)).toEqual(Array.from(pickHeads(k, routing.kv[rank]!).data));
+          expect(Array.from(r.vh.data)).toEqual(Array.from(pickHeads(v, routing.kv[rank]!).data));
+          // One all-to-all per direction (or per chunk), whatever the number of tensors.
+          expect(r.afterForward).toBe(chunking.calls(sizes));
+          expect(r.calls).toBe(3 * chunking.calls(sizes));
+        });
+        const join = (key: "q2" | "k2" | "v2" | "qSum" | "kSum" | "vSum") => Array.from(joinShards(perRank.map((r) => r[key])).data);
+        // Exact inverse: every copy of a head is equal, so writing them over each other restores the input.
+        expect(join("q2")).toEqual(Array.from(q.data));
+        expect(join("k2")).toEqual(Array.from(k.data));
+        expect(join("v2")).toEqual(Array.from(v.data));
+        // Accumulating: query heads live on one rank (unchanged); each kv head is summed over its copies.
+        expect(join("qSum")).toEqual(Array.from(q.data));
+        expect(join("kSum")).toEqual(Array.from(scaleHeads(k, copies).data));
+        expect(join("vSum")).toEqual(Array.from(scaleHeads(v, copies).data));
       });
 
-      perRank.forEach((r, rank) => {
-        const mine = routing.q[rank]!;
-        const qHeads = Array.from({ length: mine.count }, (_, i) => mine.start + i);
-        // The heads layout is the full tensor narrowed to this rank's heads, all tokens.
-        expect(r.qh.shape).toEqual([c.batch, c.seq, mine.count, c.headDim]);
-        expect(Array.from(r.qh.data)).toEqual(Array.from(pickHeads(q, qHeads).data));
-        expect(Array.from(r.kh.data)).toEqual(Array.from(pickHeads(k, routing.kv[rank]!).data));
-        expect(Array.from(r.vh.data)).toEqual(Array.from(pickHeads(v, routing.kv[rank]!).data));
-        // One all-to-all per direction, whatever the number of tensors.
-        expect(r.afterForward).toBe(1);
-        expect(r.calls).toBe(3);
-      });
-      const join = (key: "q2" | "k2" | "v2" | "qSum" | "kSum" | "vSum") => Array.from(joinShards(perRank.map((r) => r[key])).data);
-      // Exact inverse: every copy of a head is equal, so writing them over each other restores the input.
-      expect(join("q2")).toEqual(Array.from(q.data));
-      expect(join("k2")).toEqual(Array.from(k.data));
-      expect(join("v2")).toEqual(Array.from(v.data));
-      // Accumulating: query heads live on one rank (unchanged); each kv head is summed over its copies.
-      expect(join("qSum")).toEqual(Array.from(q.data));
-      expect(join("kSum")).toEqual(Array.from(scaleHeads(k, copies).data));
-      expect(join("vSum")).toEqual(Array.from(scaleHeads(v, copies).data));
+  it("chunkBytes bounds the send and receive areas: 6 all-to-alls of at most 6 tokens each instead of one of 32", async () => {
+    // 2 ranks, 64 tokens, 4 heads of 4 floats: q, k, v of one rank are 32 tokens x 12 heads x 16 B = 6144 B either way; 1024 B -> 6 chunks
+    const [ranks, seq, heads, d] = [2, 64, 4, 4];
+    const q = numbered([1, seq, heads, d], 1);
+    const k = numbered([1, seq, heads, d], 1 + q.size);
+    const v = numbered([1, seq, heads, d], 1 + 2 * q.size);
+    const sizes = evenSplitSizes(seq, ranks);
+    const routing = headRouting(heads, heads, ranks);
+    const results = await runRanks(ranks, async (group, rank) => {
+      const shards = sequenceShards(sizes[rank]!, rank, ranks, { seqLength: seq });
+      const run = async (chunkBytes: number | undefined) => {
+        const scratch = new ScratchBuffers();
+        const exchange: SeqExchange = { group, routing, shards, scratch, pool: new TensorPool(), chunkBytes };
+        const before = group.stats().byOp.allToAll.calls;
+        const parts = [q, k, v].map((t) => ({ tensor: shardOf(t, sizes, rank), heads: "q" as const }));
+        const outs = await seqToHeads(exchange, parts);
+        return { data: outs.map((t) => Array.from(t.data)), calls: group.stats().byOp.allToAll.calls - before, bytes: scratch.bytes };
+      };
+      return { whole: await run(undefined), chunked: await run(1024) };
     });
-  }
+    for (const r of results) {
+      expect(r.chunked.data).toEqual(r.whole.data);
+      expect(r.whole.calls).toBe(1);
+      expect(r.chunked.calls).toBe(6);
+      expect(r.whole.bytes).toBe(2 * 6144);
+      // windows of floor(32 c / 6): 5 or 6 tokens, 192 B a token
+      expect(r.chunked.bytes).toBe(2 * 6 * 192);
+    }
+  });
 
   it("reused scratch and pool give bit-identical results, and one exchange sends exactly the blocks for other ranks", async () => {
     const c = cases[5]!;

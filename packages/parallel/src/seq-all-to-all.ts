@@ -25,12 +25,14 @@
  * Wire layout: per destination rank, the tensors' blocks back to back in
  * the order given, each block token-major (`head-exchange.ts`). Send and
  * receive floats live in reused ScratchBuffers; outputs come from a
- * TensorPool (zeroed only where they accumulate).
+ * TensorPool (zeroed only where they accumulate). With `chunkBytes` the
+ * exchange runs as several all-to-alls, each over a window of every rank's
+ * tokens, so those buffers stay a few MiB at any sequence length.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import { Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
-import { gatherHeads, readSeqBlock, scatterHeads, ScratchBuffers, writeSeqBlock } from "./head-exchange.js";
+import { gatherHeads, readSeqBlock, scatterHeads, ScratchBuffers, type TokenWindow, writeSeqBlock } from "./head-exchange.js";
 import type { HeadRouting } from "./head-routing.js";
 import type { SequenceShards } from "./sequence-shards.js";
 import { TensorPool } from "./tensor-pool.js";
@@ -50,6 +52,12 @@ export interface SeqAllToAllPart {
   readonly accumulate?: boolean;
 }
 
+/**
+ * The send and receive areas of an exchange in chunks (UlyssesAttention,
+ * HybridAttention): at most about 4 MiB each, whatever the sequence length.
+ */
+export const EXCHANGE_CHUNK_BYTES = 4 * 1024 * 1024;
+
 /** Where an exchange runs: the group, its head routing and sequence shards, and the reusable buffers. */
 export interface SeqExchange {
   readonly group: ProcessGroup;
@@ -59,6 +67,16 @@ export interface SeqExchange {
   readonly scratch?: ScratchBuffers;
   /** Where the outputs come from; default: fresh tensors. */
   readonly pool?: TensorPool;
+  /**
+   * Run the exchange as several all-to-alls, each over a window of every
+   * rank's tokens, so that its send and receive areas hold at most about
+   * this many bytes (default: one all-to-all, areas as large as the
+   * tensors). Every rank works out the same number of chunks from the
+   * shards and routing; exchanges in chunks must be issued one at a time on
+   * the group (a second exchange started before the first resolves could
+   * interleave its chunks differently on different ranks).
+   */
+  readonly chunkBytes?: number;
 }
 
 /** One output tensor per part, in order. */
@@ -74,44 +92,75 @@ interface PartPlan {
   readonly totalHeads: number;
 }
 
+/** The window of every rank's tokens (of its s_j) that one chunk of an exchange moves, by rank. */
+type Windows = readonly TokenWindow[];
+
 /**
  * One side of the exchange: the local shape of a part in this layout, the
- * rows (head vectors of D floats) of the block exchanged with rank j, and
- * how to pack that block from a tensor or unpack it into one.
+ * rows (head vectors of D floats) of the block exchanged with rank j for the
+ * token windows `w`, and how to pack that block from a tensor or unpack it
+ * into one.
  */
 interface Layout {
   readonly name: string;
   shape(part: PartPlan, b: number, d: number): number[];
-  rows(part: PartPlan, j: number, b: number): number;
-  pack(part: PartPlan, tensor: F32, j: number, dst: Float32Array, offset: number): number;
-  unpack(part: PartPlan, src: Float32Array, offset: number, tensor: F32, j: number): number;
+  rows(part: PartPlan, j: number, b: number, w: Windows): number;
+  pack(part: PartPlan, tensor: F32, j: number, dst: Float32Array, offset: number, w: Windows): number;
+  unpack(part: PartPlan, src: Float32Array, offset: number, tensor: F32, j: number, w: Windows): number;
 }
 
-/** [b, s_r, Hx, D]: the block for rank j holds rank j's heads of this rank's tokens, [b, s_r, hx_j, D]. */
+/** [b, s_r, Hx, D]: the block for rank j holds rank j's heads of this rank's tokens (its window), [b, w_r, hx_j, D]. */
 function sequenceLayout(rank: number, shards: SequenceShards): Layout {
   const s = shards.sizes[rank]!;
   return {
     name: "sequence",
     shape: (part, b, d) => [b, s, part.totalHeads, d],
-    rows: (part, j, b) => b * s * part.headsOf[j]!.length,
-    // [b, s_r, Hx, D] -> [b, s_r, hx_j, D]
-    pack: (part, tensor, j, dst, offset) => gatherHeads(tensor, part.headsOf[j]!, dst, offset),
-    // [b, s_r, hx_j, D] -> heads hx_j of [b, s_r, Hx, D] (set, or add when accumulating)
-    unpack: (part, src, offset, tensor, j) => scatterHeads(src, offset, tensor, part.headsOf[j]!, part.accumulate),
+    rows: (part, j, b, w) => b * w[rank]!.count * part.headsOf[j]!.length,
+    // [b, s_r, Hx, D] -> [b, w_r, hx_j, D]
+    pack: (part, tensor, j, dst, offset, w) => gatherHeads(tensor, part.headsOf[j]!, dst, offset, w[rank]),
+    // [b, w_r, hx_j, D] -> heads hx_j of [b, s_r, Hx, D] (set, or add when accumulating)
+    unpack: (part, src, offset, tensor, j, w) => scatterHeads(src, offset, tensor, part.headsOf[j]!, part.accumulate, w[rank]),
   };
 }
 
-/** [b, N, hx_r, D]: the block for rank j holds rank j's tokens of this rank's heads, [b, s_j, hx_r, D]. */
+/** [b, N, hx_r, D]: the block for rank j holds rank j's tokens (its window) of this rank's heads, [b, w_j, hx_r, D]. */
 function headsLayout(rank: number, shards: SequenceShards): Layout {
   return {
     name: "heads",
     shape: (part, b, d) => [b, shards.length, part.headsOf[rank]!.length, d],
-    rows: (part, j, b) => b * shards.sizes[j]! * part.headsOf[rank]!.length,
-    // [b, N, hx_r, D] -> tokens [t_j, t_j + s_j): [b, s_j, hx_r, D]
-    pack: (_part, tensor, j, dst, offset) => readSeqBlock(tensor, shards.starts[j]!, shards.sizes[j]!, dst, offset),
-    // [b, s_j, hx_r, D] -> tokens [t_j, t_j + s_j) of [b, N, hx_r, D]
-    unpack: (_part, src, offset, tensor, j) => writeSeqBlock(src, offset, tensor, shards.starts[j]!, shards.sizes[j]!),
+    rows: (part, j, b, w) => b * w[j]!.count * part.headsOf[rank]!.length,
+    // [b, N, hx_r, D] -> tokens [t_j + first_j, + count_j): [b, w_j, hx_r, D]
+    pack: (_part, tensor, j, dst, offset, w) => readSeqBlock(tensor, shards.starts[j]! + w[j]!.first, w[j]!.count, dst, offset),
+    // [b, w_j, hx_r, D] -> those tokens of [b, N, hx_r, D]
+    unpack: (_part, src, offset, tensor, j, w) => writeSeqBlock(src, offset, tensor, shards.starts[j]! + w[j]!.first, w[j]!.count),
   };
+}
+
+/**
+ * How many all-to-alls an exchange runs (`SeqExchange.chunkBytes`): enough
+ * that the largest send or receive area of any rank fits, at most the
+ * fewest tokens a rank holds (each chunk moves a window of every rank's).
+ * Every rank computes it from the same shards and routing: the same count.
+ */
+function chunkCount(exchange: SeqExchange, plans: readonly PartPlan[], b: number, d: number): number {
+  const { chunkBytes, shards } = exchange;
+  if (chunkBytes === undefined) return 1;
+  if (!Number.isInteger(chunkBytes) || chunkBytes < 1) throw new ParallelError(`seqAllToAll: chunkBytes must be a positive integer, got ${chunkBytes}`);
+  let largest = 0; // floats
+  shards.sizes.forEach((s, r) => {
+    const sequenceSide = sum(plans.map((p) => b * s * sum(p.headsOf.map((heads) => heads.length))));
+    const headsSide = sum(plans.map((p) => b * shards.length * p.headsOf[r]!.length));
+    largest = Math.max(largest, sequenceSide, headsSide);
+  });
+  return Math.max(1, Math.min(Math.ceil((largest * d * 4) / chunkBytes), ...shards.sizes));
+}
+
+/** Chunk c of `chunks`: tokens [floor(c s_j / chunks), floor((c + 1) s_j / chunks)) of every rank j's s_j. */
+function chunkWindows(shards: SequenceShards, c: number, chunks: number): Windows {
+  return shards.sizes.map((s) => {
+    const first = Math.floor((c * s) / chunks);
+    return { first, count: Math.floor(((c + 1) * s) / chunks) - first };
+  });
 }
 
 /** Global head lists per rank for a head set (query ranges expanded). */
@@ -184,26 +233,29 @@ export async function seqAllToAll<const T extends readonly SeqAllToAllPart[]>(
   const scratch = exchange.scratch ?? new ScratchBuffers();
   const pool = exchange.pool ?? new TensorPool();
   const ranks = Array.from({ length: group.size }, (_, j) => j);
-
-  // Rows per peer j: what this rank sends j in the source layout is what j receives from it in the target layout.
-  const inputSplits = ranks.map((j) => sum(plans.map((p) => from.rows(p, j, b))));
-  const outputSplits = ranks.map((j) => sum(plans.map((p) => to.rows(p, j, b))));
-
-  // Per peer j, each part's block back to back: [rows_j, D].
-  const send = scratch.get("send", sum(inputSplits) * d);
-  let o = 0;
-  for (const j of ranks) for (const p of plans) o = from.pack(p, p.tensor, j, send, o);
-
-  const rows = sum(outputSplits);
-  const output = new Tensor("float32", [rows, d], scratch.get("recv", rows * d));
-  const input = new Tensor("float32", [sum(inputSplits), d], send);
-  const received = (await group.allToAll(input, { inputSplits, outputSplits, output })).data as Float32Array;
-
-  // Per source j, each part's block -> its place in the target-layout output.
+  const chunks = chunkCount(exchange, plans, b, d);
   const outputs = plans.map((p) => pool.take(to.shape(p, b, d), p.accumulate));
-  o = 0;
-  for (const j of ranks) {
-    for (let i = 0; i < plans.length; i++) o = to.unpack(plans[i]!, received, o, outputs[i]!, j);
+  for (let c = 0; c < chunks; c++) {
+    const w = chunkWindows(shards, c, chunks);
+    // Rows per peer j: what this rank sends j in the source layout is what j receives from it in the target layout.
+    const inputSplits = ranks.map((j) => sum(plans.map((p) => from.rows(p, j, b, w))));
+    const outputSplits = ranks.map((j) => sum(plans.map((p) => to.rows(p, j, b, w))));
+
+    // Per peer j, each part's block back to back: [rows_j, D].
+    const send = scratch.get("send", sum(inputSplits) * d);
+    let o = 0;
+    for (const j of ranks) for (const p of plans) o = from.pack(p, p.tensor, j, send, o, w);
+
+    const rows = sum(outputSplits);
+    const output = new Tensor("float32", [rows, d], scratch.get("recv", rows * d));
+    const input = new Tensor("float32", [sum(inputSplits), d], send);
+    const received = (await group.allToAll(input, { inputSplits, outputSplits, output })).data as Float32Array;
+
+    // Per source j, each part's block -> its place in the target-layout output.
+    o = 0;
+    for (const j of ranks) {
+      for (let i = 0; i < plans.length; i++) o = to.unpack(plans[i]!, received, o, outputs[i]!, j, w);
+    }
   }
   return outputs as unknown as SeqAllToAllOutputs<T>;
 }

@@ -13,7 +13,7 @@ import { allGatherKVBytes, ulyssesBytes } from "./scheme-bytes.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;
-type Kind = "ulysses" | "allgather" | "ring";
+type Kind = "ulysses" | "ulysses-chunked" | "allgather" | "ring";
 
 interface Case {
   name: string;
@@ -32,6 +32,8 @@ const stats = new StatsReferenceAttention();
 
 function wrap(kind: Kind, group: ProcessGroup): ShardedAttention {
   if (kind === "ring") return new RingAttention(stats, group);
+  // every exchange in all-to-alls of at most 64 bytes a side (a few tokens each)
+  if (kind === "ulysses-chunked") return new UlyssesAttention(reference, group, { exchangeChunkBytes: 64 });
   return kind === "ulysses" ? new UlyssesAttention(reference, group) : new AllGatherKVAttention(reference, group);
 }
 
@@ -63,7 +65,7 @@ const cases: Case[] = [
   { name: "uneven sequence N=1000 on 3", batch: 1, seq: 1000, heads: 3, kvHeads: 3, headDim: 4, causal: true, ranks: [3] },
 ];
 
-describe.each(["ulysses", "allgather", "ring"] as const)("%s attention equals single-rank ReferenceAttention", (kind) => {
+describe.each(["ulysses", "ulysses-chunked", "allgather", "ring"] as const)("%s attention equals single-rank ReferenceAttention", (kind) => {
   for (const c of cases) {
     it(`${c.name} (P = ${c.ranks.join(", ")})`, async () => {
       const x = inputs(c, c.seq * 31 + c.heads);

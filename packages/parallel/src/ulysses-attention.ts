@@ -4,7 +4,7 @@
  * h_r = this rank's query heads, k_r = its kv heads):
  *
  *   q [b, s_r, H, D], k, v [b, s_r, Hkv, D]
- *   seqToHeads (q, k, v in one all-to-all)
+ *   seqToHeads (q, k, v in one all-to-all, or in chunks of 4 MiB)
  *   q [b, N, h_r, D], k, v [b, N, k_r, D]
  *   local attention (causal = plain causal: every rank holds the whole sequence)
  *   out [b, N, h_r, D]
@@ -24,7 +24,7 @@ import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
 import { ParallelError } from "./errors.js";
 import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
-import { aroundHeads, aroundHeadsBackward, type SeqExchange } from "./seq-all-to-all.js";
+import { aroundHeads, aroundHeadsBackward, EXCHANGE_CHUNK_BYTES, type SeqExchange } from "./seq-all-to-all.js";
 import { joinRuns, sequenceShards, type SequenceShards } from "./sequence-shards.js";
 import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
@@ -34,17 +34,32 @@ type F32 = Tensor<"float32">;
 /** What Ulysses forward keeps for backward: the head-scattered q, k, v, out [b, N, h_r or k_r, D] and log-sum-exp [b, h_r, N]. */
 export type UlyssesContext = SavedLocalAttention<{ routing: HeadRouting; shards: SequenceShards }>;
 
+export interface UlyssesAttentionOptions {
+  /** Bytes of each exchange's send and receive areas at most (`SeqExchange.chunkBytes`; default EXCHANGE_CHUNK_BYTES, 4 MiB). */
+  exchangeChunkBytes?: number;
+}
+
+/** Checks an exchange chunk size option; returns it or the default. */
+export function exchangeChunkBytesOf(value: number | undefined, who: string): number {
+  if (value === undefined) return EXCHANGE_CHUNK_BYTES;
+  if (!Number.isInteger(value) || value < 1) throw new ParallelError(`${who}: exchangeChunkBytes must be a positive integer, got ${value}`);
+  return value;
+}
+
 export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   readonly name: string;
   busy = false;
   private readonly scratch = new ScratchBuffers();
   private readonly pool = new TensorPool();
+  private readonly chunkBytes: number;
 
   constructor(
     readonly local: LocalAttention,
     readonly group: ProcessGroup,
+    options: UlyssesAttentionOptions = {},
   ) {
     this.name = `ulysses(${local.name}, P=${group.size})`;
+    this.chunkBytes = exchangeChunkBytesOf(options.exchangeChunkBytes, this.name);
   }
 
   checkHeads(heads: number, kvHeads: number): void {
@@ -102,6 +117,6 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
 
   /** This group's exchanges for one head routing and sequence split, on this instance's buffers. */
   private exchange(routing: HeadRouting, shards: SequenceShards): SeqExchange {
-    return { group: this.group, routing, shards, scratch: this.scratch, pool: this.pool };
+    return { group: this.group, routing, shards, scratch: this.scratch, pool: this.pool, chunkBytes: this.chunkBytes };
   }
 }
