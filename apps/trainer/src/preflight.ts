@@ -29,7 +29,9 @@
  *   (the MLP's, unless tiled, then the attention's), and the largest ONNX
  *   Runtime op's temporaries (the MLP's width, per tile when tiled);
  * - the tiles' working sets: one MLP tile (its recomputed up, activation and
- *   their gradients), one loss tile (logits, softmax and dLogits);
+ *   their gradients), one loss tile (logits, softmax and dLogits, and the
+ *   head weight gradient [hidden, vocab] each tile makes: two of them, the
+ *   previous one freed but not yet collected);
  * - the exchange scratch (send and receive areas, the gathered gradients)
  *   when sequence parallelism moves tensors: at most EXCHANGE_CHUNK_BYTES
  *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
@@ -66,6 +68,14 @@ export const PROCESS_BASELINE_BYTES = 150 * MiB;
 export const WORKER_BASELINE_BYTES = 64 * MiB;
 /** With --memory-arena, what the per-session arenas and glibc's heap keep, per byte of the per-token terms (measured: 2570 vs 1338 MiB at N = 16384, SP 2). */
 export const ARENA_SLACK = 1.5;
+/**
+ * With --memory-arena, what the arenas keep per rank whatever the sequence
+ * length: the chunks of the sessions whose shapes do not grow with it (the
+ * MLP, loss and head-group tiles, the exchange chunks). Measured on the
+ * speed rows of bench:memory (2026-12-02, default tiles): the account
+ * without it was 70-80 MiB per rank under the peak at N = 4K.
+ */
+export const ARENA_FLOOR_BYTES = 64 * MiB;
 /** Score tiles and kernel scratch of one rank's local attention (forward scores are capped at 8 MiB per run). */
 export const ATTENTION_SCRATCH_BYTES = 16 * MiB;
 
@@ -232,8 +242,9 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
     },
     tiledLoss
       ? {
-          name: `loss tile (logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}), final norm`,
-          bytes: all(F32 * (2 * model.vocab * lossTileRows + finalNormFloats * tokensPerRank)),
+          // each tile's head weight gradient [hidden, vocab] is a new tensor, added into the flat gradient: the previous tile's may await collection
+          name: `loss tile (logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, two tiles' head weight gradients [hidden, vocab]), final norm`,
+          bytes: all(F32 * (2 * model.vocab * lossTileRows + 2 * model.hidden * model.vocab + finalNormFloats * tokensPerRank)),
         }
       : {
           name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], final norm`,
@@ -249,8 +260,8 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
     // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
     const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
     terms.push({
-      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena: ${ARENA_SLACK}x the per-token terms, measured)`,
-      bytes: ARENA_SLACK * perToken,
+      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena: ${ARENA_SLACK}x the per-token terms and ${ARENA_FLOOR_BYTES / MiB} MiB per rank, measured)`,
+      bytes: ARENA_SLACK * perToken + all(ARENA_FLOOR_BYTES),
     });
   }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
