@@ -35,8 +35,8 @@ import { ParallelError } from "./errors.js";
 import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
 import { RingAttention, type RingAttentionOptions, type RingContext } from "./ring-attention.js";
-import { aroundHeads, aroundHeadsBackward, type SeqExchange } from "./seq-all-to-all.js";
-import { exchangeChunkBytesOf, type UlyssesAttentionOptions } from "./ulysses-attention.js";
+import { aroundHeads, aroundHeadsBackward, checkChunkBytes, EXCHANGE_CHUNK_BYTES, type SeqExchange } from "./seq-all-to-all.js";
+import type { UlyssesAttentionOptions } from "./ulysses-attention.js";
 import { joinRuns, sequenceShards, type SequenceRun, type SequenceShards } from "./sequence-shards.js";
 import { shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
@@ -85,7 +85,7 @@ export class HybridAttention implements ShardedAttention<HybridContext> {
     }
     this.ring = new RingAttention(local, ringGroup, options);
     this.name = `hybrid(${local.name}, ulysses ${u} x ring ${r})`;
-    this.chunkBytes = exchangeChunkBytesOf(options.exchangeChunkBytes, this.name);
+    this.chunkBytes = checkChunkBytes(options.exchangeChunkBytes ?? EXCHANGE_CHUNK_BYTES, `${this.name} exchangeChunkBytes`);
   }
 
   checkHeads(heads: number, kvHeads: number): void {

@@ -211,6 +211,11 @@ describe("seqAllToAll errors", () => {
         /group of 2 ranks, head routing for 4, sequence shards for 2/,
       );
       await expect(seqToHeads(exchange, [])).rejects.toThrow(ParallelError);
+      for (const bad of [0, 2.5, Number.NaN]) {
+        await expect(seqToHeads({ ...exchange, chunkBytes: bad }, [{ tensor: q, heads: "q" }])).rejects.toThrow(
+          `seqAllToAll chunkBytes: the exchange chunk size must be a positive integer of bytes, got ${bad}`,
+        );
+      }
       expect(group.stats().total.calls).toBe(0);
     });
   });

@@ -58,6 +58,12 @@ export interface SeqAllToAllPart {
  */
 export const EXCHANGE_CHUNK_BYTES = 4 * 1024 * 1024;
 
+/** Checks a chunk size (`SeqExchange.chunkBytes`, the attentions' `exchangeChunkBytes`): a positive integer, or a ParallelError naming it. */
+export function checkChunkBytes(value: number, who: string): number {
+  if (!Number.isInteger(value) || value < 1) throw new ParallelError(`${who}: the exchange chunk size must be a positive integer of bytes, got ${value}`);
+  return value;
+}
+
 /** Where an exchange runs: the group, its head routing and sequence shards, and the reusable buffers. */
 export interface SeqExchange {
   readonly group: ProcessGroup;
@@ -145,7 +151,7 @@ function headsLayout(rank: number, shards: SequenceShards): Layout {
 function chunkCount(exchange: SeqExchange, plans: readonly PartPlan[], b: number, d: number): number {
   const { chunkBytes, shards } = exchange;
   if (chunkBytes === undefined) return 1;
-  if (!Number.isInteger(chunkBytes) || chunkBytes < 1) throw new ParallelError(`seqAllToAll: chunkBytes must be a positive integer, got ${chunkBytes}`);
+  checkChunkBytes(chunkBytes, "seqAllToAll chunkBytes");
   let largest = 0; // floats
   shards.sizes.forEach((s, r) => {
     const sequenceSide = sum(plans.map((p) => b * s * sum(p.headsOf.map((heads) => heads.length))));

@@ -218,6 +218,9 @@ describe("configuration errors", () => {
       const random = seededRandom(4);
       const q = randomTensor([1, 5, 2, 4], random);
       await expect(new UlyssesAttention(reference, group).forward(q, q, q, { causal: true, seqLength: 12 })).rejects.toThrow(ParallelError);
+      expect(() => new UlyssesAttention(reference, group, { exchangeChunkBytes: -4 })).toThrow(
+        `ulysses(reference, P=${group.size}) exchangeChunkBytes: the exchange chunk size must be a positive integer of bytes, got -4`,
+      );
       expect(group.stats().total.calls).toBe(0);
     });
   });

@@ -24,7 +24,7 @@ import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
 import { ParallelError } from "./errors.js";
 import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
-import { aroundHeads, aroundHeadsBackward, EXCHANGE_CHUNK_BYTES, type SeqExchange } from "./seq-all-to-all.js";
+import { aroundHeads, aroundHeadsBackward, checkChunkBytes, EXCHANGE_CHUNK_BYTES, type SeqExchange } from "./seq-all-to-all.js";
 import { joinRuns, sequenceShards, type SequenceShards } from "./sequence-shards.js";
 import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
@@ -37,13 +37,6 @@ export type UlyssesContext = SavedLocalAttention<{ routing: HeadRouting; shards:
 export interface UlyssesAttentionOptions {
   /** Bytes of each exchange's send and receive areas at most (`SeqExchange.chunkBytes`; default EXCHANGE_CHUNK_BYTES, 4 MiB). */
   exchangeChunkBytes?: number;
-}
-
-/** Checks an exchange chunk size option; returns it or the default. */
-export function exchangeChunkBytesOf(value: number | undefined, who: string): number {
-  if (value === undefined) return EXCHANGE_CHUNK_BYTES;
-  if (!Number.isInteger(value) || value < 1) throw new ParallelError(`${who}: exchangeChunkBytes must be a positive integer, got ${value}`);
-  return value;
 }
 
 export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
@@ -59,7 +52,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     options: UlyssesAttentionOptions = {},
   ) {
     this.name = `ulysses(${local.name}, P=${group.size})`;
-    this.chunkBytes = exchangeChunkBytesOf(options.exchangeChunkBytes, this.name);
+    this.chunkBytes = checkChunkBytes(options.exchangeChunkBytes ?? EXCHANGE_CHUNK_BYTES, `${this.name} exchangeChunkBytes`);
   }
 
   checkHeads(heads: number, kvHeads: number): void {
