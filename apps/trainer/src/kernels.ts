@@ -7,7 +7,7 @@
  * Importing @ulysses/fused-attention registers "fused" with createAttention.
  */
 import "@ulysses/fused-attention"; // registers attention implementation "fused"
-import { fusedAttentionStatus, setMallocMmapThreshold } from "@ulysses/fused-attention";
+import { fusedAttentionStatus, MALLOC_MMAP_THRESHOLD_MAX, setMallocMmapThreshold, setMallocTrimThreshold } from "@ulysses/fused-attention";
 import { SessionCache, createAttention, createOrtOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
 import { COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
@@ -32,10 +32,22 @@ export function resolveKernel(kernel: TrainConfig["kernel"]): { kernel: "fused" 
 /** glibc's mmap threshold the trainer sets (128 KiB, glibc's own starting value, kept fixed): see setMallocMmapThreshold. */
 export const MMAP_THRESHOLD_BYTES = 128 * 1024;
 
+/**
+ * glibc's trim threshold with --memory-arena: the free memory at the top of a heap it keeps instead of returning to the OS (the most mallopt
+ * takes: never trim), so the buffers a step frees are reused by the next without page faults (see setMallocTrimThreshold).
+ */
+export const RETAIN_HEAP_BYTES = 2 ** 31 - 1;
+
 export async function createRankKernels(threads: number, kernel: TrainConfig["kernel"] = "auto", memoryArena = false): Promise<RankKernels> {
   const chosen = resolveKernel(kernel);
-  // Unless --memory-arena: freed activations go back to the OS (about 35 KiB per token of peak RSS at hidden 256, docs/results/memory).
-  if (!memoryArena) setMallocMmapThreshold(MMAP_THRESHOLD_BYTES);
+  if (memoryArena) {
+    // glibc's heap keeps what a step frees (up to 32 MiB a buffer): the next step reuses those pages instead of faulting in new ones
+    setMallocMmapThreshold(MALLOC_MMAP_THRESHOLD_MAX);
+    setMallocTrimThreshold(RETAIN_HEAP_BYTES);
+  } else {
+    // freed activations go back to the OS (about 35 KiB per token of peak RSS at hidden 256, docs/results/memory)
+    setMallocMmapThreshold(MMAP_THRESHOLD_BYTES);
+  }
   // Unless --memory-arena: freed tensors collected every 16 MiB of outputs, so the peak is the live tensors' plus at most that much garbage
   const cache = new SessionCache({ intraOpThreads: threads, memoryArena, collectGarbageEvery: memoryArena ? 0 : COLLECT_GARBAGE_EVERY_BYTES });
   const attention = await createAttention({ implementation: chosen.kernel === "fused" ? "fused" : "ort", cache });

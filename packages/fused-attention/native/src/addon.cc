@@ -408,9 +408,27 @@ Napi::Value SetMmapThreshold(const Napi::CallbackInfo& info) {
 #endif
 }
 
+// glibc returns the free memory at the top of a heap to the OS once it
+// exceeds the trim threshold (128 KiB at start; twice the dynamic mmap
+// threshold later), so a step that frees and then reallocates its activations
+// pays a page fault for every 4 KiB again. A threshold above the step's
+// largest free keeps that memory for the next allocation.
+Napi::Value SetTrimThreshold(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "setTrimThreshold(bytes): bytes must be a number");
+  const double bytes = info[0].As<Napi::Number>().DoubleValue();
+  if (!(bytes >= 4096 && bytes <= 2147483647)) throw Napi::RangeError::New(env, "setTrimThreshold(bytes): bytes must be in [4096, 2147483647]");
+#if defined(__GLIBC__)
+  return Napi::Boolean::New(env, mallopt(M_TRIM_THRESHOLD, static_cast<int>(bytes)) == 1);
+#else
+  return Napi::Boolean::New(env, false);
+#endif
+}
+
 Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   exports.Set("setMmapThreshold", Napi::Function::New(env, SetMmapThreshold, "setMmapThreshold"));
+  exports.Set("setTrimThreshold", Napi::Function::New(env, SetTrimThreshold, "setTrimThreshold"));
   exports.Set("Runtime", Runtime::Define(env));
   exports.Set("Session", Session::Define(env));
   return exports;
