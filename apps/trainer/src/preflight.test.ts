@@ -40,6 +40,21 @@ describe("memory estimate", () => {
     expect(scratch(65536, 2)).toBe(2 * 32768 * 6 * 1024);
   });
 
+  it("counts the backward's two phases, the loss and final norm's and one block's, as the larger of them, not their sum", () => {
+    // SP 2, N = 4096: 2048 tokens per rank. One block's backward, MLP untiled: dy and the MLP's up, activation, their gradient and one
+    // MLP-wide temporary, 256 + 3 x 1024 floats a token. The loss phase, untiled: logits, softmax and dLogits, 3 x vocab, and the final
+    // norm's input, output and gradient, 3 x 256 + 2 floats a token.
+    const workingSet = (vocab: number) => {
+      const terms = estimateMemory({ ...MODEL, seq: 4096, vocab }).terms.filter((t) => t.name.startsWith("backward working set"));
+      expect(terms).toHaveLength(1);
+      expect(terms[0]!.name).toContain(`logits, softmax and their gradient [tokens, vocab ${vocab}]`);
+      return terms[0]!.bytes;
+    };
+    expect(workingSet(256)).toBe(2 * 4 * 2048 * (256 + 3 * 1024)); // the block's is larger
+    expect(workingSet(512)).toBe(2 * 4 * 2048 * (256 + 3 * 1024)); // still: the loss phase's is 2306 floats a token
+    expect(workingSet(4096)).toBe(2 * 4 * 2048 * (3 * 4096 + 3 * 256 + 2)); // the loss phase's is larger
+  });
+
   it("breaks the estimate down and counts every rank", () => {
     const e = estimateMemory({ ...MODEL, seq: 4096 });
     expect(e.ranks).toBe(2);

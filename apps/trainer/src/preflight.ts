@@ -25,20 +25,20 @@
  *   the block in backward holds its recomputed attention half; attention in
  *   head groups (--tile-attention) keeps nothing of the attention half, and
  *   its backward holds norm1's output, dx2, dh1 and one group's tensors;
- * - the backward working set of one block: the gradients alive together
- *   (the MLP's, unless tiled, then the attention's), and the largest ONNX
- *   Runtime op's temporaries (the MLP's width, per tile when tiled);
- * - the tiles' working sets: one MLP tile (its recomputed up, activation and
- *   their gradients), one loss tile (logits, softmax and dLogits, and the
- *   head weight gradient [hidden, vocab] each tile makes: two of them, the
- *   previous one freed but not yet collected);
+ * - the backward working set, the larger of its two phases, which never
+ *   overlap: the loss and the final norm's backward (one loss tile's logits,
+ *   softmax and dLogits and the head weight gradient [hidden, vocab] each
+ *   tile makes, two of them, the previous one freed but not yet collected;
+ *   or, untiled, logits, softmax and dLogits [tokens, vocab]; and the final
+ *   norm's input, output and gradient), then one block's backward (the
+ *   gradients alive together, the MLP's unless tiled, then the attention's,
+ *   and the largest ONNX Runtime op's temporaries; a tiled MLP's one tile:
+ *   its recomputed up, activation and their gradients);
  * - the exchange scratch (send and receive areas, the gathered gradients)
  *   when sequence parallelism moves tensors: at most EXCHANGE_CHUNK_BYTES
  *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
  *   Ulysses pipelined over head groups (--ulysses-head-groups), whose
  *   concurrent exchanges are whole;
- * - logits, softmax and dLogits [tokens, vocab] unless the loss is tiled;
- *   the final norm's input, output and gradient;
  * - the local kernel's score tiles (bounded per call).
  *
  * With --no-memory-arena, ONNX Runtime's CPU arenas are off
@@ -208,6 +208,25 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;
+  // The backward's two phases never overlap (GPT.backward drops the final norm's input and gradient before the blocks run backward):
+  // first the loss, tile by tile, and the final norm's backward with the final norm's input, output and gradient alive; then the
+  // blocks, one at a time, where a tiled MLP's backward (one tile) comes before the attention's gradients exist.
+  const lossPhase = tiledLoss
+    ? {
+        // each tile's head weight gradient [hidden, vocab] is a new tensor, added into the flat gradient: the previous tile's may await collection
+        name: `logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, two tiles' head weight gradients [hidden, vocab], the final norm's input, output and gradient`,
+        bytes: F32 * (2 * model.vocab * lossTileRows + 2 * model.hidden * model.vocab + finalNormFloats * tokensPerRank),
+      }
+    : {
+        name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient`,
+        bytes: F32 * (3 * model.vocab + finalNormFloats) * tokensPerRank,
+      };
+  const blockPhase = {
+    name: tiledMlp
+      ? `the larger of the attention's gradients${headGroups > 1 ? ` in ${headGroups} head groups` : ""} and one MLP tile of ${mlpTileRows} tokens`
+      : "its gradients and the largest op's temporaries",
+    bytes: F32 * Math.max(perLayer.backward * tokensPerRank + groupTileFloats, perLayer.mlpTile * mlpTileRows),
+  };
   const terms: MemoryTerm[] = [
     {
       name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}${workers > 0 ? `, ${workers} worker thread${workers > 1 ? "s" : ""}` : ""}: Node, ONNX Runtime sessions)`,
@@ -226,11 +245,8 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
       bytes: all(F32 * activationFloats * tokensPerRank),
     },
     {
-      // a tiled MLP's backward (one tile) comes before the attention's gradients exist: the larger of the two
-      name: tiledMlp
-        ? `backward working set (the larger of the attention's gradients${headGroups > 1 ? ` in ${headGroups} head groups` : ""} and one MLP tile of ${mlpTileRows} tokens)`
-        : "backward working set (one block's gradients and the largest op's temporaries)",
-      bytes: all(F32 * Math.max(perLayer.backward * tokensPerRank + groupTileFloats, perLayer.mlpTile * mlpTileRows)),
+      name: `backward working set, the larger of its two phases: the loss and the final norm's backward (${lossPhase.name}) or one block's backward (${blockPhase.name})`,
+      bytes: all(Math.max(lossPhase.bytes, blockPhase.bytes)),
     },
     {
       name: `attention working buffers (score tiles; head dim ${block.headDim})`,
@@ -240,16 +256,6 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
       name: `sequence-parallel exchange scratch (send and receive areas${headGroups > 1 ? ", one head group's" : ""}${chunkedExchange ? `, in chunks of at most ${EXCHANGE_CHUNK_BYTES / MiB} MiB` : ""})`,
       bytes: all(chunkedExchange ? Math.min(exchangeBytes, 2 * EXCHANGE_CHUNK_BYTES) : exchangeBytes),
     },
-    tiledLoss
-      ? {
-          // each tile's head weight gradient [hidden, vocab] is a new tensor, added into the flat gradient: the previous tile's may await collection
-          name: `loss tile (logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, two tiles' head weight gradients [hidden, vocab]), final norm`,
-          bytes: all(F32 * (2 * model.vocab * lossTileRows + 2 * model.hidden * model.vocab + finalNormFloats * tokensPerRank)),
-        }
-      : {
-          name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], final norm`,
-          bytes: all(F32 * (3 * model.vocab + finalNormFloats) * tokensPerRank),
-        },
   ];
   if (config.memoryArena === false) {
     terms.push({
