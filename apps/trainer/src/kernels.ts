@@ -3,11 +3,13 @@
  * Ops run as ONNX graphs in one ONNX Runtime session cache with `threads`
  * intra-op threads; attention is the fused custom op of
  * @ulysses/fused-attention (faster in `pnpm bench:kernels`) or OrtAttention.
- * "auto" picks fused when its native addon is built and says which it used.
+ * "auto" picks fused when its native addon is built and says which it used;
+ * with fused on an AVX2 or AVX-512 processor, GELU runs as the addon's
+ * native kernels too (FusedOps).
  * Importing @ulysses/fused-attention registers "fused" with createAttention.
  */
 import "@ulysses/fused-attention"; // registers attention implementation "fused"
-import { fusedAttentionStatus, MALLOC_MMAP_THRESHOLD_MAX, setMallocMmapThreshold, setMallocTrimThreshold } from "@ulysses/fused-attention";
+import { createFusedOps, fusedAttentionStatus, MALLOC_MMAP_THRESHOLD_MAX, setMallocMmapThreshold, setMallocTrimThreshold } from "@ulysses/fused-attention";
 import { SessionCache, createAttention, createOrtOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
 import { COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
@@ -50,13 +52,18 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
   }
   // Unless --memory-arena: freed tensors collected every 16 MiB of outputs, so the peak is the live tensors' plus at most that much garbage
   const cache = new SessionCache({ intraOpThreads: threads, memoryArena, collectGarbageEvery: memoryArena ? 0 : COLLECT_GARBAGE_EVERY_BYTES });
-  const attention = await createAttention({ implementation: chosen.kernel === "fused" ? "fused" : "ort", cache });
+  const fused = chosen.kernel === "fused";
+  const attention = await createAttention({ implementation: fused ? "fused" : "ort", cache });
   const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
-  const name = chosen.kernel === "fused" ? "FusedAttention (C++ custom op)" : "OrtAttention";
+  // With the addon on an AVX2 or AVX-512 processor, GELU forward and backward also run natively (single-pass kernels instead of ONNX
+  // Runtime's Gelu and its derived backward graph; its portable build is slower than ONNX Runtime's forward, so not there)
+  const status = fusedAttentionStatus();
+  const nativeGelu = fused && status.available && status.info.cpuIsa !== "portable";
+  const name = `OrtOps${nativeGelu ? " + native GELU" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
   return {
-    ops: createOrtOps(cache),
+    ops: nativeGelu ? createFusedOps(cache) : createOrtOps(cache),
     attention,
-    description: `OrtOps + ${name}${chosen.note} (${threadNote})`,
+    description: `${name}${chosen.note} (${threadNote})`,
     release: async () => {
       await attention.release();
       await cache.release();

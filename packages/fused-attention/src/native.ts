@@ -44,6 +44,14 @@ export interface NativeBinding {
   init(libraryPath: string): NativeInfo;
   setMmapThreshold(bytes: number): boolean;
   setTrimThreshold(bytes: number): boolean;
+  /**
+   * y = gelu(x) (tanh approximation), synchronously on this thread. Throws
+   * TypeError / RangeError for arrays that are not Float32Arrays of one
+   * length, an output that partly overlaps an input, or an unknown isa.
+   */
+  geluForward(x: Float32Array, y: Float32Array, isa?: string): void;
+  /** dx = dy * gelu'(x), as geluForward. */
+  geluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array, isa?: string): void;
   Runtime: new (options: { threads: number; isa?: string; cuda?: boolean }) => NativeRuntime;
   Session: new (runtime: NativeRuntime, model: Uint8Array) => NativeSession;
 }

@@ -7,6 +7,10 @@
 //   session.run(inputNames, inputs, inputDims, outputNames, outputs, outputDims)
 //                                    -> Promise<void>, off the JS thread
 //   runtime.release(), session.release()
+//   geluForward(x, y, isa?), geluBackward(x, dy, dx, isa?)
+//                                    GELU (tanh approximation) on Float32Arrays
+//                                    of one length, synchronously on the JS
+//                                    thread: y = gelu(x), dx = dy * gelu'(x)
 //   setMmapThreshold(bytes) -> boolean   glibc: serve allocations of at least
 //                                    `bytes` with mmap, so freed large buffers
 //                                    go back to the OS (false: not glibc)
@@ -23,6 +27,7 @@
 #include <malloc.h>
 #endif
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -425,10 +430,92 @@ Napi::Value SetTrimThreshold(const Napi::CallbackInfo& info) {
 #endif
 }
 
+// What a JavaScript value is, for error messages: "a Float64Array", "an Array", "a number", "undefined".
+std::string describe(const Napi::Value& v) {
+  if (v.IsUndefined()) return "undefined";
+  if (v.IsNull()) return "null";
+  if (v.IsObject()) {
+    Napi::Value ctor = v.As<Napi::Object>().Get("constructor");
+    if (ctor.IsFunction()) {
+      Napi::Value name = ctor.As<Napi::Object>().Get("name");
+      const std::string n = name.IsString() ? name.As<Napi::String>().Utf8Value() : "";
+      if (!n.empty()) return (std::string("AEIOU").find(n[0]) == std::string::npos ? "a " : "an ") + n;
+    }
+    return "an object";
+  }
+  if (v.IsNumber()) return "a number";
+  if (v.IsString()) return "a string";
+  if (v.IsBoolean()) return "a boolean";
+  return "a " + std::string(v.IsBigInt() ? "bigint" : v.IsSymbol() ? "symbol" : "value");
+}
+
+struct GeluArray {
+  const char* name;
+  float* data;
+  size_t length;
+};
+
+// Checks the GELU functions' arguments: `names.size()` Float32Arrays of one
+// length (the last is the output, which may be an input but not partly
+// overlap one), then an optional isa name.
+std::vector<GeluArray> gelu_arguments(const Napi::CallbackInfo& info, const std::string& signature,
+                                      const std::vector<const char*>& names, CpuIsa* isa) {
+  Napi::Env env = info.Env();
+  std::vector<GeluArray> arrays;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Napi::Value v = info[i];
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+      throw Napi::TypeError::New(env, signature + ": " + names[i] + " must be a Float32Array, got " + describe(v));
+    }
+    Napi::Float32Array a = v.As<Napi::Float32Array>();
+    arrays.push_back({names[i], a.Data(), a.ElementLength()});
+    if (arrays[i].length != arrays[0].length) {
+      throw Napi::RangeError::New(env, signature + ": " + names[i] + " has " + std::to_string(arrays[i].length) +
+                                           " elements but " + names[0] + " has " + std::to_string(arrays[0].length));
+    }
+  }
+  const GeluArray& out = arrays.back();
+  const auto begin = reinterpret_cast<uintptr_t>(out.data), end = begin + out.length * sizeof(float);
+  for (size_t i = 0; i + 1 < arrays.size(); ++i) {
+    const auto b = reinterpret_cast<uintptr_t>(arrays[i].data), e = b + arrays[i].length * sizeof(float);
+    if (b != begin && b < end && begin < e) {
+      throw Napi::RangeError::New(env, signature + ": " + out.name + " partly overlaps " + arrays[i].name +
+                                           " (the output may be an input array, or separate from it)");
+    }
+  }
+  const Napi::Value isa_v = info[names.size()];
+  std::string isa_name = "auto";
+  if (!isa_v.IsUndefined()) {
+    if (!isa_v.IsString()) throw Napi::TypeError::New(env, signature + ": isa must be a string, got " + describe(isa_v));
+    isa_name = isa_v.As<Napi::String>().Utf8Value();
+  }
+  if (!parse_cpu_isa(isa_name.c_str(), isa)) {
+    throw Napi::RangeError::New(env, signature + ": isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'");
+  }
+  if (!cpu_isa_name(*isa)) throw Napi::Error::New(env, signature + ": this processor cannot run the '" + isa_name + "' CPU kernels");
+  return arrays;
+}
+
+Napi::Value GeluForward(const Napi::CallbackInfo& info) {
+  CpuIsa isa;
+  const auto a = gelu_arguments(info, "geluForward(x, y, isa?)", {"x", "y"}, &isa);
+  gelu_forward_cpu(a[0].data, a[1].data, static_cast<int64_t>(a[0].length), isa);
+  return info.Env().Undefined();
+}
+
+Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
+  CpuIsa isa;
+  const auto a = gelu_arguments(info, "geluBackward(x, dy, dx, isa?)", {"x", "dy", "dx"}, &isa);
+  gelu_backward_cpu(a[0].data, a[1].data, a[2].data, static_cast<int64_t>(a[0].length), isa);
+  return info.Env().Undefined();
+}
+
 Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   exports.Set("setMmapThreshold", Napi::Function::New(env, SetMmapThreshold, "setMmapThreshold"));
   exports.Set("setTrimThreshold", Napi::Function::New(env, SetTrimThreshold, "setTrimThreshold"));
+  exports.Set("geluForward", Napi::Function::New(env, GeluForward, "geluForward"));
+  exports.Set("geluBackward", Napi::Function::New(env, GeluBackward, "geluBackward"));
   exports.Set("Runtime", Runtime::Define(env));
   exports.Set("Session", Session::Define(env));
   return exports;

@@ -1,4 +1,4 @@
-// The CPU attention kernels' entry points: FlashAttention-style forward
+// The CPU kernels' entry points: FlashAttention-style attention forward
 // (out and the row log-sum-exp) and backward (dq, dk, dv) on raw float32
 // memory in the layout of the LocalAttention contract:
 //   q, out, dout, dq  [batch, seq_q, heads, head_dim]
@@ -76,5 +76,13 @@ const char* cpu_isa_name(CpuIsa isa = CpuIsa::Auto);
 // `isa` must be one cpu_isa_name accepts.
 void attention_forward_cpu(const ForwardArgs& args, int threads, CpuIsa isa = CpuIsa::Auto);
 void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa = CpuIsa::Auto);
+
+// GELU, tanh approximation (ONNX Gelu approximate="tanh"), elementwise over n
+// floats in one pass on the calling thread: y = gelu(x), dx = dy * gelu'(x).
+// The output may be the same array as an input, but must not partly overlap
+// one. Finite for every finite input; gelu(+inf) = +inf, gelu(-inf) = -0,
+// NaN propagates. The formulas are in kernels-impl.h.
+void gelu_forward_cpu(const float* x, float* y, int64_t n, CpuIsa isa = CpuIsa::Auto);
+void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, CpuIsa isa = CpuIsa::Auto);
 
 }  // namespace ulysses

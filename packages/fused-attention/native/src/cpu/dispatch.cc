@@ -1,5 +1,6 @@
 // Runs the CPU kernels: picks the instruction set once (AVX-512, AVX2 or the
-// portable build) and splits the work items across threads.
+// portable build) and splits the attention work items across threads (the
+// GELU kernels run on the calling thread).
 //
 // Threading: the caller's thread plus threads - 1 std::threads started per
 // call, each with its own scratch. The forward hands out its (batch, head,
@@ -169,6 +170,14 @@ void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa) {
       }
     }
   });
+}
+
+void gelu_forward_cpu(const float* x, float* y, int64_t n, CpuIsa isa) {
+  if (n > 0) table(isa).gelu_forward(x, y, n);
+}
+
+void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, CpuIsa isa) {
+  if (n > 0) table(isa).gelu_backward(x, dy, dx, n);
 }
 
 }  // namespace ulysses

@@ -324,6 +324,87 @@ void backward_item(const BackwardArgs& a, const float* packed_in, int64_t b, int
   }
 }
 
+// GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(u)) with
+// u = sqrt(2/pi) (x + 0.044715 x^3), the formula of ONNX Gelu
+// approximate="tanh" and of @ulysses/kernels' float64 reference. Since
+// 0.5 (1 + tanh(u)) = sigmoid(2u), gelu(x) = x s with s = sigmoid(2u), and
+//   d gelu / dx = s + x 2 s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+// With z = 2u log2(e) and e = 2^-|z| (in (0, 1], never overflows):
+//   s = 1 / (1 + e) for z >= 0, e / (1 + e) for z < 0;  s (1 - s) = e / (1 + e)^2.
+// Beyond |x| = kGeluClamp, e is exactly 0 (|z| > 126: exp2 flushes it), so x is
+// clamped there for u and the derivative's x term: no overflow or inf * 0 for
+// any input; gelu(+inf) = +inf, gelu(-inf) = -0 (x is clamped below only, so
+// +inf passes through), gradient dy at +inf and 0 at -inf, NaN propagates.
+constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+constexpr float kGeluZ = 2.302208198144325f;  // 2 sqrt(2/pi) log2(e)
+constexpr float kGeluClamp = 32.0f;
+
+template <class I>
+struct GeluParts {
+  typename I::V xc;  // x clamped to [-kGeluClamp, kGeluClamp] (NaN kept)
+  typename I::V x2;  // xc^2
+  typename I::V s;   // sigmoid(2u)
+  typename I::V sd;  // s (1 - s)
+};
+
+template <class I>
+inline GeluParts<I> gelu_parts(typename I::V x) {
+  using V = typename I::V;
+  const V one = I::set1(1.0f);
+  // min/max return their second operand for NaN, which keeps a NaN x.
+  const V xc = I::min(I::set1(kGeluClamp), I::max(I::set1(-kGeluClamp), x));
+  const V x2 = I::mul(xc, xc);
+  const V z = I::mul(I::mul(xc, I::set1(kGeluZ)), I::fma(x2, I::set1(kGeluCubic), one));
+  const V e = I::exp2(I::neg_abs(z));  // 0 for NaN z
+  const V r = I::div(one, I::add(one, e));
+  const V er = I::mul(e, r);
+  return {xc, x2, I::select_nonneg(z, r, er), I::mul(er, r)};
+}
+
+template <class I>
+inline typename I::V gelu_forward_vec(typename I::V x) {
+  return I::mul(I::max(I::set1(-kGeluClamp), x), gelu_parts<I>(x).s);
+}
+
+template <class I>
+inline typename I::V gelu_backward_vec(typename I::V x, typename I::V dy) {
+  const GeluParts<I> g = gelu_parts<I>(x);
+  // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2); d s / dx = 2 s (1 - s) du/dx.
+  const typename I::V du = I::fma(g.x2, I::set1(3.0f * kGeluCubic), I::set1(1.0f));
+  const typename I::V term = I::mul(I::mul(g.xc, I::set1(2.0f * kGeluSqrt2OverPi)), I::mul(du, g.sd));
+  return I::mul(dy, I::add(g.s, term));
+}
+
+// The last n % W floats go through the same vector code on a zero-padded
+// copy, so every element gets the same arithmetic wherever it sits.
+template <class I>
+void gelu_forward(const float* x, float* y, int64_t n) {
+  constexpr int64_t W = I::W;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) I::store(y + i, gelu_forward_vec<I>(I::load(x + i)));
+  if (i < n) {
+    float xb[W] = {};
+    std::copy(x + i, x + n, xb);
+    I::store(xb, gelu_forward_vec<I>(I::load(xb)));
+    std::copy(xb, xb + (n - i), y + i);
+  }
+}
+
+template <class I>
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  constexpr int64_t W = I::W;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) I::store(dx + i, gelu_backward_vec<I>(I::load(x + i), I::load(dy + i)));
+  if (i < n) {
+    float xb[W] = {}, db[W] = {};
+    std::copy(x + i, x + n, xb);
+    std::copy(dy + i, dy + n, db);
+    I::store(xb, gelu_backward_vec<I>(I::load(xb), I::load(db)));
+    std::copy(xb, xb + (n - i), dx + i);
+  }
+}
+
 template <class I>
 KernelTable make_table(const char* name) {
   KernelTable t;
@@ -337,6 +418,8 @@ KernelTable make_table(const char* name) {
   t.backward_pack = &backward_pack<I>;
   t.backward_scratch_floats = &backward_scratch_floats<I>;
   t.backward_item = &backward_item<I>;
+  t.gelu_forward = &gelu_forward<I>;
+  t.gelu_backward = &gelu_backward<I>;
   return t;
 }
 

@@ -23,6 +23,9 @@ struct KernelTable {
   size_t (*backward_scratch_floats)(const AttentionProblem&) = nullptr;
   void (*backward_item)(const BackwardArgs&, const float* packed, int64_t b, int64_t kvh, int64_t kb, float* dq_acc,
                         float* scratch) = nullptr;
+  // GELU (tanh approximation) over n floats, single pass (see gelu_forward_cpu).
+  void (*gelu_forward)(const float* x, float* y, int64_t n) = nullptr;
+  void (*gelu_backward)(const float* x, const float* dy, float* dx, int64_t n) = nullptr;
 };
 
 // Each returns false when this build or this processor lacks the instruction set.

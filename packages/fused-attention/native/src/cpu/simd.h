@@ -1,9 +1,9 @@
 // SIMD traits for the CPU attention kernels: one struct per instruction set
 // (AVX-512, AVX2+FMA, and a portable GCC/Clang vector-extension fallback),
 // each with the handful of operations the kernels need (load, store, fma,
-// broadcast, max, and a masked exp2). The kernels in kernels-impl.h are
-// templates over these structs; which one runs is chosen at run time in
-// dispatch.cc. This header defines nothing that depends on ONNX Runtime.
+// broadcast, min / max, division, a lane select, and a masked exp2). The
+// kernels in kernels-impl.h are templates over these structs; which one runs
+// is chosen at run time in dispatch.cc. This header defines nothing that depends on ONNX Runtime.
 //
 // Include it only after the translation unit has selected its target (see the
 // kernels-*.cc files): the AVX structs use intrinsics that need it.
@@ -48,6 +48,15 @@ struct Avx512 {
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  // min and max return b where either is NaN (x86 semantics; the portable
+  // struct matches), so min(hi, max(lo, x)) keeps a NaN x.
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V neg_abs(V a) { return _mm512_or_ps(a, _mm512_set1_ps(-0.0f)); }
+  // c >= 0 ? a : b lane by lane (b where c is NaN).
+  static V select_nonneg(V c, V a, V b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_GE_OQ), b, a);
+  }
   // Lanes [0, n) of p set to -inf (n in [0, W]).
   static void mask_prefix_neg_inf(float* p, int n) {
     if (n <= 0) return;
@@ -89,6 +98,10 @@ struct Avx2 {
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V neg_abs(V a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
+  static V select_nonneg(V c, V a, V b) { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(c, _mm256_setzero_ps(), _CMP_GE_OQ)); }
   static void mask_prefix_neg_inf(float* p, int n) {
     for (int i = 0; i < n && i < W; ++i) p[i] = -INFINITY;
   }
@@ -115,6 +128,7 @@ struct Avx2 {
 // arm64 NEON, ...); the compiler picks the instructions.
 struct Portable {
   typedef float V __attribute__((vector_size(32)));
+  typedef int32_t M __attribute__((vector_size(32)));  // lane masks: -1 true, 0 false
   static constexpr int W = 8;
   static constexpr int MR = 4, NV = 2;
   static constexpr int MR_WIDE = 4, NV_WIDE = 2;
@@ -131,17 +145,60 @@ struct Portable {
   static V mul(V a, V b) { return a * b; }
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
-  static V max(V a, V b) { return a > b ? a : b; }
+  // Comparisons in 16-byte halves and selects by bit masks: GCC 12 lowers a
+  // comparison of two 32-byte vectors to one scalar compare per lane when the
+  // target's vectors are 16 bytes (SSE2, NEON), and `m ? a : b` with it.
+  typedef float H __attribute__((vector_size(16)));
+  typedef int32_t HM __attribute__((vector_size(16)));
+  static void halves(V v, H* lo, H* hi) {
+    std::memcpy(lo, &v, sizeof *lo);
+    std::memcpy(hi, reinterpret_cast<const char*>(&v) + sizeof *lo, sizeof *hi);
+  }
+  static M join(HM lo, HM hi) {
+    M m;
+    std::memcpy(&m, &lo, sizeof lo);
+    std::memcpy(reinterpret_cast<char*>(&m) + sizeof lo, &hi, sizeof hi);
+    return m;
+  }
+  static M gt(V a, V b) {
+    H a0, a1, b0, b1;
+    halves(a, &a0, &a1);
+    halves(b, &b0, &b1);
+    return join(a0 > b0, a1 > b1);
+  }
+  static M ge(V a, V b) {
+    H a0, a1, b0, b1;
+    halves(a, &a0, &a1);
+    halves(b, &b0, &b1);
+    return join(a0 >= b0, a1 >= b1);
+  }
+  static V blend(M m, V a, V b) { return (V)((m & (M)a) | (~m & (M)b)); }
+  static V max(V a, V b) { return blend(gt(a, b), a, b); }
+  static V min(V a, V b) { return blend(gt(b, a), a, b); }
+  static V div(V a, V b) { return a / b; }
+  static V neg_abs(V a) { return (V)((M)a | (M{} + INT32_MIN)); }  // not set1(-0.0f): that is 0 + -0 = +0
+  static V select_nonneg(V c, V a, V b) { return blend(ge(c, zero()), a, b); }
   static void mask_prefix_neg_inf(float* p, int n) {
     for (int i = 0; i < n && i < W; ++i) p[i] = -INFINITY;
   }
+  // The AVX2 struct's exp2 in vector extensions (a per-lane std::exp2 made
+  // the GELU kernels about 10x slower than ONNX Runtime's).
   static V exp2(V x) {
-    V r;
-    for (int i = 0; i < W; ++i) {
-      float xi = x[i];
-      r[i] = (xi >= kExp2Min) ? std::exp2(xi < 127.0f ? xi : 127.0f) : 0.0f;
-    }
-    return r;
+    const M keep = ge(x, set1(kExp2Min));  // false for NaN
+    x = blend(keep, x, set1(kExp2Min));
+    x = min(x, set1(127.0f));
+    // round half away from zero: n in [-126, 127], f in [-0.5, 0.5]
+    const M n = __builtin_convertvector(x + blend(ge(x, zero()), set1(0.5f), set1(-0.5f)), M);
+    const V f = x - __builtin_convertvector(n, V);
+    V p = set1(kExp2C6);
+    p = p * f + kExp2C5;
+    p = p * f + kExp2C4;
+    p = p * f + kExp2C3;
+    p = p * f + kExp2C2;
+    p = p * f + kExp2C1;
+    p = p * f + 1.0f;
+    const V scale = (V)((n + 127) << 23);  // 2^n
+    return (V)(keep & (M)(p * scale));
   }
 };
 #endif

@@ -1,0 +1,81 @@
+/**
+ * FusedOps: OrtOps (every block op an ONNX Runtime graph) with GELU forward
+ * and backward replaced by the addon's native single-pass kernels
+ * (native/src/cpu, vectorized per instruction set like the attention
+ * kernels). ONNX Runtime runs GELU's forward as one Gelu node but its
+ * backward as a derived graph of about 14 elementwise nodes, each a pass
+ * over memory; the native kernels read x (and dy) once and write once. They
+ * run synchronously on the calling thread (one thread: the trainer runs one
+ * per rank), into fresh float32 tensors of x's shape, whose bytes are told to
+ * the SessionCache's garbage collector as its own outputs are.
+ */
+import { OrtOps, type BlockOps, type SessionCache } from "@ulysses/kernels";
+import { formatShape, Tensor } from "@ulysses/tensors";
+import { FusedAttentionError } from "./errors.js";
+import type { CpuIsa } from "./fused-attention.js";
+import { loadNative, type NativeBinding } from "./native.js";
+
+type F32 = Tensor<"float32">;
+
+export interface FusedOpsOptions {
+  /**
+   * The GELU kernels' instruction set (default "auto": the best this
+   * processor has). For tests and benchmarks; an unsupported one throws.
+   */
+  isa?: CpuIsa;
+}
+
+function checkFloat32(op: string, name: string, t: Tensor): void {
+  if (t.dtype !== "float32") throw new FusedAttentionError(`${op}: ${name} must be float32, got ${t}`);
+}
+
+export class FusedOps extends OrtOps {
+  readonly isa: CpuIsa;
+  private readonly binding: NativeBinding;
+
+  /** Throws FusedAttentionError (saying how to build it) when the addon is not built or fails to load, or when the processor lacks `isa`. */
+  constructor(cache: SessionCache, options: FusedOpsOptions = {}) {
+    super(cache);
+    const native = loadNative();
+    if (!native.ok) throw native.error;
+    const isa = options.isa ?? "auto";
+    try {
+      // checks the isa's name and that this processor runs it
+      native.binding.geluForward(new Float32Array(0), new Float32Array(0), isa);
+    } catch (error) {
+      throw new FusedAttentionError(`FusedOps: ${(error as Error).message}`, { cause: error });
+    }
+    this.binding = native.binding;
+    this.isa = isa;
+  }
+
+  /** The bytes of a fresh output, counted as SessionCache.run counts its outputs'. */
+  private output(shape: readonly number[]): F32 {
+    const t = new Tensor("float32", shape);
+    this.cache.collector?.allocated(t.data.byteLength);
+    return t;
+  }
+
+  override async geluForward(x: F32): Promise<F32> {
+    checkFloat32("geluForward", "x", x);
+    const y = this.output(x.shape);
+    this.binding.geluForward(x.data, y.data, this.isa);
+    return y;
+  }
+
+  override async geluBackward(x: F32, dy: F32): Promise<F32> {
+    checkFloat32("geluBackward", "x", x);
+    checkFloat32("geluBackward", "dy", dy);
+    if (dy.rank !== x.rank || dy.shape.some((d, i) => d !== x.shape[i])) {
+      throw new FusedAttentionError(`geluBackward: dy must have the shape of x ${formatShape(x.shape)}, got ${formatShape(dy.shape)}`);
+    }
+    const dx = this.output(x.shape);
+    this.binding.geluBackward(x.data, dy.data, dx.data, this.isa);
+    return dx;
+  }
+}
+
+/** FusedOps on `cache` (GELU native, every other op OrtOps'); throws FusedAttentionError when the addon is not built. */
+export function createFusedOps(cache: SessionCache, options: FusedOpsOptions = {}): BlockOps {
+  return new FusedOps(cache, options);
+}
