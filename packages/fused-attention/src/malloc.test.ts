@@ -14,7 +14,8 @@ import { FusedAttentionError, fusedAttentionStatus, MALLOC_MMAP_THRESHOLD_MAX, s
 
 const status = fusedAttentionStatus();
 const glibc =
-  process.platform === "linux" && Boolean((process.report?.getReport() as { header?: { glibcVersionRuntime?: string } }).header?.glibcVersionRuntime);
+  process.platform === "linux" &&
+  Boolean((process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header?.glibcVersionRuntime);
 
 const script = (setup: string) => `
 import { MALLOC_MMAP_THRESHOLD_MAX, setMallocMmapThreshold, setMallocTrimThreshold } from "@ulysses/fused-attention";
