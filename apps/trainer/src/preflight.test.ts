@@ -53,6 +53,9 @@ describe("memory estimate", () => {
     expect(workingSet(256)).toBe(2 * 4 * 2048 * (256 + 3 * 1024)); // the block's is larger
     expect(workingSet(512)).toBe(2 * 4 * 2048 * (256 + 3 * 1024)); // still: the loss phase's is 2306 floats a token
     expect(workingSet(4096)).toBe(2 * 4 * 2048 * (3 * 4096 + 3 * 256 + 2)); // the loss phase's is larger
+    // a tiled loss: the term names one loss tile
+    const tiled = estimateMemory({ ...MODEL, seq: 4096, vocab: 256, tileLoss: 1024 }).terms.filter((t) => t.name.startsWith("backward working set"));
+    expect(tiled.map((t) => t.name)).toEqual([expect.stringContaining("one loss tile: logits and dLogits of 1024 tokens x vocab 256")]);
   });
 
   it("breaks the estimate down and counts every rank", () => {

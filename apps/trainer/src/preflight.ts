@@ -214,7 +214,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const lossPhase = tiledLoss
     ? {
         // each tile's head weight gradient [hidden, vocab] is a new tensor, added into the flat gradient: the previous tile's may await collection
-        name: `logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, two tiles' head weight gradients [hidden, vocab], the final norm's input, output and gradient`,
+        name: `one loss tile: logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, two tiles' head weight gradients [hidden, vocab], the final norm's input, output and gradient`,
         bytes: F32 * (2 * model.vocab * lossTileRows + 2 * model.hidden * model.vocab + finalNormFloats * tokensPerRank),
       }
     : {
