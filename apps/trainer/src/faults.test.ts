@@ -11,8 +11,9 @@
  * - A rank stuck in compute, before a collective (its peers' collective times
  *   out) and after the step's last one (only the watchdog notices): named
  *   within the configured timeout (5 s) plus a second.
- * - kill -9 at random moments of a run that checkpoints every step, resumed
- *   each time: the final checkpoint holds exactly the uninterrupted run's data.
+ * - kill -9 inside checkpoint writes (ULYSSES_TRAINER_FAULT=kill-in-write) and
+ *   at random moments of a run that checkpoints every step, resumed each
+ *   time: the final checkpoint holds exactly the uninterrupted run's data.
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -188,7 +189,7 @@ describe(`a rank stuck in compute is named within the timeout (--timeout ${TIMEO
 
 describe("kill -9 during checkpoint writes, then resume", () => {
   it.concurrent(
-    "seeds 301-306: six SIGKILLs (at a checkpoint temporary's appearance, or at a random time) of a run checkpointing every step, each resumed; the final checkpoint equals the uninterrupted run's",
+    "seeds 301-306: six SIGKILLs (inside a checkpoint write, or at a random time) of a run checkpointing every step, each resumed; the final checkpoint equals the uninterrupted run's",
     () =>
       slot(async () => {
         const root = tmp("kill9-");
@@ -208,29 +209,35 @@ describe("kill -9 during checkpoint writes, then resume", () => {
           const afterLines = 1 + Math.floor(random() * 3);
           const delayMs = Math.floor(random() * 60);
           const resume = fs.existsSync(path.join(split, "checkpoint.safetensors"));
-          let watcher: fs.FSWatcher | null = null;
+          const start = resume ? Number(readSafetensors(path.join(split, "checkpoint.safetensors")).metadata.step) : 0;
+          // inside a write: the injector SIGKILLs rank 0 in the checkpoint write that follows step start + afterLines + 1,
+          // its temporary flushed and not yet renamed (a kill sent from here when the temporary appears lands after
+          // the rename more often than not: a small checkpoint is written within a millisecond)
+          const inWrite = start + afterLines;
           let armed = false;
-          const run = await cli([...flags, ...(resume ? ["--resume", split] : ["--out", split])], {}, (text, child) => {
-            const lines = text.match(/step \d+\/\d+/g)?.length ?? 0;
-            // (only once a checkpoint exists, so that every kill leaves a run to resume)
-            if (armed || lines < afterLines || !fs.existsSync(path.join(split, "checkpoint.safetensors"))) return;
-            armed = true;
-            if (onTemporary) {
-              // SIGKILL the moment the next checkpoint temporary appears: inside the write
-              watcher = fs.watch(split, (_, name) => {
-                if (name?.includes(".tmp")) child.kill("SIGKILL");
-              });
-            } else {
+          const run = await cli(
+            [...flags, ...(resume ? ["--resume", split] : ["--out", split])],
+            onTemporary ? { ULYSSES_TRAINER_FAULT: `kill-in-write:0:${inWrite}` } : {},
+            (text, child) => {
+              const lines = text.match(/step \d+\/\d+/g)?.length ?? 0;
+              // (only once a checkpoint exists, so that every kill leaves a run to resume)
+              if (onTemporary || armed || lines < afterLines || !fs.existsSync(path.join(split, "checkpoint.safetensors"))) return;
+              armed = true;
               setTimeout(() => child.kill("SIGKILL"), delayMs);
-            }
-          });
-          (watcher as fs.FSWatcher | null)?.close();
+            },
+          );
+          if (onTemporary) expect(run.signal, `kill-in-write at step ${inWrite} did not kill the run:\n${run.stderr}`).toBe("SIGKILL");
           if (run.signal === "SIGKILL") {
             const step = readSafetensors(path.join(split, "checkpoint.safetensors")).metadata.step;
             const temporary = fs.readdirSync(split).some((f) => f.includes(".tmp"));
+            if (onTemporary) {
+              // the previous checkpoint stands, and the interrupted write's temporary is left behind
+              expect(step).toBe(String(inWrite));
+              expect(temporary).toBe(true);
+            }
             if (temporary) midWrite++;
             kills.push(
-              `seed ${seed}: ${onTemporary ? "at a temporary" : `${delayMs} ms`} after ${afterLines} step line(s), checkpoint at step ${step}${temporary ? ", temporary left" : ""}`,
+              `seed ${seed}: ${onTemporary ? `inside the write after step ${inWrite + 1}` : `${delayMs} ms after ${afterLines} step line(s)`}, checkpoint at step ${step}${temporary ? ", temporary left" : ""}`,
             );
           } else {
             expect(run.code, run.stderr).toBe(0); // it finished before the kill landed

@@ -7,6 +7,7 @@
  * one step per `step()` call. Output files are written by world rank 0 only;
  * logging, progress and signals belong to the driver (`run.ts`).
  */
+import fs from "node:fs";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { commDelta } from "@ulysses/measure";
 import { Gpt } from "@ulysses/model";
@@ -77,7 +78,13 @@ export interface RankStepReport {
  *   worker thread, or an mpirun process), `hang` spins forever on the rank's
  *   thread (a rank stuck in compute), `throw` throws from runStep at once,
  *   `hang-end` spins forever once the step's last collective is done (the
- *   peers finish the step and wait for nothing: only a watchdog notices).
+ *   peers finish the step and wait for nothing: only a watchdog notices),
+ *   `kill-in-write` SIGKILLs the process inside the rank's next checkpoint
+ *   write, its temporary written and flushed but not yet renamed over
+ *   checkpoint.safetensors (a kill sent from outside when the temporary
+ *   appears races the write: a small checkpoint is renamed within a
+ *   millisecond). It wraps this thread's fs.renameSync, which the atomic
+ *   write calls; nothing else renames onto that name.
  */
 function injectedFailure(rank: number, step: number, atEnd = false): void {
   if (process.env.ULYSSES_TRAINER_FAIL === `${rank}:${step}`) throw new TrainerError(`injected failure (ULYSSES_TRAINER_FAIL=${rank}:${step})`);
@@ -105,6 +112,17 @@ function injectedFailure(rank: number, step: number, atEnd = false): void {
         process.exit(3);
       }, delayMs);
       return;
+    case "kill-in-write": {
+      const rename = fs.renameSync;
+      fs.renameSync = (from, to) => {
+        if (String(to).endsWith("checkpoint.safetensors") && String(from).includes(".tmp-")) {
+          mark();
+          process.kill(process.pid, "SIGKILL");
+        }
+        rename(from, to);
+      };
+      return;
+    }
     case "hang-end":
       mark();
       for (;;) {
@@ -119,7 +137,7 @@ function injectedFailure(rank: number, step: number, atEnd = false): void {
       }, delayMs);
       return;
     default:
-      throw new TrainerError(`ULYSSES_TRAINER_FAULT=${spec}: kind must be throw, error, exit, hang or hang-end`);
+      throw new TrainerError(`ULYSSES_TRAINER_FAULT=${spec}: kind must be throw, error, exit, hang, hang-end or kill-in-write`);
   }
 }
 
