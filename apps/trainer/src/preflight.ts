@@ -211,11 +211,14 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   // The backward's two phases never overlap (GPT.backward drops the final norm's input and gradient before the blocks run backward):
   // first the loss, tile by tile, and the final norm's backward with the final norm's input, output and gradient alive; then the
   // blocks, one at a time, where a tiled MLP's backward (one tile) comes before the attention's gradients exist.
+  // Each tile's head weight gradient [hidden, vocab] is a new tensor, added into the flat gradient and dropped. With
+  // --no-memory-arena the garbage collector runs before an op whose outputs would reach its budget (willAllocate), so
+  // the previous tile's is gone before the next is made; otherwise V8 decides and the previous one may still be there.
+  const headGradients = config.memoryArena === false ? 1 : 2;
   const lossPhase = tiledLoss
     ? {
-        // each tile's head weight gradient [hidden, vocab] is a new tensor, added into the flat gradient: the previous tile's may await collection
-        name: `one loss tile: logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, two tiles' head weight gradients [hidden, vocab], the final norm's input, output and gradient`,
-        bytes: F32 * (2 * model.vocab * lossTileRows + 2 * model.hidden * model.vocab + finalNormFloats * tokensPerRank),
+        name: `one loss tile: logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one tile's head weight gradient" : "two tiles' head weight gradients"} [hidden, vocab], the final norm's input, output and gradient`,
+        bytes: F32 * (2 * model.vocab * lossTileRows + headGradients * model.hidden * model.vocab + finalNormFloats * tokensPerRank),
       }
     : {
         name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient`,

@@ -282,8 +282,8 @@ export class Gpt {
       dy = g.dx;
     }
     // [b, s, hidden] -> [rows, hidden]
-    const dEmbed = await this.ops.embeddingBackward(context.ids, dy.reshape([rows, hidden]), vocab);
-    this.params.accumulate("embed.weight", dEmbed.data);
+    // straight into the table's gradient (no [vocab, hidden] temporary)
+    await this.ops.embeddingBackward(context.ids, dy.reshape([rows, hidden]), vocab, this.params.grad("embed.weight"));
   }
 }
 

@@ -10,7 +10,7 @@
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { BlockOps } from "@ulysses/kernels";
-import { ParallelGpt, type Batch } from "@ulysses/parallel";
+import { EXCHANGE_CHUNK_BYTES, ParallelGpt, type Batch } from "@ulysses/parallel";
 import { Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { AdamW, type AdamWOptions } from "./adamw.js";
 import { clipGradNorm } from "./grad-clip.js";
@@ -77,7 +77,7 @@ export class Trainer {
       const gathered = await group.allGather(new Tensor("float32", [length], slice), { sizes: this.sliceSizes });
       params.values.set(gathered.data as Float32Array);
     } else {
-      if (group !== null && group.size > 1) await group.allReduce(new Tensor("float32", [params.size], params.grads), { op: "sum" });
+      if (group !== null && group.size > 1) await allReduceInChunks(group, params.grads);
       gradNorm = await clipGradNorm(params.grads, gradClip);
       this.optimizer.update(params.values, params.grads, lr);
     }
@@ -98,5 +98,22 @@ export class Trainer {
     this.optimizer.m.set(m.subarray(offset, offset + length));
     this.optimizer.v.set(v.subarray(offset, offset + length));
     this.optimizer.step = step;
+  }
+}
+
+/**
+ * Sums `values` over `group` in place, in allReduces of at most
+ * EXCHANGE_CHUNK_BYTES: a backend may stage a whole message (the threads
+ * backend keeps its outboxes as large as the largest message it has carried,
+ * in two sets), so one call for the whole gradient would keep up to twice the
+ * gradient's size per rank resident for the rest of the run (284 MiB at
+ * SP 2 for a 17.7M-parameter model). Elementwise sums: the same result as one
+ * call.
+ */
+export async function allReduceInChunks(group: ProcessGroup, values: Float32Array, chunkBytes = EXCHANGE_CHUNK_BYTES): Promise<void> {
+  const step = Math.max(1, Math.floor(chunkBytes / Float32Array.BYTES_PER_ELEMENT));
+  for (let begin = 0; begin < values.length; begin += step) {
+    const part = values.subarray(begin, Math.min(values.length, begin + step));
+    await group.allReduce(new Tensor("float32", [part.length], part), { op: "sum" });
   }
 }

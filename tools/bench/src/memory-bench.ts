@@ -15,8 +15,9 @@
  *   - vocabulary rows: the recall task at vocab 256 and 32768, SP 2, lean, at
  *     8K and 16K (repeated too): the slope with tiled loss must not grow with
  *     the vocabulary;
- *   - speed rows: SP 1 and SP 2, default, at 4K, 8K and 16K: tokens/s
- *     (median of the steps after the first) and MFU against the same
+ *   - speed rows: SP 1 and SP 2, default, at 4K, 8K and 16K, each run
+ *     --speed-repeat times: tokens/s (median over the runs of each run's
+ *     median over the steps after the first) and MFU against the same
  *     process's ONNX Runtime MatMul rate, and SP 1 as a fraction of SP 2;
  *   - with --long: one step at N = 131072, SP 2, lean.
  *
@@ -58,6 +59,7 @@ memory.md.
   --speed-seq LIST    sequence lengths of the speed rows (default 4096,8192,16384)
   --speed-steps N     steps of a speed row (default 4; the first is not timed)
   --repeat N          runs of each memory and vocabulary row; its peak is their median (default 3)
+  --speed-repeat N    runs of each speed row; its tokens/s and MFU are their medians (default 3)
   --long              also one lean step at N = 131072, SP 2 (minutes)
   --help, -h          this text
 `;
@@ -67,6 +69,7 @@ const FLAG_OPTIONS = {
   "speed-seq": { type: "string" },
   "speed-steps": { type: "string" },
   repeat: { type: "string" },
+  "speed-repeat": { type: "string" },
   long: { type: "boolean" },
 } as const;
 
@@ -75,6 +78,7 @@ interface Flags {
   speedSeq: number[];
   speedSteps: number;
   repeat: number;
+  speedRepeat: number;
   long: boolean;
 }
 
@@ -92,6 +96,7 @@ function readFlags(argv: readonly string[]): Flags | null {
     speedSeq: positiveIntegers("--speed-seq", v["speed-seq"] ?? "4096,8192,16384"),
     speedSteps,
     repeat: positiveIntegers("--repeat", v.repeat ?? "3")[0]!,
+    speedRepeat: positiveIntegers("--speed-repeat", v["speed-repeat"] ?? "3")[0]!,
     long: v.long ?? false,
   };
 }
@@ -114,9 +119,13 @@ interface RowResult extends RowSpec {
   peakBytes: number;
   /** Every run's peak RSS, in run order. */
   peaks: number[];
+  /** The median of the runs' tokens/s. */
   tokensPerSec: number;
+  /** Every run's tokens/s (its median over the steps after the first), in run order. */
+  speeds: number[];
   mfu: number;
   stepMs: number;
+  /** The first run's. */
   wallSeconds: number;
   estimate: MemoryEstimate;
   command: string;
@@ -213,24 +222,28 @@ interface RunMetrics {
   peakRssBytes: number;
 }
 
-/** Runs a row `runs` times, each in its own trainer process; its peak is their median, its speed the first run's. */
+/**
+ * Runs a row `runs` times, each in its own trainer process: its peak is the median of the runs' peaks, its speed
+ * (tokens/s, MFU, step time) the median of the runs' medians over the steps after the first.
+ */
 async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: string): Promise<RowResult> {
   const dir = path.join(outRoot, "runs", `${row.group}-sp${row.sp}-${row.mode}-${row.task}${row.vocab}-n${row.seq}`);
   const config = rowConfig(row, dataFile, dir);
   const args = cliArgs(config);
   const started = performance.now();
-  const first = await runTrainer(args, dir);
+  const all: RunMetrics[][] = [await runTrainer(args, dir)];
   const wallSeconds = (performance.now() - started) / 1000;
-  const peaks = [Math.max(...first.map((m) => m.peakRssBytes))];
-  for (let i = 1; i < runs; i++) peaks.push(Math.max(...(await runTrainer(args, dir)).map((m) => m.peakRssBytes)));
-  const timed = first.length > 1 ? first.slice(1) : first;
+  for (let i = 1; i < runs; i++) all.push(await runTrainer(args, dir));
+  const timed = all.map((steps) => (steps.length > 1 ? steps.slice(1) : steps));
+  const speed = (pick: (m: RunMetrics) => number) => median(timed.map((steps) => median(steps.map(pick))));
   return {
     ...row,
-    peakBytes: median(peaks),
-    peaks,
-    tokensPerSec: median(timed.map((m) => m.tokensPerSec)),
-    mfu: median(timed.map((m) => m.mfu)),
-    stepMs: median(timed.map((m) => m.stepMs)),
+    peakBytes: median(all.map((steps) => Math.max(...steps.map((m) => m.peakRssBytes)))),
+    peaks: all.map((steps) => Math.max(...steps.map((m) => m.peakRssBytes))),
+    tokensPerSec: speed((m) => m.tokensPerSec),
+    speeds: timed.map((steps) => median(steps.map((m) => m.tokensPerSec))),
+    mfu: speed((m) => m.mfu),
+    stepMs: speed((m) => m.stepMs),
     wallSeconds,
     estimate: estimateMemory(config),
     command: `pnpm train ${args.join(" ").replaceAll(dir, "<out>").replaceAll(dataFile, "<text>")}`,
@@ -303,12 +316,13 @@ async function main(): Promise<void> {
   const rows: RowResult[] = [];
   try {
     for (const spec of specs) {
-      const r = await runRow(spec, spec.group === "memory" || spec.group === "vocab" ? f.repeat : 1, dataFile, outRoot);
+      const runs = spec.group === "memory" || spec.group === "vocab" ? f.repeat : spec.group === "speed" ? f.speedRepeat : 1;
+      const r = await runRow(spec, runs, dataFile, outRoot);
       rows.push(r);
       console.log(
         `${spec.group.padEnd(6)} SP ${spec.sp} ${spec.mode.padEnd(5)} ${spec.task}${spec.task === "recall" ? ` vocab ${spec.vocab}` : ""} N=${spec.seq}: ` +
           `peak ${gib(r.peakBytes)}${r.peaks.length > 1 ? ` (median of ${r.peaks.map((b) => mib(b)).join(", ")})` : ""} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
-          `${r.tokensPerSec.toFixed(0)} tok/s, MFU ${(100 * r.mfu).toFixed(1)}%, ${r.wallSeconds.toFixed(0)} s`,
+          `${r.tokensPerSec.toFixed(0)} tok/s${r.speeds.length > 1 ? ` (median of ${r.speeds.map((t) => t.toFixed(0)).join(", ")})` : ""}, MFU ${(100 * r.mfu).toFixed(1)}%, ${r.wallSeconds.toFixed(0)} s`,
       );
     }
   } finally {
@@ -321,7 +335,7 @@ async function main(): Promise<void> {
   const check = (ok: boolean, what: string) => checks.push(`${ok ? "PASS" : "FAIL"} ${what}`);
   lines.push("# bench:memory", "", `Machine: ${describeMachine(machine)}.`, "");
   lines.push(
-    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. LM head untied. Plain = every tiling off (\`--tile-mlp 0 --tile-loss 0\`), for reference; default = the trainer's defaults (\`--tile-mlp auto --tile-loss auto\`: the MLP in tiles of 1024 tokens past 1024 tokens per rank, the loss in tiles of at most 4 MiB of logits, 64 rows at vocab 32768 and 4096 at vocab 256, so untiled up to 4096 tokens per rank); lean = default + \`--activation-checkpointing --tile-attention auto\` (attention in head groups: 8 at SP 1, 4 at SP 2). Memory rows run with \`--no-memory-arena\` (ONNX Runtime arenas off, glibc's mmap threshold fixed: freed buffers go back to the OS; V8 collects freed tensors every 16 MiB of op outputs per rank), ${f.repeat} run${f.repeat > 1 ? "s" : ""} each (the peak is their median); speed rows with the trainer's default allocation (\`--memory-arena auto\`: arenas and glibc's heap when they fit, as here).`,
+    `Model: 2 layers, hidden 256, 8 heads / 8 kv heads, GELU MLP x4, batch 1, fp32. LM head untied. Plain = every tiling off (\`--tile-mlp 0 --tile-loss 0\`), for reference; default = the trainer's defaults (\`--tile-mlp auto --tile-loss auto\`: the MLP in tiles of 1024 tokens past 1024 tokens per rank, the loss in tiles of at most 4 MiB of logits, 64 rows at vocab 32768 and 4096 at vocab 256, so untiled up to 4096 tokens per rank); lean = default + \`--activation-checkpointing --tile-attention auto\` (attention in head groups: 8 at SP 1, 4 at SP 2). Memory rows run with \`--no-memory-arena\` (ONNX Runtime arenas off, glibc's mmap threshold fixed: freed buffers go back to the OS; V8 collects freed tensors every 16 MiB of op outputs per rank), ${f.repeat} run${f.repeat > 1 ? "s" : ""} each (the peak is their median); speed rows with the trainer's default allocation (\`--memory-arena auto\`: arenas and glibc's heap when they fit, as here), ${f.speedRepeat} run${f.speedRepeat > 1 ? "s" : ""} each (tokens/s and MFU are their medians; every run's tokens/s is in the speed table).`,
     "",
   );
   lines.push("## Peak RSS", "", "| rows | SP | mode | task | N | peak RSS | runs | account | account / peak |", "|---|---|---|---|---|---|---|---|---|");
@@ -362,13 +376,19 @@ async function main(): Promise<void> {
 
   const speed = rows.filter((r) => r.group === "speed");
   if (speed.length > 0) {
-    lines.push("", "## Speed (default)", "", "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 |", "|---|---|---|---|---|---|");
+    lines.push(
+      "",
+      "## Speed (default)",
+      "",
+      "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 | SP 1 runs | SP 2 runs |",
+      "|---|---|---|---|---|---|---|---|",
+    );
     for (const seq of f.speedSeq) {
       const a = speed.find((r) => r.sp === 1 && r.seq === seq);
       const b = speed.find((r) => r.sp === 2 && r.seq === seq);
       if (!a || !b) continue;
       lines.push(
-        `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} |`,
+        `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} | ${a.speeds.map((t) => t.toFixed(0)).join(", ")} | ${b.speeds.map((t) => t.toFixed(0)).join(", ")} |`,
       );
       check(b.mfu >= 0.7, `SP 2 MFU at N = ${seq}: ${(100 * b.mfu).toFixed(1)}% >= 70%`);
       check(a.tokensPerSec >= 0.9 * b.tokensPerSec, `SP 1 at N = ${seq}: ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} of SP 2 >= 0.90`);

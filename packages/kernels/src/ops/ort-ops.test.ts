@@ -135,6 +135,17 @@ describe("OrtOps vs ReferenceOps", () => {
     const dy = rand([2, 3, 5]);
     close(await ort.embeddingForward(ids, table), await ref.embeddingForward(ids, table), "out");
     close(await ort.embeddingBackward(ids, dy, 11), await ref.embeddingBackward(ids, dy, 11), "dTable");
+    // into a gradient that already holds values: added in place, the same object returned
+    const before = rand([11, 5], 3);
+    const expected = await ref.embeddingBackward(ids, dy, 11);
+    for (let i = 0; i < expected.size; i++) expected.data[i] += before.data[i]!;
+    const into = new Tensor("float32", [11, 5], before.data.slice());
+    expect(await ort.embeddingBackward(ids, dy, 11, into)).toBe(into);
+    close(into, expected, "dTable in place");
+    const refInto = new Tensor("float32", [11, 5], before.data.slice());
+    expect(await ref.embeddingBackward(ids, dy, 11, refInto)).toBe(refInto);
+    close(refInto, expected, "reference dTable in place");
+    await expect(ort.embeddingBackward(ids, dy, 11, new Tensor("float32", [10, 5]))).rejects.toThrow(/into/);
     await expect(ort.embeddingForward(Tensor.from("int32", [1], [11]), table)).rejects.toThrow(/id 11 at position 0/);
   });
 

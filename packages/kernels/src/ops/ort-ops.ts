@@ -231,11 +231,16 @@ export class OrtOps implements BlockOps {
     return out!.reshape([...ids.shape, h]);
   }
 
-  async embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number): Promise<F32> {
+  async embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number, into?: F32): Promise<F32> {
     checkIds("embeddingBackward", ids, vocab);
     const h = dy.shape[dy.rank - 1]!;
     expectSize("embeddingBackward", "dy (ids.size * hidden)", dy, ids.size * h);
-    const grad = new Tensor("float32", [vocab, h]);
+    if (into !== undefined) {
+      float32("embeddingBackward", "into", into);
+      expectShape("embeddingBackward", "into", into, [vocab, h]);
+    }
+    // in place when given: a fresh [vocab, hidden] gradient is as large as the table (32 MiB at vocab 32768, hidden 256)
+    const grad = into ?? new Tensor("float32", [vocab, h]);
     const g = grad.data,
       d = dy.data;
     for (let r = 0; r < ids.size; r++) {

@@ -60,8 +60,12 @@ export interface BlockOps {
 
   /** ids int32 [rows] -> table rows [rows, hidden] */
   embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32>;
-  /** Scatter-adds dy [rows, hidden] into a fresh [vocab, hidden] gradient. */
-  embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number): Promise<F32>;
+  /**
+   * Scatter-adds dy [rows, hidden] into `into` ([vocab, hidden], e.g. the
+   * table's gradient, accumulated in place and returned), or without it into
+   * a fresh zero [vocab, hidden] gradient.
+   */
+  embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number, into?: F32): Promise<F32>;
 
   /** logits [rows, vocab], labels int32 [rows]; labels equal to ignoreIndex (default -100) do not count. */
   crossEntropyForward(logits: F32, labels: Tensor<"int32">, ignoreIndex?: number): Promise<CrossEntropyResult>;

@@ -13,6 +13,7 @@ import { toFloat32 } from "./float64.js";
 import { linearBackward64, linearForward64 } from "./linear.js";
 import { layerNormBackward64, layerNormForward64, rmsNormBackward64, rmsNormForward64 } from "./norms.js";
 import { ropeRotate64 } from "./rope.js";
+import { expectShape } from "../ops/validate.js";
 
 type F32 = Tensor<"float32">;
 
@@ -79,8 +80,13 @@ export class ReferenceOps implements BlockOps {
     return toFloat32(embeddingForward64(ids, table));
   }
 
-  async embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number): Promise<F32> {
-    return toFloat32(embeddingBackward64(ids, dy, vocab));
+  async embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number, into?: F32): Promise<F32> {
+    const grad = embeddingBackward64(ids, dy, vocab);
+    if (into === undefined) return toFloat32(grad);
+    expectShape("embeddingBackward", "into", into, [vocab, dy.shape[dy.rank - 1]!]);
+    // the float64 sum of this call's rows, rounded once as it is added
+    for (let i = 0; i < into.size; i++) into.data[i] = into.data[i]! + grad.data[i]!;
+    return into;
   }
 
   async crossEntropyForward(logits: F32, labels: Tensor<"int32">, ignoreIndex = DEFAULT_IGNORE_INDEX): Promise<CrossEntropyResult> {

@@ -12,6 +12,13 @@
  * The collection is V8's full one (major GC), from `gc`, exposed at run time
  * with `--expose-gc` in a fresh context; in each worker thread (each rank's
  * own isolate) separately.
+ *
+ * When the caller knows an op's output size before running it (the
+ * SessionCache does for a shape it has run before), `willAllocate` collects
+ * first if those outputs would reach the budget: the garbage goes before the
+ * new outputs arrive, not after. A loss tile's [hidden, vocab] head weight
+ * gradient (32 MiB at vocab 32768) is then never resident next to the previous
+ * tile's, already added into the flat gradient and dropped.
  */
 import v8 from "node:v8";
 import vm from "node:vm";
@@ -47,10 +54,22 @@ export class GarbageCollector {
     this.gc = exposedGc();
   }
 
-  /** Counts `bytes` just allocated; collects once at least everyBytes were allocated since the last collection. */
-  allocated(bytes: number): void {
+  /** Before outputs of `bytes` are allocated: collects now if they would bring the count since the last collection to everyBytes. */
+  willAllocate(bytes: number): void {
+    if (this.sinceLast > 0 && this.sinceLast + bytes >= this.everyBytes) this.collect();
+  }
+
+  /**
+   * Counts `bytes` just allocated; collects once at least everyBytes were
+   * allocated since the last collection, unless `announced` (willAllocate was
+   * told of them: the next willAllocate or allocated collects).
+   */
+  allocated(bytes: number, announced = false): void {
     this.sinceLast += bytes;
-    if (this.sinceLast < this.everyBytes) return;
+    if (!announced && this.sinceLast >= this.everyBytes) this.collect();
+  }
+
+  private collect(): void {
     const started = performance.now();
     this.gc();
     this.milliseconds += performance.now() - started;

@@ -22,6 +22,23 @@ describe("SessionCache", () => {
     expect(cache.size).toBe(1);
     await cache.release();
   });
+  it("with a garbage collector, collects before a run whose outputs (known from its key's last run) reach the budget, not after", async () => {
+    const cache = new SessionCache({ intraOpThreads: 1, collectGarbageEvery: 1000 });
+    const build = () => {
+      const g = new GraphBuilder("neg");
+      g.output(g.op("Neg", [g.input("x", "float32", [256])]), "y");
+      return g.encode();
+    };
+    const x = new Tensor("float32", [256]);
+    const collector = cache.collector!;
+    await cache.run("neg", build, { x }); // 1024 bytes, not known before: collected after
+    expect(collector.collections).toBe(1);
+    await cache.run("neg", build, { x }); // known: nothing allocated since the collection, so none before; none after
+    expect(collector.collections).toBe(1);
+    await cache.run("neg", build, { x }); // 1024 + 1024 would pass 1000: collected before the run
+    expect(collector.collections).toBe(2);
+    await cache.release();
+  });
   it("refuses cuda with an install hint when it is missing", () => {
     expect(() => new SessionCache({ executionProvider: "cuda" })).toThrow(/README/);
   });

@@ -68,6 +68,8 @@ export class SessionCache {
   /** Present with options.collectGarbageEvery > 0. */
   readonly collector: GarbageCollector | null;
   private readonly sessions = new Map<string, Promise<ort.InferenceSession>>();
+  /** Bytes of each key's outputs at its last run (a key's graph has fixed shapes), for the collector's willAllocate. */
+  private readonly outputBytes = new Map<string, number>();
 
   constructor(options: RuntimeOptions = {}) {
     this.executionProvider = options.executionProvider ?? "cpu";
@@ -128,6 +130,8 @@ export class SessionCache {
     const session = await this.session(key, build);
     const ortFeeds: Record<string, ort.Tensor> = {};
     for (const [name, t] of Object.entries(feeds)) ortFeeds[name] = toOrt(t) as ort.Tensor;
+    const expected = this.outputBytes.get(key);
+    if (expected !== undefined) this.collector?.willAllocate(expected);
     let result: ort.InferenceSession.ReturnType;
     try {
       result = outputs ? await session.run(ortFeeds, [...outputs]) : await session.run(ortFeeds);
@@ -144,7 +148,8 @@ export class SessionCache {
       out[name] = t;
       bytes += t.data.byteLength;
     }
-    this.collector?.allocated(bytes);
+    this.collector?.allocated(bytes, expected === bytes);
+    if (this.collector) this.outputBytes.set(key, bytes);
     return out;
   }
 
