@@ -69,13 +69,11 @@ export class Trainer {
     const { offset, length } = this.optimizer;
     let gradNorm: number;
     if (zero1 && group !== null && group.size > 1) {
-      const mine = await group.reduceScatter(new Tensor("float32", [params.size], params.grads), { op: "sum", sizes: this.sliceSizes });
-      const grads = mine.data as Float32Array;
+      const grads = await reduceScatterInChunks(group, params.grads, this.sliceSizes);
       gradNorm = await clipGradNorm(grads, gradClip, { begin: 0, end: length }, group);
       const slice = params.values.slice(offset, offset + length);
       this.optimizer.update(slice, grads, lr, true);
-      const gathered = await group.allGather(new Tensor("float32", [length], slice), { sizes: this.sliceSizes });
-      params.values.set(gathered.data as Float32Array);
+      await allGatherInChunks(group, slice, params.values, this.sliceSizes);
     } else {
       if (group !== null && group.size > 1) await allReduceInChunks(group, params.grads);
       gradNorm = await clipGradNorm(params.grads, gradClip);
@@ -88,7 +86,11 @@ export class Trainer {
   async fullMoments(): Promise<{ m: Float32Array; v: Float32Array }> {
     const group = this.group;
     if (!this.options.zero1 || group === null || group.size === 1) return { m: this.optimizer.m, v: this.optimizer.v };
-    const gather = async (x: Float32Array) => (await group.allGather(new Tensor("float32", [x.length], x), { sizes: this.sliceSizes })).data as Float32Array;
+    const gather = async (x: Float32Array) => {
+      const full = new Float32Array(this.model.params.size);
+      await allGatherInChunks(group, x, full, this.sliceSizes);
+      return full;
+    };
     return { m: await gather(this.optimizer.m), v: await gather(this.optimizer.v) };
   }
 
@@ -115,5 +117,78 @@ export async function allReduceInChunks(group: ProcessGroup, values: Float32Arra
   for (let begin = 0; begin < values.length; begin += step) {
     const part = values.subarray(begin, Math.min(values.length, begin + step));
     await group.allReduce(new Tensor("float32", [part.length], part), { op: "sum" });
+  }
+}
+
+/** One window of ZeRO-1's chunked collectives: each rank's piece, where it lies in the flat vector and in the packed window. */
+interface Window {
+  /** The window starts this many elements into every rank's slice. */
+  at: number;
+  /** Elements of each rank's slice in the window. */
+  pieces: number[];
+  total: number;
+  /** Rank j's piece: at `flat` in the flat vector, at `packed` in the window (ranks in order). */
+  parts: { flat: number; packed: number; length: number }[];
+}
+
+/**
+ * The windows of ZeRO-1's chunked collectives over slices of `sliceSizes`
+ * elements (rank j's after those of ranks before it): window k carries
+ * elements [k q, k q + pieces[j]) of every rank j's slice, q = floor(chunk
+ * elements / ranks), so a window moves at most the chunk. Every rank computes
+ * the same windows from the same sizes.
+ */
+function windowsOf(sliceSizes: readonly number[], chunkBytes: number): Window[] {
+  const q = Math.max(1, Math.floor(chunkBytes / Float32Array.BYTES_PER_ELEMENT / sliceSizes.length));
+  const offsets = sliceSizes.map((_, j) => sliceSizes.slice(0, j).reduce((a, b) => a + b, 0));
+  const windows: Window[] = [];
+  for (let at = 0; at < Math.max(0, ...sliceSizes); at += q) {
+    const pieces = sliceSizes.map((n) => Math.max(0, Math.min(q, n - at)));
+    let packed = 0;
+    const parts = pieces.map((length, j) => {
+      const part = { flat: offsets[j]! + at, packed, length };
+      packed += length;
+      return part;
+    });
+    windows.push({ at, pieces, total: packed, parts });
+  }
+  return windows;
+}
+
+/**
+ * ZeRO-1's reduce-scatter of the flat vector `values` (rank j owns
+ * sliceSizes[j] elements), in windows of at most chunkBytes (windowsOf):
+ * returns this rank's summed slice. Like allReduceInChunks, no call stages
+ * the whole vector.
+ */
+export async function reduceScatterInChunks(
+  group: ProcessGroup,
+  values: Float32Array,
+  sliceSizes: readonly number[],
+  chunkBytes = EXCHANGE_CHUNK_BYTES,
+): Promise<Float32Array> {
+  const mine = new Float32Array(sliceSizes[group.rank]!);
+  for (const { at, pieces, total, parts } of windowsOf(sliceSizes, chunkBytes)) {
+    const input = new Float32Array(total);
+    for (const p of parts) if (p.length > 0) input.set(values.subarray(p.flat, p.flat + p.length), p.packed);
+    const n = pieces[group.rank]!;
+    const output = new Tensor("float32", [n], mine.subarray(at, at + n));
+    await group.reduceScatter(new Tensor("float32", [total], input), { op: "sum", sizes: pieces, output });
+  }
+  return mine;
+}
+
+/** ZeRO-1's all-gather: every rank's `slice` into its place in `into` (the flat vector), in windows of at most chunkBytes. */
+export async function allGatherInChunks(
+  group: ProcessGroup,
+  slice: Float32Array,
+  into: Float32Array,
+  sliceSizes: readonly number[],
+  chunkBytes = EXCHANGE_CHUNK_BYTES,
+): Promise<void> {
+  for (const { at, pieces, parts } of windowsOf(sliceSizes, chunkBytes)) {
+    const n = pieces[group.rank]!;
+    const gathered = (await group.allGather(new Tensor("float32", [n], slice.subarray(at, at + n)), { sizes: pieces })).data as Float32Array;
+    for (const p of parts) if (p.length > 0) into.set(gathered.subarray(p.packed, p.packed + p.length), p.flat);
   }
 }
