@@ -141,8 +141,9 @@ interface Window {
 function windowsOf(sliceSizes: readonly number[], chunkBytes: number): Window[] {
   const q = Math.max(1, Math.floor(chunkBytes / Float32Array.BYTES_PER_ELEMENT / sliceSizes.length));
   const offsets = sliceSizes.map((_, j) => sliceSizes.slice(0, j).reduce((a, b) => a + b, 0));
+  const longest = Math.max(0, ...sliceSizes);
   const windows: Window[] = [];
-  for (let at = 0; at < Math.max(0, ...sliceSizes); at += q) {
+  for (let at = 0; at < longest; at += q) {
     const pieces = sliceSizes.map((n) => Math.max(0, Math.min(q, n - at)));
     let packed = 0;
     const parts = pieces.map((length, j) => {
@@ -153,6 +154,11 @@ function windowsOf(sliceSizes: readonly number[], chunkBytes: number): Window[] 
     windows.push({ at, pieces, total: packed, parts });
   }
   return windows;
+}
+
+/** One buffer for every window's packed elements (the first window is the largest): a collective per window, not an allocation. */
+function packedBuffer(windows: readonly Window[]): Float32Array {
+  return new Float32Array(windows[0]?.total ?? 0);
 }
 
 /**
@@ -168,12 +174,13 @@ export async function reduceScatterInChunks(
   chunkBytes = EXCHANGE_CHUNK_BYTES,
 ): Promise<Float32Array> {
   const mine = new Float32Array(sliceSizes[group.rank]!);
-  for (const { at, pieces, total, parts } of windowsOf(sliceSizes, chunkBytes)) {
-    const input = new Float32Array(total);
-    for (const p of parts) if (p.length > 0) input.set(values.subarray(p.flat, p.flat + p.length), p.packed);
+  const windows = windowsOf(sliceSizes, chunkBytes);
+  const buffer = packedBuffer(windows);
+  for (const { at, pieces, total, parts } of windows) {
+    for (const p of parts) if (p.length > 0) buffer.set(values.subarray(p.flat, p.flat + p.length), p.packed);
     const n = pieces[group.rank]!;
     const output = new Tensor("float32", [n], mine.subarray(at, at + n));
-    await group.reduceScatter(new Tensor("float32", [total], input), { op: "sum", sizes: pieces, output });
+    await group.reduceScatter(new Tensor("float32", [total], buffer.subarray(0, total)), { op: "sum", sizes: pieces, output });
   }
   return mine;
 }
@@ -186,9 +193,12 @@ export async function allGatherInChunks(
   sliceSizes: readonly number[],
   chunkBytes = EXCHANGE_CHUNK_BYTES,
 ): Promise<void> {
-  for (const { at, pieces, parts } of windowsOf(sliceSizes, chunkBytes)) {
+  const windows = windowsOf(sliceSizes, chunkBytes);
+  const buffer = packedBuffer(windows);
+  for (const { at, pieces, total, parts } of windows) {
     const n = pieces[group.rank]!;
-    const gathered = (await group.allGather(new Tensor("float32", [n], slice.subarray(at, at + n)), { sizes: pieces })).data as Float32Array;
-    for (const p of parts) if (p.length > 0) into.set(gathered.subarray(p.packed, p.packed + p.length), p.flat);
+    const output = new Tensor("float32", [total], buffer.subarray(0, total));
+    await group.allGather(new Tensor("float32", [n], slice.subarray(at, at + n)), { sizes: pieces, output });
+    for (const p of parts) if (p.length > 0) into.set(buffer.subarray(p.packed, p.packed + p.length), p.flat);
   }
 }
