@@ -56,15 +56,21 @@ describe("memory estimate", () => {
     // a tiled loss: the term names one loss tile
     const tiled = estimateMemory({ ...MODEL, seq: 4096, vocab: 256, tileLoss: 1024 }).terms.filter((t) => t.name.startsWith("backward working set"));
     expect(tiled.map((t) => t.name)).toEqual([expect.stringContaining("one loss tile: logits and dLogits of 1024 tokens x vocab 256")]);
-    // vocab 32768 in tiles of 64 rows: the loss phase is the larger (logits and dLogits of one tile, the head weight gradient
-    // [256, 32768], the final norm's 3 x 256 + 2 floats a token); with --no-memory-arena the collector frees the previous tile's
-    // head gradient before the next is made, with the arenas V8 may still hold it
+    // vocab 32768 in tiles of 64 rows: the loss phase is the larger (logits and dLogits of one tile; the head weight gradient in
+    // blocks of 4 MiB / (4 x 256) = 4096 columns, each [256, 4096] made from a copy of dLogits' columns [64, 4096]; the final
+    // norm's 3 x 256 + 2 floats a token); with --no-memory-arena the collector frees the previous block before the next budget-sized
+    // one is made, with the arenas V8 may still hold it
     const lossTerm = (memoryArena: boolean) =>
       estimateMemory({ ...MODEL, seq: 4096, vocab: 32768, tileLoss: 64, memoryArena }).terms.find((t) => t.name.startsWith("backward working set"))!;
-    expect(lossTerm(false).bytes).toBe(2 * 4 * (2 * 64 * 32768 + 256 * 32768 + 770 * 2048));
-    expect(lossTerm(false).name).toContain("one tile's head weight gradient [hidden, vocab]");
-    expect(lossTerm(true).bytes).toBe(2 * 4 * (2 * 64 * 32768 + 2 * 256 * 32768 + 770 * 2048));
-    expect(lossTerm(true).name).toContain("two tiles' head weight gradients [hidden, vocab]");
+    expect(lossTerm(false).bytes).toBe(2 * 4 * (2 * 64 * 32768 + (256 + 64) * 4096 + 770 * 2048));
+    expect(lossTerm(false).name).toContain("one block of a tile's head weight gradient [hidden, 4096 of vocab 32768] and its dLogits columns");
+    expect(lossTerm(true).bytes).toBe(2 * 4 * (2 * 64 * 32768 + 2 * (256 + 64) * 4096 + 770 * 2048));
+    expect(lossTerm(true).name).toContain("two blocks of a tile's head weight gradient");
+    // vocab 256 in tiles of 1024 rows: the whole [256, 256] gradient is one block, no dLogits copy
+    const small = estimateMemory({ ...MODEL, seq: 4096, vocab: 256, tileLoss: 1024, memoryArena: false }).terms.find((t) =>
+      t.name.startsWith("backward working set"),
+    )!;
+    expect(small.name).toContain("one block of a tile's head weight gradient [hidden, vocab]");
   });
 
   it("breaks the estimate down and counts every rank", () => {

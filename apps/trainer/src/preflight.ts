@@ -50,7 +50,7 @@
  */
 import fs from "node:fs";
 import os from "node:os";
-import { blockConfigOf, headGroupTileRowsOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
+import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES, resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
 import { COLLECT_GARBAGE_EVERY_BYTES, gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
@@ -211,14 +211,19 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   // The backward's two phases never overlap (GPT.backward drops the final norm's input and gradient before the blocks run backward):
   // first the loss, tile by tile, and the final norm's backward with the final norm's input, output and gradient alive; then the
   // blocks, one at a time, where a tiled MLP's backward (one tile) comes before the attention's gradients exist.
-  // Each tile's head weight gradient [hidden, vocab] is a new tensor, added into the flat gradient and dropped. With
-  // --no-memory-arena the garbage collector runs before an op whose outputs would reach its budget (willAllocate), so
-  // the previous tile's is gone before the next is made; otherwise V8 decides and the previous one may still be there.
+  // Each tile's head weight gradient is made a block of vocabulary columns at a time (headGradientColumns): a new
+  // [hidden, columns] tensor from a copy of dLogits' columns [tile rows, columns] (no copy when one block is the whole
+  // vocabulary), added into the flat gradient and dropped. With --no-memory-arena the garbage collector runs before an op
+  // whose outputs would reach its budget (willAllocate), so the previous block's is gone before a budget-sized one is made
+  // (smaller ones are in the freed-tensors term); otherwise V8 decides and the previous one may still be there.
   const headGradients = config.memoryArena === false ? 1 : 2;
+  const headColumns = tiledLoss ? headGradientColumns(model.hidden, model.vocab, lossTileRows) : model.vocab;
+  const headBlockFloats = headColumns === model.vocab ? model.hidden * model.vocab : (model.hidden + lossTileRows) * headColumns;
+  const headBlock = headColumns === model.vocab ? "[hidden, vocab]" : `[hidden, ${headColumns} of vocab ${model.vocab}] and its dLogits columns`;
   const lossPhase = tiledLoss
     ? {
-        name: `one loss tile: logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one tile's head weight gradient" : "two tiles' head weight gradients"} [hidden, vocab], the final norm's input, output and gradient`,
-        bytes: F32 * (2 * model.vocab * lossTileRows + headGradients * model.hidden * model.vocab + finalNormFloats * tokensPerRank),
+        name: `one loss tile: logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one block of a tile's head weight gradient" : "two blocks of a tile's head weight gradient"} ${headBlock}, the final norm's input, output and gradient`,
+        bytes: F32 * (2 * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank),
       }
     : {
         name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient`,

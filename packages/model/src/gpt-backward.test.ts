@@ -9,7 +9,7 @@ import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
 import { Rng, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { ModelError } from "./errors.js";
-import { Gpt } from "./gpt.js";
+import { Gpt, HEAD_GRADIENT_BLOCK_BYTES, headGradientColumns } from "./gpt.js";
 import type { GptConfig } from "./gpt-config.js";
 
 const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 3, mlp: "swiglu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
@@ -56,6 +56,55 @@ describe("Gpt backward", () => {
       expect(Math.sqrt(diff / norm)).toBeLessThanOrEqual(1e-6);
     });
   }
+
+  for (const tiedHead of [false, true]) {
+    it(`${tiedHead ? "tied" : "untied"} head: backward in blocks of 1, 5 and 32 vocabulary columns adds h^T dLogits (float64) into the gradient and returns dLogits W^T`, async () => {
+      const gpt = model(tiedHead);
+      const h = new Tensor("float32", [7, config.hidden]);
+      new Rng(3, 1).fillNormal(h.data, 0, 1);
+      const dLogits = new Tensor("float32", [7, config.vocab]);
+      new Rng(3, 2).fillNormal(dLogits.data, 0, 1);
+      const name = tiedHead ? "embed.weight" : "head.w";
+      // W [hidden, vocab] = head.w, or the embedding [vocab, hidden] transposed
+      const weight = (i: number, o: number) =>
+        tiedHead ? gpt.params.value(name).data[o * config.hidden + i]! : gpt.params.value(name).data[i * config.vocab + o]!;
+      const gradAt = (i: number, o: number) => (tiedHead ? o * config.hidden + i : i * config.vocab + o);
+      for (const gradientColumns of [1, 5, 32]) {
+        const before = Float64Array.from({ length: config.hidden * config.vocab }, (_, k) => ((k * 37) % 11) - 5);
+        gpt.params.grad(name).data.set(before);
+        const dh = await gpt.lmHead({ gradientColumns }).backward(h, dLogits);
+        const grad = gpt.params.grad(name).data;
+        let worst = 0;
+        for (let i = 0; i < config.hidden; i++) {
+          for (let o = 0; o < config.vocab; o++) {
+            let dw = 0;
+            for (let r = 0; r < 7; r++) dw += h.data[r * config.hidden + i]! * dLogits.data[r * config.vocab + o]!;
+            worst = Math.max(worst, Math.abs(grad[gradAt(i, o)]! - before[gradAt(i, o)]! - dw));
+          }
+        }
+        expect(worst, `weight gradient, ${gradientColumns} columns`).toBeLessThan(1e-5);
+        worst = 0;
+        for (let r = 0; r < 7; r++) {
+          for (let i = 0; i < config.hidden; i++) {
+            let dx = 0;
+            for (let o = 0; o < config.vocab; o++) dx += dLogits.data[r * config.vocab + o]! * weight(i, o);
+            worst = Math.max(worst, Math.abs(dh.data[r * config.hidden + i]! - dx));
+          }
+        }
+        expect(worst, `dh, ${gradientColumns} columns`).toBeLessThan(1e-5);
+      }
+      expect(() => gpt.lmHead({ gradientColumns: 0 })).toThrow(/gradientColumns must be a positive integer, got 0/);
+    });
+  }
+
+  it("headGradientColumns keeps a block of the head's weight gradient and its dLogits columns within HEAD_GRADIENT_BLOCK_BYTES", () => {
+    expect(HEAD_GRADIENT_BLOCK_BYTES).toBe(4 * 1024 * 1024);
+    // 4 MiB / (4 bytes x 256) = 4096 columns; 4096 rows -> 256 columns; a whole vocabulary that fits stays one block
+    expect(headGradientColumns(256, 32768, 64)).toBe(4096);
+    expect(headGradientColumns(256, 32768, 4096)).toBe(256);
+    expect(headGradientColumns(256, 256, 4096)).toBe(256);
+    expect(headGradientColumns(8192, 32768, 1)).toBe(128);
+  });
 
   it("drops each block's context once its backward is done, then logits and hFinal; a spent context is refused", async () => {
     const gpt = model(false);

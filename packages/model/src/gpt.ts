@@ -17,7 +17,7 @@
  */
 import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
 import type { BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
-import { permute, type Tensor } from "@ulysses/tensors";
+import { permute, Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
 import { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
@@ -88,8 +88,29 @@ export interface GptHead {
   /**
    * Adds this tile's weight gradient h^T dLogits into params.grads (the
    * embedding's, transposed, when tied); returns dh = dLogits W^T [n, hidden].
+   * The weight gradient is made in blocks of vocabulary columns (see
+   * HEAD_GRADIENT_BLOCK_BYTES), each added and dropped before the next.
    */
   backward(h: F32, dLogits: F32): Promise<F32>;
+}
+
+/**
+ * The widest buffer the LM head's backward makes for its weight gradient: a
+ * block of columns of h^T dLogits [hidden, columns] and the dLogits columns it
+ * reads [n, columns] are each at most this size, so a large vocabulary's
+ * [hidden, vocab] gradient (32 MiB at hidden 256, vocab 32768) never exists
+ * as one tensor beside the gradient it is added into.
+ */
+export const HEAD_GRADIENT_BLOCK_BYTES = 4 * 1024 * 1024;
+
+/** Vocabulary columns per block of the head's weight gradient for n rows (all of them when the whole gradient fits the block). */
+export function headGradientColumns(hidden: number, vocab: number, rows: number): number {
+  return Math.max(1, Math.min(vocab, Math.floor(HEAD_GRADIENT_BLOCK_BYTES / (4 * Math.max(hidden, rows)))));
+}
+
+export interface GptHeadOptions {
+  /** Vocabulary columns per block of the weight gradient (default: headGradientColumns). */
+  gradientColumns?: number;
 }
 
 export class Gpt {
@@ -134,14 +155,34 @@ export class Gpt {
   }
 
   /** The LM head as one object for a run of tiles (see GptHead). */
-  lmHead(): GptHead {
+  lmHead(options: GptHeadOptions = {}): GptHead {
     const w = this.headWeight();
+    const { hidden, vocab } = this.config;
+    const fixedColumns = options.gradientColumns;
+    if (fixedColumns !== undefined && (!Number.isSafeInteger(fixedColumns) || fixedColumns < 1))
+      throw new ModelError(`Gpt.lmHead: gradientColumns must be a positive integer, got ${fixedColumns}`);
+    const addGradient = (dw: F32, first: number) => {
+      if (this.config.tiedHead) this.params.accumulateTransposed("embed.weight", dw, first);
+      else this.params.accumulateColumns("head.w", dw, first);
+    };
     return {
       forward: (h) => this.ops.linearForward(h, w),
       backward: async (h, dLogits) => {
-        const { dx, dw } = await this.ops.linearBackward(h, w, dLogits, false);
-        if (this.config.tiedHead) this.params.accumulateTransposed("embed.weight", dw);
-        else this.params.accumulate("head.w", dw.data);
+        const rows = dLogits.size / vocab;
+        const columns = Math.min(vocab, fixedColumns ?? headGradientColumns(hidden, vocab, rows));
+        if (columns === vocab) {
+          const { dx, dw } = await this.ops.linearBackward(h, w, dLogits, false);
+          addGradient(dw, 0);
+          return dx;
+        }
+        const dx = await this.ops.linearInputGradient(w, dLogits);
+        // dLogits [rows, vocab]: its columns first .. first + width, copied into one reused buffer
+        const block = new Float32Array(rows * columns);
+        for (let first = 0; first < vocab; first += columns) {
+          const width = Math.min(columns, vocab - first);
+          for (let r = 0; r < rows; r++) block.set(dLogits.data.subarray(r * vocab + first, r * vocab + first + width), r * width);
+          addGradient(await this.ops.linearWeightGradient(h, new Tensor("float32", [rows, width], block.subarray(0, rows * width))), first);
+        }
         return dx;
       },
     };

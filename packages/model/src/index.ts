@@ -20,6 +20,16 @@ export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, GPT_CO
 export { headGroupTileRowsOf } from "@ulysses/block";
 export { ParameterStore, type ParamSlot } from "./parameters.js";
 export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
-export { Gpt, type GptOptions, type GptForwardOptions, type GptContext, type GptLogitsContext, type GptHead } from "./gpt.js";
+export {
+  Gpt,
+  HEAD_GRADIENT_BLOCK_BYTES,
+  headGradientColumns,
+  type GptOptions,
+  type GptForwardOptions,
+  type GptContext,
+  type GptLogitsContext,
+  type GptHead,
+  type GptHeadOptions,
+} from "./gpt.js";
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
 export { sampleToken, type SamplingOptions } from "./sampling.js";

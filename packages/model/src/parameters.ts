@@ -69,18 +69,40 @@ export class ParameterStore {
   }
 
   /**
-   * Adds the transpose of `values` [a, b] into the gradient of a [b, a]
-   * parameter, without a transposed copy (the tied LM head's gradient
-   * [hidden, vocab] into the embedding's [vocab, hidden]).
+   * Adds `values` [a, c] into columns firstColumn .. firstColumn + c of the
+   * gradient of an [a, b] parameter (a block of the LM head's [hidden, vocab]
+   * gradient).
    */
-  accumulateTransposed(name: string, values: F32): void {
+  accumulateColumns(name: string, values: F32, firstColumn: number): void {
     const { spec, offset } = this.slot(name);
-    const [a, b] = values.shape as [number, number];
-    if (values.rank !== 2 || spec.shape.length !== 2 || spec.shape[0] !== b || spec.shape[1] !== a)
-      throw new ModelError(`transposed gradient for '${name}' is [${values.shape.join(", ")}], the parameter [${spec.shape.join(", ")}]`);
+    const [a, c] = values.shape as [number, number];
+    const b = spec.shape[1]!;
+    if (values.rank !== 2 || spec.shape.length !== 2 || spec.shape[0] !== a || !Number.isSafeInteger(firstColumn) || firstColumn < 0 || firstColumn + c > b)
+      throw new ModelError(
+        `gradient columns ${firstColumn} .. ${firstColumn + c} ([${values.shape.join(", ")}]) do not fit '${name}' [${spec.shape.join(", ")}]`,
+      );
     const g = this.grads;
     const v = values.data;
-    for (let i = 0; i < a; i++) for (let j = 0; j < b; j++) g[offset + j * a + i] += v[i * b + j]!;
+    for (let i = 0; i < a; i++) {
+      const row = offset + i * b + firstColumn;
+      for (let j = 0; j < c; j++) g[row + j] += v[i * c + j]!;
+    }
+  }
+
+  /**
+   * Adds the transpose of `values` [a, c] into rows firstRow .. firstRow + c
+   * of the gradient of a [b, a] parameter, without a transposed copy (the
+   * tied LM head's gradient [hidden, vocab], or a block of its columns, into
+   * the embedding's [vocab, hidden]).
+   */
+  accumulateTransposed(name: string, values: F32, firstRow = 0): void {
+    const { spec, offset } = this.slot(name);
+    const [a, c] = values.shape as [number, number];
+    if (values.rank !== 2 || spec.shape.length !== 2 || spec.shape[1] !== a || !Number.isSafeInteger(firstRow) || firstRow < 0 || firstRow + c > spec.shape[0]!)
+      throw new ModelError(`transposed gradient [${values.shape.join(", ")}] at row ${firstRow} does not fit '${name}' [${spec.shape.join(", ")}]`);
+    const g = this.grads;
+    const v = values.data;
+    for (let i = 0; i < a; i++) for (let j = 0; j < c; j++) g[offset + (firstRow + j) * a + i] += v[i * c + j]!;
   }
 
   /** Adds a run of consecutive parameters' gradients starting at `first` (the layout of a block's flat gradient). */

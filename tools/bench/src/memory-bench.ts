@@ -12,9 +12,12 @@
  *     checkpointing + attention in head groups, `--tile-attention auto`), at
  *     N = 8K and 16K, each run --repeat times (its peak: the median); the
  *     slope of peak RSS per token between them;
- *   - vocabulary rows: the recall task at vocab 256 and 32768, SP 2, lean, at
- *     8K and 16K (repeated too): the slope with tiled loss must not grow with
- *     the vocabulary;
+ *   - vocabulary rows: the recall task at vocab 256 and 32768, SP 2, default
+ *     (the loss tiled), at 8K and 32K (repeated too): the slope with tiled loss
+ *     must not grow with the vocabulary. Default rather than lean, and 8K to
+ *     32K rather than to 16K, so the peaks differ by hundreds of MiB: a lean
+ *     slope of a few KiB per token over 8K tokens is about 30 MiB, which the
+ *     10-40 MiB spread of identical runs swamps;
  *   - speed rows: SP 1 and SP 2, default, at 4K, 8K and 16K, each run
  *     --speed-repeat times: tokens/s (median over the runs of each run's
  *     median over the steps after the first) and MFU against the same
@@ -51,11 +54,12 @@ Peak RSS and speed of the trainer (2 layers, hidden 256, 8 heads, batch 1,
 byte-level text) at SP 1 and SP 2, plain (every tiling off), default (the
 trainer's defaults: --tile-mlp auto --tile-loss auto) and lean (default +
 --activation-checkpointing --tile-attention auto); slopes per token, the
-vocabulary rows (recall task, vocab 256 vs 32768), MFU, and the memory account
+vocabulary rows (recall task, default, vocab 256 vs 32768), MFU, and the memory account
 against every measured peak. Writes bench-results/memory/memory.json and
 memory.md.
 
-  --memory-seq LIST   the two sequence lengths of the slopes (default 8192,16384)
+  --memory-seq LIST   the two sequence lengths of the memory rows' slopes (default 8192,16384)
+  --vocab-seq LIST    the two sequence lengths of the vocabulary rows' slopes (default 8192,32768)
   --speed-seq LIST    sequence lengths of the speed rows (default 4096,8192,16384)
   --speed-steps N     steps of a speed row (default 4; the first is not timed)
   --repeat N          runs of each memory and vocabulary row; its peak is their median (default 3)
@@ -66,6 +70,7 @@ memory.md.
 
 const FLAG_OPTIONS = {
   "memory-seq": { type: "string" },
+  "vocab-seq": { type: "string" },
   "speed-seq": { type: "string" },
   "speed-steps": { type: "string" },
   repeat: { type: "string" },
@@ -75,6 +80,7 @@ const FLAG_OPTIONS = {
 
 interface Flags {
   memorySeq: [number, number];
+  vocabSeq: [number, number];
   speedSeq: number[];
   speedSteps: number;
   repeat: number;
@@ -85,14 +91,16 @@ interface Flags {
 function readFlags(argv: readonly string[]): Flags | null {
   const v = parseFlags("bench:memory", argv, FLAG_OPTIONS);
   if (v === null) return null;
-  const memorySeq = positiveIntegers("--memory-seq", v["memory-seq"] ?? "8192,16384");
-  if (memorySeq.length !== 2 || memorySeq[0]! >= memorySeq[1]!) {
-    throw new UsageError(`--memory-seq: expected two increasing lengths, got '${v["memory-seq"]}'`);
-  }
+  const pair = (flag: "memory-seq" | "vocab-seq", fallback: string): [number, number] => {
+    const lengths = positiveIntegers(`--${flag}`, v[flag] ?? fallback);
+    if (lengths.length !== 2 || lengths[0]! >= lengths[1]!) throw new UsageError(`--${flag}: expected two increasing lengths, got '${v[flag]}'`);
+    return [lengths[0]!, lengths[1]!];
+  };
   const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "4")[0]!;
   if (speedSteps < 2) throw new UsageError(`--speed-steps: at least 2 (the first step is not timed), got '${v["speed-steps"]}'`);
   return {
-    memorySeq: [memorySeq[0]!, memorySeq[1]!],
+    memorySeq: pair("memory-seq", "8192,16384"),
+    vocabSeq: pair("vocab-seq", "8192,32768"),
     speedSeq: positiveIntegers("--speed-seq", v["speed-seq"] ?? "4096,8192,16384"),
     speedSteps,
     repeat: positiveIntegers("--repeat", v.repeat ?? "3")[0]!,
@@ -305,10 +313,11 @@ async function main(): Promise<void> {
   writeText(dataFile);
   const machine = machineInfo();
   const [n1, n2] = f.memorySeq;
+  const [v1, v2] = f.vocabSeq;
   const specs: RowSpec[] = [];
   for (const sp of [1, 2] as const)
     for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2 });
-  for (const vocab of [256, 32768]) for (const seq of [n1, n2]) specs.push({ group: "vocab", sp: 2, mode: "lean", seq, task: "recall", vocab, steps: 2 });
+  for (const vocab of [256, 32768]) for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2 });
   for (const seq of f.speedSeq)
     for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps });
   if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1 });
@@ -362,12 +371,12 @@ async function main(): Promise<void> {
       const target = mode === "lean" ? 10 : 40;
       check(s <= target * KiB, `SP ${sp} ${mode}: slope ${kibPerToken(s)}/token <= ${target} KiB`);
     }
-  const v256 = slope(rows, n1, n2, (r) => r.group === "vocab" && r.vocab === 256);
-  const v32k = slope(rows, n1, n2, (r) => r.group === "vocab" && r.vocab === 32768);
+  const v256 = slope(rows, v1, v2, (r) => r.group === "vocab" && r.vocab === 256);
+  const v32k = slope(rows, v1, v2, (r) => r.group === "vocab" && r.vocab === 32768);
   if (v256 !== null && v32k !== null) {
     lines.push(
       "",
-      `Recall task, SP 2, lean: slope ${kibPerToken(v256)}/token at vocab 256, ${kibPerToken(v32k)}/token at vocab 32768 (${(v32k / v256).toFixed(2)}x).`,
+      `Recall task, SP 2, default (loss tiled), N = ${v1} to ${v2}: slope ${kibPerToken(v256)}/token at vocab 256, ${kibPerToken(v32k)}/token at vocab 32768 (${(v32k / v256).toFixed(2)}x).`,
     );
     check(Math.abs(v32k / v256 - 1) <= 0.1, `vocab 32768 slope within 10% of vocab 256 (${(v32k / v256).toFixed(2)}x)`);
   }

@@ -44,6 +44,21 @@ export function linearBackwardGraph(rows: number, inF: number, outF: number, bia
   return t.encode();
 }
 
+/**
+ * Derived: one of linearBackwardGraph's gradients alone, no bias: "x" gives
+ * dx = dy w^T (inputs w, dy), "w" gives dw = x^T dy (inputs x, dy). The other
+ * operand is a placeholder, so the graph neither takes nor computes it.
+ */
+export function linearGradientGraph(rows: number, inF: number, outF: number, wrt: "x" | "w"): Uint8Array {
+  const t = tape(`linear_${wrt}_gradient`);
+  const x = wrt === "w" ? t.input("x", "float32", [rows, inF]) : t.placeholder("x", "float32", [rows, inF]);
+  const w = wrt === "x" ? t.input("w", "float32", [inF, outF]) : t.placeholder("w", "float32", [inF, outF]);
+  const y = linearSegment(t, x, w);
+  const [grad] = gradients(t, [y], [t.input("dy", "float32", [rows, outF])], [wrt === "x" ? x : w]);
+  t.output(grad!, `d${wrt}`);
+  return t.encode();
+}
+
 // ---- layerNorm over the last axis of x [rows, hidden]
 
 function layerNormSegment(t: Tape, x: TapeValue, gamma: TapeValue, beta: TapeValue, eps: number): TapeValue[] {

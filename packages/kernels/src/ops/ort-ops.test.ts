@@ -43,8 +43,19 @@ describe("OrtOps vs ReferenceOps", () => {
       const noBias = await ort.linearBackward(x, w, dy, false);
       expect(noBias.db).toBeUndefined();
       close(noBias.dw, r.dw, "dw (no bias)");
+      // each gradient alone, from OrtOps and from the reference, against linearBackward's float64 pair
+      close(await ort.linearInputGradient(w, dy), r.dx, "linearInputGradient");
+      close(await ort.linearWeightGradient(x, dy), r.dw, "linearWeightGradient");
+      close(await ref.linearInputGradient(w, dy), r.dx, "reference linearInputGradient");
+      close(await ref.linearWeightGradient(x, dy), r.dw, "reference linearWeightGradient");
     });
   }
+
+  it("linear gradients alone name mismatched shapes", async () => {
+    await expect(ort.linearInputGradient(rand([3, 4]), rand([2, 5]))).rejects.toThrow(/w must be \[in, out=5\].*got \[3, 4\]/);
+    await expect(ort.linearWeightGradient(rand([3, 4]), rand([2, 5]))).rejects.toThrow(/as many rows/);
+    await expect(ref.linearWeightGradient(rand([3, 4]), rand([2, 5]))).rejects.toThrow(/as many rows/);
+  });
 
   for (const shape of [
     [3, 7],

@@ -16,7 +16,7 @@ import { ropeAngle } from "../reference/rope.js";
 import type { SessionCache } from "../runtime/session-cache.js";
 import * as graphs from "./ort-graphs.js";
 import type { BlockOps, CrossEntropyResult, LayerNormSaved, RopePositions } from "./types.js";
-import { checkIds, checkLabels, expectSameShape, expectShape, expectSize, linearShapes, ropeShape, rowsAndLast } from "./validate.js";
+import { checkIds, checkLabels, expectSameShape, expectShape, expectSize, linearGradientShapes, linearShapes, ropeShape, rowsAndLast } from "./validate.js";
 
 type F32 = Tensor<"float32">;
 
@@ -84,6 +84,26 @@ export class OrtOps implements BlockOps {
     const result: { dx: F32; dw: F32; db?: F32 } = { dx: out.dx!.reshape(x.shape), dw: out.dw! };
     if (withBias) result.db = out.db!;
     return result;
+  }
+
+  async linearInputGradient(w: F32, dy: F32): Promise<F32> {
+    const { rows, inF, outF } = linearGradientShapes("linearInputGradient", w, dy, "x");
+    // dy [..., out] -> [rows, out]; dx [rows, in] -> [..., in]
+    const { dx } = await this.run(`linear.dx ${rows}x${inF}x${outF}`, () => graphs.linearGradientGraph(rows, inF, outF, "x"), {
+      w,
+      dy: dy.reshape([rows, outF]),
+    });
+    return dx!.reshape([...dy.shape.slice(0, -1), inF]);
+  }
+
+  async linearWeightGradient(x: F32, dy: F32): Promise<F32> {
+    const { rows, inF, outF } = linearGradientShapes("linearWeightGradient", x, dy, "w");
+    // x [..., in] -> [rows, in]; dy [..., out] -> [rows, out]
+    const { dw } = await this.run(`linear.dw ${rows}x${inF}x${outF}`, () => graphs.linearGradientGraph(rows, inF, outF, "w"), {
+      x: x.reshape([rows, inF]),
+      dy: dy.reshape([rows, outF]),
+    });
+    return dw!;
   }
 
   async layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved> {

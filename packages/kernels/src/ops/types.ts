@@ -30,6 +30,10 @@ export interface BlockOps {
   linearForward(x: F32, w: F32, b?: F32): Promise<F32>;
   /** db is present when `withBias`. */
   linearBackward(x: F32, w: F32, dy: F32, withBias: boolean): Promise<{ dx: F32; dw: F32; db?: F32 }>;
+  /** dx [..., in] = dy [..., out] @ w^T: linearBackward's dx alone. */
+  linearInputGradient(w: F32, dy: F32): Promise<F32>;
+  /** dw [in, out] = x^T @ dy over all rows: linearBackward's dw alone. */
+  linearWeightGradient(x: F32, dy: F32): Promise<F32>;
 
   /** x, y: [rows, hidden]; gamma, beta: [hidden] */
   layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved>;

@@ -40,6 +40,24 @@ export function linearShapes(op: string, x: Tensor, w: Tensor, b?: Tensor): { ro
 }
 
 /**
+ * The shapes of one linear gradient alone: for the input's (`wrt` "x") w
+ * [in, out] and dy [..., out]; for the weight's (`wrt` "w") x [..., in] and
+ * dy [..., out] with as many rows.
+ */
+export function linearGradientShapes(op: string, operand: Tensor, dy: Tensor, wrt: "x" | "w"): { rows: number; inF: number; outF: number } {
+  const { rows, last: outF } = rowsAndLast(op, "dy", dy);
+  if (wrt === "x") {
+    if (operand.rank !== 2 || operand.shape[1] !== outF) {
+      throw new KernelError(`${op}: w must be [in, out=${outF}] to match dy ${formatShape(dy.shape)}, got ${formatShape(operand.shape)}`);
+    }
+    return { rows, inF: operand.shape[0]!, outF };
+  }
+  const { rows: xRows, last: inF } = rowsAndLast(op, "x", operand);
+  if (xRows !== rows) throw new KernelError(`${op}: x ${formatShape(operand.shape)} and dy ${formatShape(dy.shape)} must have as many rows`);
+  return { rows, inF, outF };
+}
+
+/**
  * Checks a rotary-embedding input [batch, seq, heads, headDim] with headDim
  * even, and its positions: an offset (a non-negative integer) or every
  * token's position, an Int32Array of batch * seq entries, none negative.

@@ -2,7 +2,7 @@
  * Reference linear layer in float64: y = x @ w (+ b) over any leading axes of
  * x, and its gradients. Plain loops; the oracle, not the fast path.
  */
-import { linearShapes } from "../ops/validate.js";
+import { linearGradientShapes, linearShapes } from "../ops/validate.js";
 import { zeros64, type F64, type Real } from "./float64.js";
 
 export function linearForward64(x: Real, w: Real, b?: Real): F64 {
@@ -47,4 +47,31 @@ export function linearBackward64(x: Real, w: Real, dy: Real, withBias: boolean):
   const db = zeros64([outF]);
   for (let r = 0; r < rows; r++) for (let o = 0; o < outF; o++) db.data[o] += gd[r * outF + o]!;
   return { dx, dw, db };
+}
+
+/** dy [..., out] @ w^T -> [..., in]. */
+export function linearInputGradient64(w: Real, dy: Real): F64 {
+  const { rows, inF, outF } = linearGradientShapes("linearInputGradient", w, dy, "x");
+  const dx = zeros64([...dy.shape.slice(0, -1), inF]);
+  for (let r = 0; r < rows; r++) {
+    for (let i = 0; i < inF; i++) {
+      let acc = 0;
+      for (let o = 0; o < outF; o++) acc += dy.data[r * outF + o]! * w.data[i * outF + o]!;
+      dx.data[r * inF + i] = acc;
+    }
+  }
+  return dx;
+}
+
+/** x^T @ dy over all rows -> [in, out]. */
+export function linearWeightGradient64(x: Real, dy: Real): F64 {
+  const { rows, inF, outF } = linearGradientShapes("linearWeightGradient", x, dy, "w");
+  const dw = zeros64([inF, outF]);
+  for (let r = 0; r < rows; r++) {
+    for (let i = 0; i < inF; i++) {
+      const xv = x.data[r * inF + i]!;
+      for (let o = 0; o < outF; o++) dw.data[i * outF + o] += xv * dy.data[r * outF + o]!;
+    }
+  }
+  return dw;
 }

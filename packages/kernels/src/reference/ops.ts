@@ -10,7 +10,7 @@ import type { BlockOps, CrossEntropyResult, LayerNormSaved, RopePositions } from
 import { geluBackward64, geluForward64, swigluBackward64, swigluForward64 } from "./activations.js";
 import { crossEntropyBackward64, crossEntropyForward64, DEFAULT_IGNORE_INDEX, embeddingBackward64, embeddingForward64 } from "./embedding-loss.js";
 import { toFloat32 } from "./float64.js";
-import { linearBackward64, linearForward64 } from "./linear.js";
+import { linearBackward64, linearForward64, linearInputGradient64, linearWeightGradient64 } from "./linear.js";
 import { layerNormBackward64, layerNormForward64, rmsNormBackward64, rmsNormForward64 } from "./norms.js";
 import { ropeRotate64 } from "./rope.js";
 import { expectShape } from "../ops/validate.js";
@@ -29,6 +29,14 @@ export class ReferenceOps implements BlockOps {
     const out: { dx: F32; dw: F32; db?: F32 } = { dx: toFloat32(g.dx), dw: toFloat32(g.dw) };
     if (g.db) out.db = toFloat32(g.db);
     return out;
+  }
+
+  async linearInputGradient(w: F32, dy: F32): Promise<F32> {
+    return toFloat32(linearInputGradient64(w, dy));
+  }
+
+  async linearWeightGradient(x: F32, dy: F32): Promise<F32> {
+    return toFloat32(linearWeightGradient64(x, dy));
   }
 
   async layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved> {
