@@ -94,6 +94,9 @@ describe("Gpt backward", () => {
         expect(worst, `dh, ${gradientColumns} columns`).toBeLessThan(1e-5);
       }
       expect(() => gpt.lmHead({ gradientColumns: 0 })).toThrow(/gradientColumns must be a positive integer, got 0/);
+      expect(() => new Gpt(config, { ops, localAttention: new ReferenceAttention(), seed: 4, headGradientColumns: 2.5 })).toThrow(
+        /Gpt: headGradientColumns must be a positive integer, got 2.5/,
+      );
     });
   }
 

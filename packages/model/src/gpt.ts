@@ -42,6 +42,13 @@ export interface GptOptions {
   mlpTileRows?: number;
   /** Attention in head groups in every block (each TransformerBlock's `attentionHeadGroups`; 1 or undefined: off). */
   attentionHeadGroups?: number;
+  /**
+   * Vocabulary columns per block of the LM head's weight gradient (a positive
+   * integer; the vocabulary or more: one block). Default: headGradientColumns,
+   * blocks of at most HEAD_GRADIENT_BLOCK_BYTES. `lmHead({ gradientColumns })`
+   * overrides it for one head.
+   */
+  headGradientColumns?: number;
 }
 
 export interface GptForwardOptions {
@@ -108,6 +115,12 @@ export function headGradientColumns(hidden: number, vocab: number, rows: number)
   return Math.max(1, Math.min(vocab, Math.floor(HEAD_GRADIENT_BLOCK_BYTES / (4 * Math.max(hidden, rows)))));
 }
 
+function validHeadColumns(where: string, name: string, columns: number | undefined): number | undefined {
+  if (columns !== undefined && (!Number.isSafeInteger(columns) || columns < 1))
+    throw new ModelError(`${where}: ${name} must be a positive integer, got ${columns}`);
+  return columns;
+}
+
 export interface GptHeadOptions {
   /** Vocabulary columns per block of the weight gradient (default: headGradientColumns). */
   gradientColumns?: number;
@@ -118,11 +131,14 @@ export class Gpt {
   readonly params: ParameterStore;
   readonly blocks: TransformerBlock[];
   private readonly ops: BlockOps;
+  /** GptOptions.headGradientColumns (undefined: headGradientColumns per call). */
+  private readonly headColumns: number | undefined;
 
   constructor(config: GptConfig, options: GptOptions) {
     validateGptConfig(config);
     this.config = config;
     this.ops = options.ops;
+    this.headColumns = validHeadColumns("Gpt", "headGradientColumns", options.headGradientColumns);
     this.params = new ParameterStore(gptParamSpecs(config));
     this.params.initialise(options.seed);
     const blockConfig = blockConfigOf(config);
@@ -158,9 +174,7 @@ export class Gpt {
   lmHead(options: GptHeadOptions = {}): GptHead {
     const w = this.headWeight();
     const { hidden, vocab } = this.config;
-    const fixedColumns = options.gradientColumns;
-    if (fixedColumns !== undefined && (!Number.isSafeInteger(fixedColumns) || fixedColumns < 1))
-      throw new ModelError(`Gpt.lmHead: gradientColumns must be a positive integer, got ${fixedColumns}`);
+    const fixedColumns = validHeadColumns("Gpt.lmHead", "gradientColumns", options.gradientColumns) ?? this.headColumns;
     const addGradient = (dw: F32, first: number) => {
       if (this.config.tiedHead) this.params.accumulateTransposed("embed.weight", dw, first);
       else this.params.accumulateColumns("head.w", dw, first);

@@ -8,7 +8,7 @@
  */
 import { createLocalGroups } from "@ulysses/collectives";
 import { SessionCache, createOrtOps, OrtAttention } from "@ulysses/kernels";
-import { Gpt, type GptConfig } from "@ulysses/model";
+import { Gpt, headGradientColumns, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
 import { Rng, Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
@@ -158,6 +158,70 @@ describe("tiled logits and loss (lossTileRows) equal the untiled path", () => {
       );
     }
   });
+});
+
+describe("a vocabulary whose head weight gradient is made in column blocks", () => {
+  // hidden 64: blocks of 4 MiB / (4 x 64) = 16384 columns, so vocab 20000 is two blocks, 16384 and 3616 columns
+  const big: GptConfig = { ...config, vocab: 20000, hidden: 64, layers: 1 };
+
+  /** `headGradientColumns` undefined: the default blocks; the vocabulary: one block. */
+  async function outcome(
+    kernels: Kernels,
+    sp: number | null,
+    lossTileRows: number | undefined,
+    headGradientColumns?: number,
+  ): Promise<{ result: LossResult; grads: Float32Array[] }> {
+    const random = new Rng(9, 1);
+    const tokens = new Tensor(
+      "int32",
+      [2, SEQ],
+      Int32Array.from({ length: ROWS }, () => Math.floor(random.uniform() * big.vocab)),
+    );
+    const labels = new Tensor(
+      "int32",
+      [2, SEQ],
+      Int32Array.from({ length: ROWS }, (_, i) => (i % 3 === 0 ? IGNORE_INDEX : Math.floor(random.uniform() * big.vocab))),
+    );
+    const model = () => new Gpt(big, { ops: kernels.ops, localAttention: kernels.attention(), seed: 3, headGradientColumns });
+    const step = async (m: TrainModel) => ({
+      result: await lossAndGradients(m, kernels.ops, { tokens, labels }, { lossTileRows }),
+      grads: m.params.grads.slice(),
+    });
+    if (sp === null) {
+      const r = await step(model());
+      return { result: r.result, grads: [r.grads] };
+    }
+    const ranks = await Promise.all(
+      createLocalGroups(sp).map(async (world) =>
+        step(parallelize(model(), await ParallelDims.create(world, { sp, attention: "ulysses" }, { heads: big.heads, kvHeads: big.kvHeads, seqLength: SEQ }))),
+      ),
+    );
+    return { result: ranks[0]!.result, grads: ranks.map((r) => r.grads) };
+  }
+
+  it("ONNX Runtime ops in two blocks equal the float64 reference ops in one, untiled and in tiles of 7, one device and SP 2", async () => {
+    expect(headGradientColumns(big.hidden, big.vocab, 7)).toBe(16384);
+    expect(headGradientColumns(big.hidden, big.vocab, ROWS)).toBe(16384);
+    const slots = new Gpt(big, { ops: reference.ops, localAttention: reference.attention(), seed: 3 }).params.slots;
+    for (const sp of [null, 2])
+      for (const tile of [undefined, 7]) {
+        const [got, want] = [await outcome(ort, sp, tile), await outcome(reference, sp, tile, big.vocab)];
+        const what = `sp ${sp ?? 1} tile ${tile ?? "off"}`;
+        expect(relative(got.result.loss, want.result.loss), `${what} loss`).toBeLessThanOrEqual(1e-5);
+        want.grads.forEach((wanted, rank) => {
+          for (const [name, { offset, size }] of slots)
+            expect(
+              normRelative(got.grads[rank]!.subarray(offset, offset + size), wanted.subarray(offset, offset + size)),
+              `${what} rank ${rank} ${name}`,
+            ).toBeLessThanOrEqual(1e-5);
+        });
+        // both blocks of the head's gradient were written: columns on either side of 16384 are non-zero
+        const head = slots.get("head.w")!;
+        const w = got.grads.at(-1)!.subarray(head.offset, head.offset + head.size);
+        const column = (c: number) => Array.from({ length: big.hidden }, (_, i) => w[i * big.vocab + c]!);
+        expect(column(16383).some((x) => x !== 0) && column(16384).some((x) => x !== 0) && column(19999).some((x) => x !== 0), what).toBe(true);
+      }
+  }, 60_000);
 });
 
 describe("20 Trainer steps with a tiled loss train like untiled ones", () => {
