@@ -64,6 +64,8 @@ memory.md.
   --speed-steps N     steps of a speed row (default 4; the first is not timed)
   --repeat N          runs of each memory and vocabulary row; its peak is their median (default 3)
   --speed-repeat N    runs of each speed row; its tokens/s and MFU are their medians (default 3)
+  --rows LIST         which groups of rows to run: memory, vocab, speed (default all three);
+                      the targets of the groups left out are not checked
   --long              also one lean step at N = 131072, SP 2 (minutes)
   --help, -h          this text
 `;
@@ -75,6 +77,7 @@ const FLAG_OPTIONS = {
   "speed-steps": { type: "string" },
   repeat: { type: "string" },
   "speed-repeat": { type: "string" },
+  rows: { type: "string" },
   long: { type: "boolean" },
 } as const;
 
@@ -85,7 +88,20 @@ interface Flags {
   speedSteps: number;
   repeat: number;
   speedRepeat: number;
+  rows: ReadonlySet<RowGroup>;
   long: boolean;
+}
+
+type RowGroup = "memory" | "vocab" | "speed";
+const ROW_GROUPS: readonly RowGroup[] = ["memory", "vocab", "speed"];
+
+/** --rows: a comma-separated subset of ROW_GROUPS, each at most once. */
+function rowGroups(text: string): ReadonlySet<RowGroup> {
+  const names = text.split(",").map((name) => name.trim());
+  const unknown = names.filter((name) => !(ROW_GROUPS as readonly string[]).includes(name));
+  if (names.length === 0 || unknown.length > 0 || new Set(names).size !== names.length)
+    throw new UsageError(`--rows: expected a comma-separated list of ${ROW_GROUPS.join(", ")}, each at most once, got '${text}'`);
+  return new Set(names as RowGroup[]);
 }
 
 function readFlags(argv: readonly string[]): Flags | null {
@@ -105,6 +121,7 @@ function readFlags(argv: readonly string[]): Flags | null {
     speedSteps,
     repeat: positiveIntegers("--repeat", v.repeat ?? "3")[0]!,
     speedRepeat: positiveIntegers("--speed-repeat", v["speed-repeat"] ?? "3")[0]!,
+    rows: rowGroups(v.rows ?? ROW_GROUPS.join(",")),
     long: v.long ?? false,
   };
 }
@@ -315,11 +332,14 @@ async function main(): Promise<void> {
   const [n1, n2] = f.memorySeq;
   const [v1, v2] = f.vocabSeq;
   const specs: RowSpec[] = [];
-  for (const sp of [1, 2] as const)
-    for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2 });
-  for (const vocab of [256, 32768]) for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2 });
-  for (const seq of f.speedSeq)
-    for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps });
+  if (f.rows.has("memory"))
+    for (const sp of [1, 2] as const)
+      for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2 });
+  if (f.rows.has("vocab"))
+    for (const vocab of [256, 32768]) for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2 });
+  if (f.rows.has("speed"))
+    for (const seq of f.speedSeq)
+      for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps });
   if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1 });
 
   const rows: RowResult[] = [];
