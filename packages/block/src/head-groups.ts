@@ -20,7 +20,7 @@
  * grouped-query mapping stays inside the group.
  */
 import type { AttentionDocuments, BlockOps, RopePositions } from "@ulysses/kernels";
-import { Tensor } from "@ulysses/tensors";
+import { narrow, Tensor } from "@ulysses/tensors";
 import type { BlockAttention } from "./block-attention.js";
 import type { ResolvedBlockConfig } from "./block-config.js";
 import { addInto, type BlockWeights, type FlatTensors } from "./block-weights.js";
@@ -54,14 +54,6 @@ export function checkHeadGroups(groups: unknown, config: ResolvedBlockConfig): n
     );
   }
   return groups;
-}
-
-/** Columns [start, start + count) of w [in, out] (a weight or its gradient), as a contiguous [in, count] copy. */
-function columns(w: F32, start: number, count: number): F32 {
-  const [inF, outF] = w.shape as unknown as [number, number];
-  const t = new Tensor("float32", [inF, count]);
-  for (let r = 0; r < inF; r++) t.data.set(w.data.subarray(r * outF + start, r * outF + start + count), r * count);
-  return t;
 }
 
 /** Tensors of `rowCount` rows each ([rows, c_i], or [b, s, n_i, D] read as [b * s, n_i * D]) side by side: [rows, sum c_i]. */
@@ -128,7 +120,7 @@ function sliceOf(config: ResolvedBlockConfig, groups: number, g: number): Slice 
 async function project(c: HeadGroupsCall, s: Slice, h1: F32): Promise<{ q: F32; k: F32; v: F32 }> {
   const { config, weights, ops } = c;
   const linear = (name: "attn.q" | "attn.k" | "attn.v", start: number, width: number) =>
-    ops.linearForward(h1, columns(weights[`${name}.w`]!, start, width), config.bias ? part(weights[`${name}.b`]!, start, width) : undefined);
+    ops.linearForward(h1, narrow(weights[`${name}.w`]!, 1, start, width), config.bias ? part(weights[`${name}.b`]!, start, width) : undefined);
   // [rows, n * D] -> [b, s, n, D]
   const heads = (t: F32, n: number) => t.reshape([c.batch, c.seq, n, config.headDim]);
   const q = await ops.ropeForward(heads(await linear("attn.q", s.qStart, s.qWidth), s.heads), c.positions, config.ropeBase);
@@ -211,7 +203,7 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
     ] as const;
     const wqkv = sideBySide(
       h1.shape[1]!,
-      parts.map((p) => columns(weights[`${p.name}.w`]!, p.start, p.width)),
+      parts.map((p) => narrow(weights[`${p.name}.w`]!, 1, p.start, p.width)),
     );
     // row tile by row tile, so the group's [rows, hidden] term of dh1 exists for one tile at a time
     await inRowTiles(rowCount, c.tileRows, async (start, count) => {
@@ -219,7 +211,7 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
       addInto(rowsOf(dh1, start, count), r.dx);
       let at = 0;
       for (const p of parts) {
-        addBlock(grads, `${p.name}.w`, columns(r.dw, at, p.width), 0, p.start);
+        addBlock(grads, `${p.name}.w`, narrow(r.dw, 1, at, p.width), 0, p.start);
         if (config.bias) addBlock(grads, `${p.name}.b`, part(r.db!, at, p.width), 0, p.start);
         at += p.width;
       }

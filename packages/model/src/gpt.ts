@@ -17,7 +17,7 @@
  */
 import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
 import type { BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
-import { permute, Tensor } from "@ulysses/tensors";
+import { narrowInto, permute, Tensor } from "@ulysses/tensors";
 import { ModelError } from "./errors.js";
 import { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
@@ -179,6 +179,8 @@ export class Gpt {
       if (this.config.tiedHead) this.params.accumulateTransposed("embed.weight", dw, first);
       else this.params.accumulateColumns("head.w", dw, first);
     };
+    // dLogits' columns of one block, reused by every block of every tile of this head (grown to the largest tile's)
+    let block = new Float32Array(0);
     return {
       forward: (h) => this.ops.linearForward(h, w),
       backward: async (h, dLogits) => {
@@ -190,12 +192,12 @@ export class Gpt {
           return dx;
         }
         const dx = await this.ops.linearInputGradient(w, dLogits);
-        // dLogits [rows, vocab]: its columns first .. first + width, copied into one reused buffer
-        const block = new Float32Array(rows * columns);
+        if (block.length < rows * columns) block = new Float32Array(rows * columns);
+        const logits = dLogits.reshape([rows, vocab]);
         for (let first = 0; first < vocab; first += columns) {
           const width = Math.min(columns, vocab - first);
-          for (let r = 0; r < rows; r++) block.set(dLogits.data.subarray(r * vocab + first, r * vocab + first + width), r * width);
-          addGradient(await this.ops.linearWeightGradient(h, new Tensor("float32", [rows, width], block.subarray(0, rows * width))), first);
+          const part = narrowInto(logits, 1, first, width, new Tensor("float32", [rows, width], block.subarray(0, rows * width)));
+          addGradient(await this.ops.linearWeightGradient(h, part), first);
         }
         return dx;
       },

@@ -12,6 +12,7 @@ import {
   concatInto,
   evenSplitSizes,
   narrow,
+  narrowInto,
   normalizeAxis,
   permute,
   permuteInto,
@@ -112,6 +113,14 @@ describe("layout errors", () => {
     expectTensorError(() => narrow(t23(), 1, 2, 2), "[2, 4)", "axis 1 of size 3", "[2, 3]");
     expectTensorError(() => narrow(t23(), 0, -1, 1), "[-1, 0)");
     expectTensorError(() => narrow(t23(), 0, 0.5, 1), "[0.5, 1.5)");
+    expectTensorError(() => narrowInto(t23(), 1, 2, 2, new Tensor("float32", [2, 2])), "[2, 4)", "axis 1 of size 3");
+  });
+
+  it("narrowInto: a wrong or aliased output", () => {
+    expectTensorError(() => narrowInto(t23(), 1, 1, 2, new Tensor("float32", [2, 3])), "Tensor(float32, [2, 3])", "float32 [2, 2]");
+    expectTensorError(() => narrowInto(t23(), 1, 1, 2, new Tensor("float64", [2, 2])), "Tensor(float64, [2, 2])");
+    const t = t23();
+    expectTensorError(() => narrowInto(t, 1, 1, 2, new Tensor("float32", [2, 2], t.data.subarray(2, 6))), "shares memory");
   });
 
   it("split sizes that do not add up", () => {

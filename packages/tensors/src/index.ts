@@ -3,7 +3,7 @@ export { TensorError } from "./errors.js";
 export { DTYPES, bytesPerElement, isDType, allocateStorage, storageOverlaps, type DType, type Storage, type StorageByDType } from "./dtype.js";
 export { formatShape, numel, stridesOf, normalizeAxis, type Shape } from "./shape.js";
 export { Tensor, type AllocateOptions } from "./tensor.js";
-export { permute, permuteInto, permutedShape, narrow, split, chunk, evenSplitSizes, concat, concatInto } from "./layout.js";
+export { permute, permuteInto, permutedShape, narrow, narrowInto, split, chunk, evenSplitSizes, concat, concatInto } from "./layout.js";
 // toOrt / fromOrt: the subpath "@ulysses/tensors/ort" (its types are onnxruntime-common's, which need the DOM lib to type-check)
 export {
   CONVERTIBLE_DTYPES,

@@ -2,7 +2,7 @@
 // and results agree with a naive multi-index reference written here.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { Tensor, chunk, concat, narrow, permute, split, type DType } from "@ulysses/tensors";
+import { Tensor, chunk, concat, narrow, narrowInto, permute, split, type DType } from "@ulysses/tensors";
 
 const arbShape = fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 1, maxLength: 5 });
 const arbPositiveShape = fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 5 });
@@ -96,7 +96,7 @@ describe("layout properties", () => {
     );
   });
 
-  it("split pieces equal narrow, and narrow matches a naive slice", () => {
+  it("split pieces equal narrow, and narrow and narrowInto match a naive slice", () => {
     fc.assert(
       fc.property(shapeAxisSizes, ([shape, axis, sizes]) => {
         const t = indexed("float32", shape);
@@ -112,6 +112,12 @@ describe("layout properties", () => {
           }
           expect(Array.from(piece.data as Float32Array)).toEqual(expected);
           expect(narrow(t, axis, start, piece.shape[axis]!).data).toEqual(piece.data);
+          // into a caller's buffer (a view with elements on either side, left untouched)
+          const buffer = new Float32Array(piece.size + 3).fill(-1);
+          const into = new Tensor("float32", piece.shape, buffer.subarray(2, 2 + piece.size));
+          expect(narrowInto(t, axis, start, piece.shape[axis]!, into)).toBe(into);
+          expect(Array.from(into.data)).toEqual(expected);
+          expect([buffer[0], buffer[1], buffer[piece.size + 2]]).toEqual([-1, -1, -1]);
           start += piece.shape[axis]!;
         }
       }),

@@ -116,16 +116,32 @@ export function permute<D extends DType>(src: Tensor<D>, axes: readonly number[]
 
 /** Elements [start, start+length) along `axis`, as a new contiguous tensor. */
 export function narrow<D extends DType>(src: Tensor<D>, axis: number, start: number, length: number): Tensor<D> {
+  return narrowInto(src, axis, start, length, new Tensor(src.dtype, narrowedShape(src, axis, start, length)) as Tensor<D>);
+}
+
+/** src's shape with `length` on `axis`; throws a TensorError when [start, start + length) is outside the axis. */
+function narrowedShape(src: Tensor, axis: number, start: number, length: number): number[] {
   const ax = normalizeAxis(axis, src.rank);
   const dim = src.shape[ax]!;
   if (!Number.isInteger(start) || !Number.isInteger(length) || start < 0 || length < 0 || start + length > dim) {
     throw new TensorError(`narrow: [${start}, ${start + length}) is outside axis ${ax} of size ${dim} (shape ${formatShape(src.shape)})`);
   }
-  const outer = numel(src.shape.slice(0, ax));
-  const inner = numel(src.shape.slice(ax + 1));
   const shape = [...src.shape];
   shape[ax] = length;
-  const out = new Tensor(src.dtype, shape);
+  return shape;
+}
+
+/** Writes positions [start, start + length) of `axis` of `src` into `out` (src's shape with `length` on that axis). */
+export function narrowInto<D extends DType>(src: Tensor<D>, axis: number, start: number, length: number, out: Tensor<D>): Tensor<D> {
+  const ax = normalizeAxis(axis, src.rank);
+  const shape = narrowedShape(src, ax, start, length);
+  const dim = src.shape[ax]!;
+  if (out.dtype !== src.dtype || out.rank !== shape.length || out.shape.some((d, i) => d !== shape[i])) {
+    throw new TensorError(`narrowInto: output ${out} does not match ${src.dtype} ${formatShape(shape)}`);
+  }
+  if (storageOverlaps(out.data, src.data)) throw new TensorError(`narrowInto: output ${out} shares memory with input ${src}`);
+  const outer = numel(src.shape.slice(0, ax));
+  const inner = numel(src.shape.slice(ax + 1));
   const s = src.data as unknown as Sliceable;
   const o = out.data as unknown as Writable;
   const run = length * inner;
