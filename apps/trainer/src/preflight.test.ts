@@ -87,6 +87,16 @@ describe("memory estimate", () => {
     expect(estimateMemory({ ...MODEL, seq: 4096, dp: 2 }).bytes).toBeGreaterThan(e.bytes);
   });
 
+  it("counts V8's deferred collection per rank with the arenas only (V8's heap then grows 10x between full collections)", () => {
+    const deferred = (config: TrainConfig) => estimateMemory(config).terms.filter((t) => t.name.startsWith("freed tensors awaiting V8's full collection"));
+    for (const sp of [1, 2, 4]) {
+      const arena = deferred({ ...MODEL, seq: 4096, sp, memoryArena: true });
+      expect(arena).toHaveLength(1);
+      expect(arena[0]!.bytes).toBe(sp * 40 * MiB);
+      expect(deferred({ ...MODEL, seq: 4096, sp, memoryArena: false })).toHaveLength(0);
+    }
+  });
+
   it("is smaller with activation checkpointing and with ZeRO-1", () => {
     const base = estimateMemory({ ...MODEL, seq: 8192, layers: 8 }).bytes;
     expect(estimateMemory({ ...MODEL, seq: 8192, layers: 8, activationCheckpointing: true }).bytes).toBeLessThan(base);

@@ -76,6 +76,12 @@ export const ARENA_SLACK = 1.5;
  * without it was 70-80 MiB per rank under the peak at N = 4K.
  */
 export const ARENA_FLOOR_BYTES = 64 * MiB;
+/**
+ * With --memory-arena, freed tensors that wait longer for V8's full collection once V8's heap grows 10x between them
+ * (ARENA_HEAP_GROWING_PERCENT), per rank. Measured on the speed rows of bench:memory (2026-12-03, SP 2, 3 runs each, one step of
+ * 12 / 4): the peak grew by 45-50 MiB at N = 4096 and 80 MiB at N = 16384, over both ranks.
+ */
+export const V8_DEFERRED_BYTES = 40 * MiB;
 /** Score tiles and kernel scratch of one rank's local attention (forward scores are capped at 8 MiB per run). */
 export const ATTENTION_SCRATCH_BYTES = 16 * MiB;
 
@@ -276,6 +282,10 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
     terms.push({
       name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena: ${ARENA_SLACK}x the per-token terms and ${ARENA_FLOOR_BYTES / MiB} MiB per rank, measured)`,
       bytes: ARENA_SLACK * perToken + all(ARENA_FLOOR_BYTES),
+    });
+    terms.push({
+      name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows 10x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,
+      bytes: all(V8_DEFERRED_BYTES),
     });
   }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };

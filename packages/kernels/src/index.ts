@@ -11,7 +11,7 @@ export {
   type DecodedDim,
   type DecodedTensor,
 } from "./graph/decode.js";
-export { GarbageCollector } from "./runtime/garbage-collector.js";
+export { GarbageCollector, setHeapGrowingPercent, MAX_HEAP_GROWING_PERCENT } from "./runtime/garbage-collector.js";
 export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeOptions, type ExecutionProvider } from "./runtime/session-cache.js";
 export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
 export type { BlockOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";

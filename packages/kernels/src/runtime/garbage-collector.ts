@@ -77,3 +77,31 @@ export class GarbageCollector {
     this.sinceLast = 0;
   }
 }
+
+/** The largest percent setHeapGrowingPercent takes: V8 then lets its heap grow 101x between full collections. */
+export const MAX_HEAP_GROWING_PERCENT = 10_000;
+
+/**
+ * Sets V8's heap growing factor for the whole process, every isolate (each
+ * worker thread's rank too): after a full collection, V8 starts the next one
+ * once its heap has grown to (1 + percent / 100) times what survived. 0 is
+ * V8's default: a factor it picks itself from its measured speeds.
+ *
+ * A rank's JavaScript heap is small (about 8 MiB: the tensors' wrappers,
+ * shapes and promises; the tensors' data are ArrayBuffers outside it), so
+ * V8's own factor starts a full collection every few MiB of wrappers kept
+ * past a young-generation collection: about 10 per training step per rank at
+ * N = 4096 on the trainer's speed rows, each marked by V8's helper threads on
+ * the same cores as the ranks' kernels (17% of the CPU samples there). The
+ * freed tensors then wait longer for their collection, so the peak grows a
+ * little (see the trainer's memory account).
+ *
+ * Takes effect at once, in isolates already running too (V8 reads it each
+ * time it sizes its heap after a collection).
+ */
+export function setHeapGrowingPercent(percent: number): void {
+  if (!Number.isInteger(percent) || percent < 0 || percent > MAX_HEAP_GROWING_PERCENT) {
+    throw new KernelError(`heap growing percent must be an integer from 0 to ${MAX_HEAP_GROWING_PERCENT}, got ${percent}`);
+  }
+  v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
+}
