@@ -9,7 +9,14 @@
  * Importing @ulysses/fused-attention registers "fused" with createAttention.
  */
 import "@ulysses/fused-attention"; // registers attention implementation "fused"
-import { createFusedOps, fusedAttentionStatus, MALLOC_MMAP_THRESHOLD_MAX, setMallocMmapThreshold, setMallocTrimThreshold } from "@ulysses/fused-attention";
+import {
+  createFusedOps,
+  fusedAttentionStatus,
+  MALLOC_MMAP_THRESHOLD_MAX,
+  NativeSessionCache,
+  setMallocMmapThreshold,
+  setMallocTrimThreshold,
+} from "@ulysses/fused-attention";
 import { SessionCache, createAttention, createOrtOps, setHeapGrowingPercent, type BlockOps, type LocalAttention } from "@ulysses/kernels";
 import { COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
@@ -62,15 +69,18 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
     setHeapGrowingPercent(0);
   }
   // Unless --memory-arena: freed tensors collected every 16 MiB of outputs, so the peak is the live tensors' plus at most that much garbage
-  const cache = new SessionCache({ intraOpThreads: threads, memoryArena, collectGarbageEvery: memoryArena ? 0 : COLLECT_GARBAGE_EVERY_BYTES });
+  const cacheOptions = { intraOpThreads: threads, memoryArena, collectGarbageEvery: memoryArena ? 0 : COLLECT_GARBAGE_EVERY_BYTES };
   const fused = chosen.kernel === "fused";
+  // With the addon, the op graphs run through it after their first run, into output arrays ONNX Runtime writes directly
+  // (onnxruntime-node copies every output into a fresh zero-filled one)
+  const cache = fused ? new NativeSessionCache(cacheOptions) : new SessionCache(cacheOptions);
   const attention = await createAttention({ implementation: fused ? "fused" : "ort", cache });
   const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
   // With the addon on an AVX2 or AVX-512 processor, GELU forward and backward also run natively (single-pass kernels instead of ONNX
   // Runtime's Gelu and its derived backward graph; its portable build is slower than ONNX Runtime's forward, so not there)
   const status = fusedAttentionStatus();
   const nativeGelu = fused && status.available && status.info.cpuIsa !== "portable";
-  const name = `OrtOps${nativeGelu ? " + native GELU" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
+  const name = `OrtOps${fused ? " (graphs run by the addon)" : ""}${nativeGelu ? " + native GELU" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
   return {
     ops: nativeGelu ? createFusedOps(cache) : createOrtOps(cache),
     attention,

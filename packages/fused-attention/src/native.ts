@@ -34,9 +34,18 @@ export interface NativeSession {
     inputs: readonly (Float32Array | Int32Array)[],
     inputDims: readonly (readonly number[])[],
     outputNames: readonly string[],
-    outputs: readonly Float32Array[],
+    outputs: readonly (Float32Array | Int32Array)[],
     outputDims: readonly (readonly number[])[],
   ): Promise<void>;
+  /** As run, on the calling thread; throws ONNX Runtime's error. */
+  runSync(
+    inputNames: readonly string[],
+    inputs: readonly (Float32Array | Int32Array)[],
+    inputDims: readonly (readonly number[])[],
+    outputNames: readonly string[],
+    outputs: readonly (Float32Array | Int32Array)[],
+    outputDims: readonly (readonly number[])[],
+  ): void;
   release(): void;
 }
 
@@ -52,7 +61,18 @@ export interface NativeBinding {
   geluForward(x: Float32Array, y: Float32Array, isa?: string): void;
   /** dx = dy * gelu'(x), as geluForward. */
   geluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array, isa?: string): void;
-  Runtime: new (options: { threads: number; isa?: string; cuda?: boolean }) => NativeRuntime;
+  /**
+   * threads, isa, cuda: the attention op's kernels. graphThreads (default 1), memoryArena and allowSpinning (default false): the
+   * sessions' intra-op threads, CPU arena with memory-pattern planning, and spinning, for graphs other than the attention op's.
+   */
+  Runtime: new (options: {
+    threads: number;
+    isa?: string;
+    cuda?: boolean;
+    graphThreads?: number;
+    memoryArena?: boolean;
+    allowSpinning?: boolean;
+  }) => NativeRuntime;
   Session: new (runtime: NativeRuntime, model: Uint8Array) => NativeSession;
 }
 

@@ -2,10 +2,14 @@
 // run our small graphs on caller memory.
 //
 //   init(libraryPath) -> { ortVersion, apiVersion, cpuIsa, cudaCompiled }
-//   new Runtime({ threads, isa, cuda })  session options + our custom-op domain
+//   new Runtime({ threads, isa, cuda, graphThreads, memoryArena, allowSpinning })
+//                                    session options + our custom-op domain;
+//                                    graphThreads etc. for general graphs (the
+//                                    ops of FusedOps), see GraphOptions
 //   new Session(runtime, modelBytes) an ONNX Runtime session of one graph
 //   session.run(inputNames, inputs, inputDims, outputNames, outputs, outputDims)
 //                                    -> Promise<void>, off the JS thread
+//   session.runSync(...the same)     -> undefined, on the calling thread
 //   runtime.release(), session.release()
 //   geluForward(x, y, isa?), geluBackward(x, dy, dx, isa?)
 //                                    GELU (tanh approximation) on Float32Arrays
@@ -75,7 +79,19 @@ struct SessionState {
   }
 };
 
-std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, CpuIsa isa, bool cuda) {
+// How the sessions run graphs other than the attention op's one node. The
+// defaults suit that one node: one intra-op thread (the kernel threads
+// itself) and no arena (its outputs are the caller's arrays).
+struct GraphOptions {
+  int intra_op_threads = 1;
+  // ONNX Runtime's CPU arena and memory-pattern planning for the graphs'
+  // intermediates (outputs are the caller's arrays either way).
+  bool memory_arena = false;
+  // Whether idle intra-op threads spin (only with intra_op_threads > 1).
+  bool allow_spinning = false;
+};
+
+std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, CpuIsa isa, bool cuda, const GraphOptions& graph) {
   auto state = std::make_shared<RuntimeState>();
   state->api = api;
   // ONNX Runtime keeps one environment per process: this returns (and
@@ -84,13 +100,23 @@ std::shared_ptr<RuntimeState> create_runtime(const OrtApi* api, int threads, Cpu
   check_status(api, api->DisableTelemetryEvents(state->env), "DisableTelemetryEvents");
   check_status(api, api->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &state->cpu_memory), "CreateCpuMemoryInfo");
   check_status(api, api->CreateSessionOptions(&state->options), "CreateSessionOptions");
-  // One node per graph, threaded by the kernel itself: ONNX Runtime's own
-  // pools would only sit idle.
-  check_status(api, api->SetIntraOpNumThreads(state->options, 1), "SetIntraOpNumThreads");
+  // The attention graphs are one node, threaded by the kernel itself: ONNX
+  // Runtime's own pool would only sit idle (graph.intra_op_threads = 1).
+  check_status(api, api->SetIntraOpNumThreads(state->options, graph.intra_op_threads), "SetIntraOpNumThreads");
   check_status(api, api->SetInterOpNumThreads(state->options, 1), "SetInterOpNumThreads");
-  // The outputs are the caller's arrays: an arena would only keep scratch alive.
-  check_status(api, api->DisableCpuMemArena(state->options), "DisableCpuMemArena");
-  check_status(api, api->DisableMemPattern(state->options), "DisableMemPattern");
+  check_status(api, api->SetSessionExecutionMode(state->options, ORT_SEQUENTIAL), "SetSessionExecutionMode");
+  check_status(api, api->SetSessionGraphOptimizationLevel(state->options, ORT_ENABLE_ALL), "SetSessionGraphOptimizationLevel");
+  check_status(api, api->SetSessionLogSeverityLevel(state->options, 3), "SetSessionLogSeverityLevel");
+  check_status(api, api->AddSessionConfigEntry(state->options, "session.intra_op.allow_spinning", graph.allow_spinning ? "1" : "0"),
+               "AddSessionConfigEntry");
+  if (graph.memory_arena) {
+    check_status(api, api->EnableCpuMemArena(state->options), "EnableCpuMemArena");
+    check_status(api, api->EnableMemPattern(state->options), "EnableMemPattern");
+  } else {
+    // The outputs are the caller's arrays: an arena would only keep scratch alive.
+    check_status(api, api->DisableCpuMemArena(state->options), "DisableCpuMemArena");
+    check_status(api, api->DisableMemPattern(state->options), "DisableMemPattern");
+  }
   check_status(api, api->CreateCustomOpDomain(kCustomOpDomain, &state->domain), "CreateCustomOpDomain");
   std::vector<bool> providers = {false};
   if (cuda_compiled()) providers.push_back(true);
@@ -131,8 +157,15 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       throw Napi::RangeError::New(env, "Runtime: isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'");
     }
     if (!cpu_isa_name(isa)) throw Napi::Error::New(env, "Runtime: this processor cannot run the '" + isa_name + "' CPU kernels");
+    GraphOptions graph;
+    if (options.Has("graphThreads")) graph.intra_op_threads = options.Get("graphThreads").ToNumber().Int32Value();
+    if (graph.intra_op_threads < 1) {
+      throw Napi::RangeError::New(env, "Runtime: graphThreads must be >= 1, got " + std::to_string(graph.intra_op_threads));
+    }
+    graph.memory_arena = options.Has("memoryArena") && options.Get("memoryArena").ToBoolean().Value();
+    graph.allow_spinning = options.Has("allowSpinning") && options.Get("allowSpinning").ToBoolean().Value();
     try {
-      state_ = create_runtime(api, threads, isa, cuda);
+      state_ = create_runtime(api, threads, isa, cuda, graph);
     } catch (const std::exception& e) {
       throw Napi::Error::New(env, std::string("Runtime: ") + e.what());
     }
@@ -318,7 +351,9 @@ class RunWorker : public Napi::AsyncWorker {
 class Session : public Napi::ObjectWrap<Session> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Session", {InstanceMethod<&Session::Run>("run"), InstanceMethod<&Session::Release>("release")});
+    return DefineClass(env, "Session",
+                       {InstanceMethod<&Session::Run>("run"), InstanceMethod<&Session::RunSync>("runSync"),
+                        InstanceMethod<&Session::Release>("release")});
   }
 
   Session(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Session>(info) {
@@ -370,6 +405,37 @@ class Session : public Napi::ObjectWrap<Session> {
     napi_value promise = worker->Promise();
     worker->Queue();
     return Napi::Value(env, promise);
+  }
+
+  // As run, on the calling thread (as onnxruntime-node runs its sessions):
+  // for ops too short to pay for a hop to libuv's pool and back.
+  Napi::Value RunSync(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!state_) throw Napi::Error::New(env, "Session.runSync: the session was released");
+    if (info.Length() != 6) throw Napi::TypeError::New(env, "Session.runSync takes 6 arguments");
+    const RuntimeState& rt = *state_->runtime;
+    Binding inputs = bind(env, rt, info[0], info[1], info[2], "input");
+    Binding outputs;
+    try {
+      outputs = bind(env, rt, info[3], info[4], info[5], "output");
+    } catch (...) {
+      for (OrtValue* v : inputs.values) rt.api->ReleaseValue(v);
+      throw;
+    }
+    std::vector<const char*> in_names, out_names;
+    for (auto& n : inputs.names) in_names.push_back(n.c_str());
+    for (auto& n : outputs.names) out_names.push_back(n.c_str());
+    std::vector<const OrtValue*> in_values(inputs.values.begin(), inputs.values.end());
+    OrtStatus* status = rt.api->Run(state_->session, nullptr, in_names.data(), in_values.data(), in_values.size(), out_names.data(),
+                                    out_names.size(), outputs.values.data());
+    for (OrtValue* v : inputs.values) rt.api->ReleaseValue(v);
+    for (OrtValue* v : outputs.values) rt.api->ReleaseValue(v);
+    if (status) {
+      std::string message = rt.api->GetErrorMessage(status);
+      rt.api->ReleaseStatus(status);
+      throw Napi::Error::New(env, message);
+    }
+    return env.Undefined();
   }
 
   Napi::Value Release(const Napi::CallbackInfo& info) {

@@ -153,6 +153,17 @@ export class SessionCache {
     return out;
   }
 
+  /**
+   * Releases the session of `key`, if there is one (its next run creates it again); for a subclass that runs the graph by other
+   * means once it knows its outputs (NativeSessionCache of @ulysses/fused-attention). Only when no run of `key` is in flight.
+   */
+  protected async releaseSession(key: string): Promise<void> {
+    const session = this.sessions.get(key);
+    if (session === undefined) return;
+    this.sessions.delete(key);
+    await (await session).release();
+  }
+
   /** Releases every session. */
   async release(): Promise<void> {
     const all = [...this.sessions.values()];
