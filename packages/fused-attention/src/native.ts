@@ -28,24 +28,21 @@ export interface NativeRuntime {
   release(): void;
 }
 
+/** A session run's arguments: the inputs' names, arrays and dims, then the outputs' (arrays the caller allocated). */
+export type NativeRunArgs = [
+  inputNames: readonly string[],
+  inputs: readonly (Float32Array | Int32Array)[],
+  inputDims: readonly (readonly number[])[],
+  outputNames: readonly string[],
+  outputs: readonly (Float32Array | Int32Array)[],
+  outputDims: readonly (readonly number[])[],
+];
+
 export interface NativeSession {
-  run(
-    inputNames: readonly string[],
-    inputs: readonly (Float32Array | Int32Array)[],
-    inputDims: readonly (readonly number[])[],
-    outputNames: readonly string[],
-    outputs: readonly (Float32Array | Int32Array)[],
-    outputDims: readonly (readonly number[])[],
-  ): Promise<void>;
+  /** Runs off the JS thread, on libuv's pool. */
+  run(...args: NativeRunArgs): Promise<void>;
   /** As run, on the calling thread; throws ONNX Runtime's error. */
-  runSync(
-    inputNames: readonly string[],
-    inputs: readonly (Float32Array | Int32Array)[],
-    inputDims: readonly (readonly number[])[],
-    outputNames: readonly string[],
-    outputs: readonly (Float32Array | Int32Array)[],
-    outputDims: readonly (readonly number[])[],
-  ): void;
+  runSync(...args: NativeRunArgs): void;
   release(): void;
 }
 

@@ -36,6 +36,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/attention-cpu.h"
@@ -262,6 +263,34 @@ Binding bind(Napi::Env env, const RuntimeState& rt, const Napi::Value& names_v, 
   return b;
 }
 
+// Binds a run's inputs and outputs (arguments 0-2 and 3-5 of run / runSync);
+// on a bad output, the inputs already bound are released.
+std::pair<Binding, Binding> bind_run(const Napi::CallbackInfo& info, const RuntimeState& rt) {
+  Binding inputs = bind(info.Env(), rt, info[0], info[1], info[2], "input");
+  try {
+    return {std::move(inputs), bind(info.Env(), rt, info[3], info[4], info[5], "output")};
+  } catch (...) {
+    for (OrtValue* v : inputs.values) rt.api->ReleaseValue(v);
+    throw;
+  }
+}
+
+// Runs the session on bound inputs and outputs; false with ONNX Runtime's
+// message in *error when it fails.
+bool run_bound(const SessionState& session, const Binding& inputs, Binding& outputs, std::string* error) {
+  const OrtApi* api = session.runtime->api;
+  std::vector<const char*> in_names, out_names;
+  for (auto& n : inputs.names) in_names.push_back(n.c_str());
+  for (auto& n : outputs.names) out_names.push_back(n.c_str());
+  std::vector<const OrtValue*> in_values(inputs.values.begin(), inputs.values.end());
+  OrtStatus* status = api->Run(session.session, nullptr, in_names.data(), in_values.data(), in_values.size(), out_names.data(),
+                               out_names.size(), outputs.values.data());
+  if (!status) return true;
+  *error = api->GetErrorMessage(status);
+  api->ReleaseStatus(status);
+  return false;
+}
+
 // One Session.run off the JS thread. Its completion must never throw a C++
 // exception: it is called from libuv, where an exception ends in
 // std::terminate ("terminate called after throwing an instance of
@@ -295,18 +324,7 @@ class RunWorker : public Napi::AsyncWorker {
   napi_value Promise() const { return promise_; }
 
   void Execute() override {
-    const OrtApi* api = session_->runtime->api;
-    std::vector<const char*> in_names, out_names;
-    for (auto& n : inputs_.names) in_names.push_back(n.c_str());
-    for (auto& n : outputs_.names) out_names.push_back(n.c_str());
-    std::vector<const OrtValue*> in_values(inputs_.values.begin(), inputs_.values.end());
-    OrtStatus* status = api->Run(session_->session, nullptr, in_names.data(), in_values.data(), in_values.size(),
-                                 out_names.data(), out_names.size(), outputs_.values.data());
-    if (status) {
-      error_ = api->GetErrorMessage(status);
-      failed_ = true;
-      api->ReleaseStatus(status);
-    }
+    failed_ = !run_bound(*session_, inputs_, outputs_, &error_);
   }
 
  protected:
@@ -392,15 +410,7 @@ class Session : public Napi::ObjectWrap<Session> {
     Napi::Env env = info.Env();
     if (!state_) throw Napi::Error::New(env, "Session.run: the session was released");
     if (info.Length() != 6) throw Napi::TypeError::New(env, "Session.run takes 6 arguments");
-    const RuntimeState& rt = *state_->runtime;
-    Binding inputs = bind(env, rt, info[0], info[1], info[2], "input");
-    Binding outputs;
-    try {
-      outputs = bind(env, rt, info[3], info[4], info[5], "output");
-    } catch (...) {
-      for (OrtValue* v : inputs.values) rt.api->ReleaseValue(v);
-      throw;
-    }
+    auto [inputs, outputs] = bind_run(info, *state_->runtime);
     auto* worker = new RunWorker(env, state_, std::move(inputs), std::move(outputs));
     napi_value promise = worker->Promise();
     worker->Queue();
@@ -413,28 +423,13 @@ class Session : public Napi::ObjectWrap<Session> {
     Napi::Env env = info.Env();
     if (!state_) throw Napi::Error::New(env, "Session.runSync: the session was released");
     if (info.Length() != 6) throw Napi::TypeError::New(env, "Session.runSync takes 6 arguments");
-    const RuntimeState& rt = *state_->runtime;
-    Binding inputs = bind(env, rt, info[0], info[1], info[2], "input");
-    Binding outputs;
-    try {
-      outputs = bind(env, rt, info[3], info[4], info[5], "output");
-    } catch (...) {
-      for (OrtValue* v : inputs.values) rt.api->ReleaseValue(v);
-      throw;
-    }
-    std::vector<const char*> in_names, out_names;
-    for (auto& n : inputs.names) in_names.push_back(n.c_str());
-    for (auto& n : outputs.names) out_names.push_back(n.c_str());
-    std::vector<const OrtValue*> in_values(inputs.values.begin(), inputs.values.end());
-    OrtStatus* status = rt.api->Run(state_->session, nullptr, in_names.data(), in_values.data(), in_values.size(), out_names.data(),
-                                    out_names.size(), outputs.values.data());
-    for (OrtValue* v : inputs.values) rt.api->ReleaseValue(v);
-    for (OrtValue* v : outputs.values) rt.api->ReleaseValue(v);
-    if (status) {
-      std::string message = rt.api->GetErrorMessage(status);
-      rt.api->ReleaseStatus(status);
-      throw Napi::Error::New(env, message);
-    }
+    const OrtApi* api = state_->runtime->api;
+    auto [inputs, outputs] = bind_run(info, *state_->runtime);
+    std::string error;
+    const bool ok = run_bound(*state_, inputs, outputs, &error);
+    for (OrtValue* v : inputs.values) api->ReleaseValue(v);
+    for (OrtValue* v : outputs.values) api->ReleaseValue(v);
+    if (!ok) throw Napi::Error::New(env, error);
     return env.Undefined();
   }
 
