@@ -18,7 +18,7 @@ import {
   setMallocTrimThreshold,
 } from "@ulysses/fused-attention";
 import { SessionCache, createAttention, createOrtOps, setHeapGrowingPercent, type BlockOps, type LocalAttention } from "@ulysses/kernels";
-import { COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
+import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 export interface RankKernels {
@@ -47,21 +47,13 @@ export const MMAP_THRESHOLD_BYTES = 128 * 1024;
  */
 export const RETAIN_HEAP_BYTES = 2 ** 31 - 1;
 
-/**
- * V8's heap growing factor with --memory-arena, as a percent (10x): see setHeapGrowingPercent of @ulysses/kernels. On the speed
- * rows of bench:memory (SP 2, N = 4096, 2-core VM) a step took 614 / 625 ms against 750 ms with V8's own factor (full collections
- * 30 against 230 in 12 steps), and the peak grew by 45-50 MiB (80 MiB at N = 16384): the memory account's V8_DEFERRED_BYTES.
- * Without arenas the trainer collects every 16 MiB of outputs itself, and V8's own factor is kept.
- */
-export const ARENA_HEAP_GROWING_PERCENT = 900;
-
 export async function createRankKernels(threads: number, kernel: TrainConfig["kernel"] = "auto", memoryArena = false): Promise<RankKernels> {
   const chosen = resolveKernel(kernel);
   if (memoryArena) {
     // glibc's heap keeps what a step frees (up to 32 MiB a buffer): the next step reuses those pages instead of faulting in new ones
     setMallocMmapThreshold(MALLOC_MMAP_THRESHOLD_MAX);
     setMallocTrimThreshold(RETAIN_HEAP_BYTES);
-    // and V8 runs a full collection when its small heap has grown 10x, not every few MiB of tensor wrappers
+    // and V8 runs a full collection when its small heap has grown 10x (see ARENA_HEAP_GROWING_PERCENT), not every few MiB of wrappers
     setHeapGrowingPercent(ARENA_HEAP_GROWING_PERCENT);
   } else {
     // freed activations go back to the OS (about 35 KiB per token of peak RSS at hidden 256, docs/results/memory)

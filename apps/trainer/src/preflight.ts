@@ -52,7 +52,16 @@ import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES, resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
-import { COLLECT_GARBAGE_EVERY_BYTES, gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
+import {
+  ARENA_HEAP_GROWING_PERCENT,
+  COLLECT_GARBAGE_EVERY_BYTES,
+  gptConfigOf,
+  headGroupsOf,
+  parallelOptionsOf,
+  tileRowsOf,
+  tokensPerRankOf,
+  type TrainConfig,
+} from "./config.js";
 import { TrainerError } from "./errors.js";
 
 const MiB = 1024 * 1024;
@@ -78,7 +87,7 @@ export const ARENA_SLACK = 1.5;
 export const ARENA_FLOOR_BYTES = 64 * MiB;
 /**
  * With --memory-arena, freed tensors that wait longer for V8's full collection once V8's heap grows 10x between them
- * (ARENA_HEAP_GROWING_PERCENT), per rank. Measured on the speed rows of bench:memory (2026-12-03, SP 2, 3 runs each, one step of
+ * (ARENA_HEAP_GROWING_PERCENT of the config), per rank. Measured on the speed rows of bench:memory (2026-12-03, SP 2, 3 runs each, one step of
  * 12 / 4): the peak grew by 45-50 MiB at N = 4096 and 80 MiB at N = 16384, over both ranks.
  */
 export const V8_DEFERRED_BYTES = 40 * MiB;
@@ -284,7 +293,7 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
       bytes: ARENA_SLACK * perToken + all(ARENA_FLOOR_BYTES),
     });
     terms.push({
-      name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows 10x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,
+      name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows ${1 + ARENA_HEAP_GROWING_PERCENT / 100}x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,
       bytes: all(V8_DEFERRED_BYTES),
     });
   }

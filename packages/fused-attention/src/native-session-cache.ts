@@ -35,17 +35,25 @@ interface OutputSpec {
 /** How a graph runs natively: its session, the inputs it was planned for, and its outputs. */
 interface Plan {
   session: NativeSession;
-  /** Input names in feed order, and "dtype[shape]" of each: a later feed must match. */
+  /** Input names in feed order, with the dtype and shape of each: a later feed must match them. */
   inputNames: readonly string[];
-  inputSignature: string;
+  inputs: readonly { dtype: string; shape: readonly number[] }[];
   outputs: readonly OutputSpec[];
   outputBytes: number;
 }
 
 const nativeDType = (dtype: string): dtype is NativeDType => dtype === "float32" || dtype === "int32";
 
-function signature(names: readonly string[], feeds: Record<string, Tensor>): string {
-  return names.map((n) => `${n}:${feeds[n]!.dtype}[${feeds[n]!.shape.join(",")}]`).join(" ");
+/** Whether `feeds` are exactly the inputs `plan` was made for (names, dtypes, shapes). */
+function fits(plan: Plan, feeds: Record<string, Tensor>): boolean {
+  let count = 0;
+  for (const _ in feeds) count++;
+  if (count !== plan.inputNames.length) return false;
+  return plan.inputNames.every((name, i) => {
+    const t = feeds[name];
+    const want = plan.inputs[i]!;
+    return t !== undefined && t.dtype === want.dtype && t.shape.length === want.shape.length && t.shape.every((d, j) => d === want.shape[j]);
+  });
 }
 
 /** An array of `count` elements on a fresh ArrayBuffer that is not zero-filled: for outputs ONNX Runtime writes whole. */
@@ -83,7 +91,7 @@ export class NativeSessionCache extends SessionCache {
     const planKey = outputs === undefined ? key : `${key}\n${outputs.join("\n")}`;
     const planned = this.plans.get(planKey);
     if (planned === undefined) {
-      const first = this.runFirst(key, build, feeds, outputs);
+      const first = this.runOnNode(key, build, feeds, outputs);
       const plan = first.then(async (result) => {
         const made = this.plan(build, feeds, result);
         // the graph now runs natively: onnxruntime-node's session (and its arena) goes, unless a run of it is in flight
@@ -100,14 +108,12 @@ export class NativeSessionCache extends SessionCache {
       return first;
     }
     const plan = await planned;
-    if (plan === null || plan.inputNames.length !== Object.keys(feeds).length || signature(plan.inputNames, feeds) !== plan.inputSignature) {
-      return this.runFirst(key, build, feeds, outputs);
-    }
+    if (plan === null || !fits(plan, feeds)) return this.runOnNode(key, build, feeds, outputs);
     return this.runNative(key, plan, feeds);
   }
 
   /** A run through onnxruntime-node (SessionCache.run), counted in flight per key. */
-  private async runFirst(key: string, build: () => Uint8Array, feeds: Record<string, Tensor>, outputs?: readonly string[]): Promise<Record<string, Tensor>> {
+  private async runOnNode(key: string, build: () => Uint8Array, feeds: Record<string, Tensor>, outputs?: readonly string[]): Promise<Record<string, Tensor>> {
     this.inFlight.set(key, (this.inFlight.get(key) ?? 0) + 1);
     try {
       return await super.run(key, build, feeds, outputs);
@@ -130,7 +136,7 @@ export class NativeSessionCache extends SessionCache {
     return {
       session: new this.binding.Session(this.runtime, build()),
       inputNames,
-      inputSignature: signature(inputNames, feeds),
+      inputs: inputNames.map((name) => ({ dtype: feeds[name]!.dtype, shape: [...feeds[name]!.shape] })),
       outputs: specs,
       outputBytes: specs.reduce((n, s) => n + s.bytes, 0),
     };
@@ -149,10 +155,9 @@ export class NativeSessionCache extends SessionCache {
         plan.outputs.map((s) => s.shape),
       );
     } catch (cause) {
-      const shapes = Object.entries(feeds)
-        .map(([n, t]) => `${n}: ${t}`)
-        .join(", ");
-      throw new FusedAttentionError(`running '${key}' natively failed (${shapes}): ${(cause as Error).message ?? cause}`, { cause });
+      throw new FusedAttentionError(`running '${key}' natively failed (${SessionCache.describeFeeds(feeds)}): ${(cause as Error).message ?? cause}`, {
+        cause,
+      });
     }
     this.nativeRuns++;
     this.collector?.allocated(plan.outputBytes, true);

@@ -29,6 +29,8 @@ fs.rmSync(out, { recursive: true, force: true });
 const tiny = ["--steps", "20", "--seq", "64", "--hidden", "32", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--threads", "1"];
 const trained = run("ulysses-train", [...tiny, "--out", out]);
 assert.equal(trained.status, 0, `ulysses-train failed (${trained.status}):\n${trained.stdout}\n${trained.stderr}`);
+// the addon was built at install, so the graphs ran through it (NativeSessionCache) with the fused kernel
+assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\).*FusedAttention/);
 for (const file of ["checkpoint.safetensors", "metrics.jsonl", "model.onnx", "config.json"]) {
   assert.ok(fs.statSync(path.join(out, file)).size > 0, `${file} is missing or empty`);
 }

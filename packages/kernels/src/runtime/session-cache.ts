@@ -136,10 +136,7 @@ export class SessionCache {
     try {
       result = outputs ? await session.run(ortFeeds, [...outputs]) : await session.run(ortFeeds);
     } catch (cause) {
-      const shapes = Object.entries(feeds)
-        .map(([n, t]) => `${n}: ${t}`)
-        .join(", ");
-      throw new KernelError(`running '${key}' failed (${shapes}): ${(cause as Error).message ?? cause}`, { cause });
+      throw new KernelError(`running '${key}' failed (${SessionCache.describeFeeds(feeds)}): ${(cause as Error).message ?? cause}`, { cause });
     }
     const out: Record<string, Tensor> = {};
     let bytes = 0;
@@ -151,6 +148,13 @@ export class SessionCache {
     this.collector?.allocated(bytes, expected === bytes);
     if (this.collector) this.outputBytes.set(key, bytes);
     return out;
+  }
+
+  /** The feeds as an error names them: "name: tensor" each. */
+  protected static describeFeeds(feeds: Record<string, Tensor>): string {
+    return Object.entries(feeds)
+      .map(([n, t]) => `${n}: ${t}`)
+      .join(", ");
   }
 
   /**
