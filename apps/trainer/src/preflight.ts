@@ -231,6 +231,8 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   // vocabulary), added into the flat gradient and dropped. With --no-memory-arena the garbage collector runs before an op
   // whose outputs would reach its budget (willAllocate), so the previous block's is gone before a budget-sized one is made
   // (smaller ones are in the freed-tensors term); otherwise V8 decides and the previous one may still be there.
+  // With the fused kernel (FusedOps: linearWeightGradientInto) the head's gradient is added in place, with no block at all: the
+  // term then over-counts by the blocks (5 MiB per rank at hidden 256, vocab 32768, 64-row tiles), which the account keeps.
   const headGradients = config.memoryArena === false ? 1 : 2;
   const headColumns = tiledLoss ? headGradientColumns(model.hidden, model.vocab, lossTileRows) : model.vocab;
   const headBlockFloats = headColumns === model.vocab ? model.hidden * model.vocab : (model.hidden + lossTileRows) * headColumns;

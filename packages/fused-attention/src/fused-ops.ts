@@ -8,6 +8,12 @@
  * run synchronously on the calling thread (one thread: the trainer runs one
  * per rank), into fresh float32 tensors of x's shape, whose bytes are told to
  * the SessionCache's garbage collector as its own outputs are.
+ *
+ * linearWeightGradientInto adds x^T dy into an existing gradient in place
+ * with the addon's register-tiled matrix product (the attention kernels'),
+ * on the SessionCache's intra-op thread count: the tiled LM head adds each
+ * loss tile's [hidden, vocab] weight gradient this way, with no temporary of
+ * that size and no pass over it in JavaScript.
  */
 import { OrtOps, type BlockOps, type SessionCache } from "@ulysses/kernels";
 import { formatShape, Tensor } from "@ulysses/tensors";
@@ -61,6 +67,24 @@ export class FusedOps extends OrtOps {
     const y = this.output(x.shape);
     this.binding.geluForward(x.data, y.data, this.isa);
     return y;
+  }
+
+  async linearWeightGradientInto(x: F32, dy: F32, into: F32): Promise<void> {
+    const op = "linearWeightGradientInto";
+    checkFloat32(op, "x", x);
+    checkFloat32(op, "dy", dy);
+    checkFloat32(op, "into", into);
+    const inFeatures = x.shape[x.rank - 1] ?? 0;
+    const outFeatures = dy.shape[dy.rank - 1] ?? 0;
+    const rows = x.rank === 0 || inFeatures === 0 ? 0 : x.size / inFeatures;
+    const sameRows = x.rank === dy.rank && x.shape.slice(0, -1).every((d, i) => d === dy.shape[i]);
+    if (x.rank < 2 || !sameRows)
+      throw new FusedAttentionError(
+        `${op}: x [..., in] and dy [..., out] must share their leading axes, got x ${formatShape(x.shape)} and dy ${formatShape(dy.shape)}`,
+      );
+    if (into.rank !== 2 || into.shape[0] !== inFeatures || into.shape[1] !== outFeatures)
+      throw new FusedAttentionError(`${op}: into must be [${inFeatures}, ${outFeatures}] (x's last axis, dy's last axis), got ${formatShape(into.shape)}`);
+    this.binding.weightGradient(x.data, dy.data, into.data, rows, inFeatures, outFeatures, this.cache.intraOpThreads, this.isa);
   }
 
   override async geluBackward(x: F32, dy: F32): Promise<F32> {

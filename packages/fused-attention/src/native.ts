@@ -59,6 +59,22 @@ export interface NativeBinding {
   /** dx = dy * gelu'(x), as geluForward. */
   geluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array, isa?: string): void;
   /**
+   * into [in, out] += x [rows, in]^T dy [rows, out] in place (row major),
+   * synchronously on this thread and threads - 1 more (each owns a range of
+   * columns). Throws TypeError / RangeError for arrays that are not
+   * Float32Arrays of those sizes, into overlapping x or dy, or an unknown isa.
+   */
+  weightGradient(
+    x: Float32Array,
+    dy: Float32Array,
+    into: Float32Array,
+    rows: number,
+    inFeatures: number,
+    outFeatures: number,
+    threads: number,
+    isa?: string,
+  ): void;
+  /**
    * threads, isa, cuda: the attention op's kernels. graphThreads (default 1), memoryArena and allowSpinning (default false): the
    * sessions' intra-op threads, CPU arena with memory-pattern planning, and spinning, for graphs other than the attention op's.
    */

@@ -24,6 +24,16 @@ function model(tiedHead: boolean): Gpt {
   return new Gpt({ ...config, tiedHead }, { ops, localAttention: new ReferenceAttention(), seed: 4, mlpTileRows: 4 });
 }
 
+/** ReferenceOps with linearWeightGradientInto (its float32 weight gradient added in place), counting the calls: Gpt's head then adds into the flat gradient. */
+class InPlaceOps extends ReferenceOps {
+  calls = 0;
+  async linearWeightGradientInto(x: Tensor<"float32">, dy: Tensor<"float32">, into: Tensor<"float32">): Promise<void> {
+    this.calls++;
+    const dw = await this.linearWeightGradient(x, dy);
+    for (let i = 0; i < into.size; i++) into.data[i] += dw.data[i]!;
+  }
+}
+
 function upstream(): Tensor<"float32"> {
   const d = new Tensor("float32", [18, config.vocab]);
   new Rng(1, 2).fillNormal(d.data, 0, 1);
@@ -58,7 +68,7 @@ describe("Gpt backward", () => {
   }
 
   for (const tiedHead of [false, true]) {
-    it(`${tiedHead ? "tied" : "untied"} head: backward in blocks of 1, 5 and 32 vocabulary columns adds h^T dLogits (float64) into the gradient and returns dLogits W^T`, async () => {
+    it(`${tiedHead ? "tied" : "untied"} head: backward in blocks of 1, 5 and 32 vocabulary columns and in place (ops.linearWeightGradientInto) adds h^T dLogits (float64) into the gradient and returns dLogits W^T`, async () => {
       const gpt = model(tiedHead);
       const h = new Tensor("float32", [7, config.hidden]);
       new Rng(3, 1).fillNormal(h.data, 0, 1);
@@ -69,11 +79,15 @@ describe("Gpt backward", () => {
       const weight = (i: number, o: number) =>
         tiedHead ? gpt.params.value(name).data[o * config.hidden + i]! : gpt.params.value(name).data[i * config.vocab + o]!;
       const gradAt = (i: number, o: number) => (tiedHead ? o * config.hidden + i : i * config.vocab + o);
-      for (const gradientColumns of [1, 5, 32]) {
+      const inPlace = new InPlaceOps();
+      const gptInPlace = new Gpt({ ...config, tiedHead }, { ops: inPlace, localAttention: new ReferenceAttention(), seed: 4, mlpTileRows: 4 });
+      for (const gradientColumns of [1, 5, 32, "in place"] as const) {
         const before = Float64Array.from({ length: config.hidden * config.vocab }, (_, k) => ((k * 37) % 11) - 5);
-        gpt.params.grad(name).data.set(before);
-        const dh = await gpt.lmHead({ gradientColumns }).backward(h, dLogits);
-        const grad = gpt.params.grad(name).data;
+        const under = gradientColumns === "in place" ? gptInPlace : gpt;
+        under.params.grad(name).data.set(before);
+        const dh = gradientColumns === "in place" ? await gptInPlace.lmHead().backward(h, dLogits) : await gpt.lmHead({ gradientColumns }).backward(h, dLogits);
+        if (gradientColumns === "in place") expect(inPlace.calls, "linearWeightGradientInto used").toBe(1);
+        const grad = under.params.grad(name).data;
         let worst = 0;
         for (let i = 0; i < config.hidden; i++) {
           for (let o = 0; o < config.vocab; o++) {

@@ -46,7 +46,8 @@ export interface GptOptions {
    * Vocabulary columns per block of the LM head's weight gradient (a positive
    * integer; the vocabulary or more: one block). Default: headGradientColumns,
    * blocks of at most HEAD_GRADIENT_BLOCK_BYTES. `lmHead({ gradientColumns })`
-   * overrides it for one head.
+   * overrides it for one head. Unused when the ops have
+   * linearWeightGradientInto: the head's gradient is then added in place.
    */
   headGradientColumns?: number;
 }
@@ -185,6 +186,13 @@ export class Gpt {
       forward: (h) => this.ops.linearForward(h, w),
       backward: async (h, dLogits) => {
         const rows = dLogits.size / vocab;
+        if (this.ops.linearWeightGradientInto !== undefined) {
+          // in place into the flat gradient: no [hidden, vocab] temporary, no blocks
+          const d = dLogits.reshape([rows, vocab]);
+          if (this.config.tiedHead) await this.ops.linearWeightGradientInto(d, h, this.params.grad("embed.weight"));
+          else await this.ops.linearWeightGradientInto(h, d, this.params.grad("head.w"));
+          return this.ops.linearInputGradient(w, d);
+        }
         const columns = Math.min(vocab, fixedColumns ?? headGradientColumns(hidden, vocab, rows));
         if (columns === vocab) {
           const { dx, dw } = await this.ops.linearBackward(h, w, dLogits, false);

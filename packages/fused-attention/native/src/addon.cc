@@ -15,6 +15,10 @@
 //                                    GELU (tanh approximation) on Float32Arrays
 //                                    of one length, synchronously on the JS
 //                                    thread: y = gelu(x), dx = dy * gelu'(x)
+//   weightGradient(x, dy, into, rows, in, out, threads, isa?)
+//                                    into += x^T dy in place (a linear layer's
+//                                    weight gradient), on the calling thread
+//                                    and threads - 1 more
 //   setMmapThreshold(bytes) -> boolean   glibc: serve allocations of at least
 //                                    `bytes` with mmap, so freed large buffers
 //                                    go back to the OS (false: not glibc)
@@ -571,12 +575,68 @@ Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// weightGradient(x, dy, into, rows, in, out, threads, isa?): into += x^T dy
+// in place (the weight gradient of y = x w), x [rows, in], dy [rows, out] and
+// into [in, out] Float32Arrays, synchronously; `threads` split the columns.
+Napi::Value WeightGradient(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string signature = "weightGradient(x, dy, into, rows, in, out, threads, isa?)";
+  const char* names[] = {"x", "dy", "into"};
+  Napi::Float32Array arrays[3];
+  for (int i = 0; i < 3; ++i) {
+    const Napi::Value v = info[i];
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+      throw Napi::TypeError::New(env, signature + ": " + names[i] + " must be a Float32Array, got " + describe(v));
+    }
+    arrays[i] = v.As<Napi::Float32Array>();
+  }
+  const char* sizes[] = {"rows", "in", "out", "threads"};
+  int64_t n[4];
+  for (int i = 0; i < 4; ++i) {
+    const Napi::Value v = info[3 + i];
+    const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1.0;
+    if (!(d >= (i == 3 ? 1.0 : 0.0)) || d != static_cast<double>(static_cast<int64_t>(d)) || d > 9007199254740991.0) {
+      throw Napi::TypeError::New(env, signature + ": " + sizes[i] + " must be a " + (i == 3 ? "positive" : "non-negative") +
+                                          " integer, got " + (v.IsNumber() ? std::to_string(d) : describe(v)));
+    }
+    n[i] = static_cast<int64_t>(d);
+  }
+  const int64_t rows = n[0], in = n[1], out = n[2];
+  const uint64_t need[3] = {static_cast<uint64_t>(rows) * in, static_cast<uint64_t>(rows) * out, static_cast<uint64_t>(in) * out};
+  const char* shapes[3] = {"rows * in", "rows * out", "in * out"};
+  for (int i = 0; i < 3; ++i) {
+    if (arrays[i].ElementLength() != need[i]) {
+      throw Napi::RangeError::New(env, signature + ": " + names[i] + " has " + std::to_string(arrays[i].ElementLength()) +
+                                           " elements, " + shapes[i] + " = " + std::to_string(need[i]));
+    }
+  }
+  const auto begin = reinterpret_cast<uintptr_t>(arrays[2].Data()), end = begin + need[2] * sizeof(float);
+  for (int i = 0; i < 2; ++i) {
+    const auto b = reinterpret_cast<uintptr_t>(arrays[i].Data()), e = b + need[i] * sizeof(float);
+    if (b < end && begin < e) throw Napi::RangeError::New(env, signature + ": into overlaps " + names[i]);
+  }
+  const Napi::Value isa_v = info[7];
+  std::string isa_name = "auto";
+  if (!isa_v.IsUndefined()) {
+    if (!isa_v.IsString()) throw Napi::TypeError::New(env, signature + ": isa must be a string, got " + describe(isa_v));
+    isa_name = isa_v.As<Napi::String>().Utf8Value();
+  }
+  CpuIsa isa;
+  if (!parse_cpu_isa(isa_name.c_str(), &isa)) {
+    throw Napi::RangeError::New(env, signature + ": isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'");
+  }
+  if (!cpu_isa_name(isa)) throw Napi::Error::New(env, signature + ": this processor cannot run the '" + isa_name + "' CPU kernels");
+  weight_gradient_cpu(arrays[0].Data(), arrays[1].Data(), arrays[2].Data(), rows, in, out, static_cast<int>(std::min<int64_t>(n[3], 1024)), isa);
+  return env.Undefined();
+}
+
 Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   exports.Set("setMmapThreshold", Napi::Function::New(env, SetMmapThreshold, "setMmapThreshold"));
   exports.Set("setTrimThreshold", Napi::Function::New(env, SetTrimThreshold, "setTrimThreshold"));
   exports.Set("geluForward", Napi::Function::New(env, GeluForward, "geluForward"));
   exports.Set("geluBackward", Napi::Function::New(env, GeluBackward, "geluBackward"));
+  exports.Set("weightGradient", Napi::Function::New(env, WeightGradient, "weightGradient"));
   exports.Set("Runtime", Runtime::Define(env));
   exports.Set("Session", Session::Define(env));
   return exports;

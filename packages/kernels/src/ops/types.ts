@@ -34,6 +34,13 @@ export interface BlockOps {
   linearInputGradient(w: F32, dy: F32): Promise<F32>;
   /** dw [in, out] = x^T @ dy over all rows: linearBackward's dw alone. */
   linearWeightGradient(x: F32, dy: F32): Promise<F32>;
+  /**
+   * into [in, out] += x^T @ dy over all rows, in place: linearWeightGradient
+   * added into an existing gradient (the LM head's, a loss tile at a time)
+   * without a [in, out] temporary. Optional: callers without it use
+   * linearWeightGradient and add.
+   */
+  linearWeightGradientInto?(x: F32, dy: F32, into: F32): Promise<void>;
 
   /** x, y: [rows, hidden]; gamma, beta: [hidden] */
   layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved>;

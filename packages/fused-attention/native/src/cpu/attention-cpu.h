@@ -85,4 +85,12 @@ void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa = 
 void gelu_forward_cpu(const float* x, float* y, int64_t n, CpuIsa isa = CpuIsa::Auto);
 void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, CpuIsa isa = CpuIsa::Auto);
 
+// The weight gradient of y = x w added in place: into[i][o] += sum over r of
+// x[r][i] dy[r][o], with x [rows][in], dy [rows][out] and into [in][out] row
+// major; into must not overlap x or dy. The columns are split over `threads`
+// (the caller's thread and threads - 1 more); each element's sum runs over
+// the rows in order whatever the split.
+void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int threads,
+                         CpuIsa isa = CpuIsa::Auto);
+
 }  // namespace ulysses

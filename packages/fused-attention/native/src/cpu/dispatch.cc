@@ -180,4 +180,19 @@ void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, Cp
   if (n > 0) table(isa).gelu_backward(x, dy, dx, n);
 }
 
+void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int threads,
+                         CpuIsa isa) {
+  const KernelTable& t = table(isa);
+  if (rows == 0 || in == 0 || out == 0) return;
+  // Each slot owns a range of whole vectors of columns (disjoint outputs, so
+  // the result does not depend on the thread count).
+  const int64_t vectors = ceil_div(out, t.width);
+  threads = static_cast<int>(std::clamp<int64_t>(threads, 1, vectors));
+  run_slots(threads, [&](int slot) {
+    const int64_t o0 = vectors * slot / threads * t.width;
+    const int64_t o1 = std::min(out, vectors * (slot + 1) / threads * t.width);
+    if (o0 < o1) t.weight_gradient(x, dy, into, rows, in, out, o0, o1);
+  });
+}
+
 }  // namespace ulysses

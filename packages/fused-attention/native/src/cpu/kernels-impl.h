@@ -405,6 +405,34 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   }
 }
 
+// Rows of x and dy per pass of the weight gradient's gemm: the gemm keeps a
+// panel of dy (these rows x its tile's columns) in cache for every row tile of
+// the result.
+constexpr int64_t WEIGHT_GRADIENT_ROWS = 256;
+
+// into[i][o] += sum over r of x[r][i] dy[r][o] for o in [o0, o1): the weight
+// gradient of y = x w (x [rows][in], dy [rows][out], w and into [in][out])
+// added in place. Whole vectors of columns run in the gemm, WEIGHT_GRADIENT_ROWS
+// rows at a time; the columns past the last whole vector run scalar.
+template <class I>
+void weight_gradient(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int64_t o0,
+                     int64_t o1) {
+  const int64_t vector_end = o0 + (o1 - o0) / I::W * I::W;
+  if (vector_end > o0) {
+    for (int64_t r0 = 0; r0 < rows; r0 += WEIGHT_GRADIENT_ROWS) {
+      const int64_t k = std::min(WEIGHT_GRADIENT_ROWS, rows - r0);
+      gemm<I>(in, vector_end - o0, k, x + r0 * in, 1, in, dy + r0 * out + o0, out, into + o0, out, true);
+    }
+  }
+  for (int64_t i = 0; i < in; ++i) {
+    for (int64_t o = vector_end; o < o1; ++o) {
+      float sum = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) sum += x[r * in + i] * dy[r * out + o];
+      into[i * out + o] += sum;
+    }
+  }
+}
+
 template <class I>
 KernelTable make_table(const char* name) {
   KernelTable t;
@@ -420,6 +448,7 @@ KernelTable make_table(const char* name) {
   t.backward_item = &backward_item<I>;
   t.gelu_forward = &gelu_forward<I>;
   t.gelu_backward = &gelu_backward<I>;
+  t.weight_gradient = &weight_gradient<I>;
   return t;
 }
 
