@@ -514,6 +514,31 @@ std::string describe(const Napi::Value& v) {
   return "a " + std::string(v.IsBigInt() ? "bigint" : v.IsSymbol() ? "symbol" : "value");
 }
 
+// Argument `name` of `signature` as a Float32Array; a TypeError naming what it is otherwise.
+Napi::Float32Array float32_argument(const Napi::Value& v, const std::string& signature, const char* name) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+    throw Napi::TypeError::New(v.Env(), signature + ": " + name + " must be a Float32Array, got " + describe(v));
+  }
+  return v.As<Napi::Float32Array>();
+}
+
+// The optional isa argument of the CPU kernels' functions (default "auto"): throws for an unknown name or one this processor
+// cannot run.
+CpuIsa isa_argument(const Napi::Value& v, const std::string& signature) {
+  Napi::Env env = v.Env();
+  std::string isa_name = "auto";
+  if (!v.IsUndefined()) {
+    if (!v.IsString()) throw Napi::TypeError::New(env, signature + ": isa must be a string, got " + describe(v));
+    isa_name = v.As<Napi::String>().Utf8Value();
+  }
+  CpuIsa isa;
+  if (!parse_cpu_isa(isa_name.c_str(), &isa)) {
+    throw Napi::RangeError::New(env, signature + ": isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'");
+  }
+  if (!cpu_isa_name(isa)) throw Napi::Error::New(env, signature + ": this processor cannot run the '" + isa_name + "' CPU kernels");
+  return isa;
+}
+
 struct GeluArray {
   const char* name;
   float* data;
@@ -528,11 +553,7 @@ std::vector<GeluArray> gelu_arguments(const Napi::CallbackInfo& info, const std:
   Napi::Env env = info.Env();
   std::vector<GeluArray> arrays;
   for (size_t i = 0; i < names.size(); ++i) {
-    const Napi::Value v = info[i];
-    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
-      throw Napi::TypeError::New(env, signature + ": " + names[i] + " must be a Float32Array, got " + describe(v));
-    }
-    Napi::Float32Array a = v.As<Napi::Float32Array>();
+    Napi::Float32Array a = float32_argument(info[i], signature, names[i]);
     arrays.push_back({names[i], a.Data(), a.ElementLength()});
     if (arrays[i].length != arrays[0].length) {
       throw Napi::RangeError::New(env, signature + ": " + names[i] + " has " + std::to_string(arrays[i].length) +
@@ -548,16 +569,7 @@ std::vector<GeluArray> gelu_arguments(const Napi::CallbackInfo& info, const std:
                                            " (the output may be an input array, or separate from it)");
     }
   }
-  const Napi::Value isa_v = info[names.size()];
-  std::string isa_name = "auto";
-  if (!isa_v.IsUndefined()) {
-    if (!isa_v.IsString()) throw Napi::TypeError::New(env, signature + ": isa must be a string, got " + describe(isa_v));
-    isa_name = isa_v.As<Napi::String>().Utf8Value();
-  }
-  if (!parse_cpu_isa(isa_name.c_str(), isa)) {
-    throw Napi::RangeError::New(env, signature + ": isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'");
-  }
-  if (!cpu_isa_name(*isa)) throw Napi::Error::New(env, signature + ": this processor cannot run the '" + isa_name + "' CPU kernels");
+  *isa = isa_argument(info[names.size()], signature);
   return arrays;
 }
 
@@ -583,13 +595,7 @@ Napi::Value WeightGradient(const Napi::CallbackInfo& info) {
   const std::string signature = "weightGradient(x, dy, into, rows, in, out, threads, isa?)";
   const char* names[] = {"x", "dy", "into"};
   Napi::Float32Array arrays[3];
-  for (int i = 0; i < 3; ++i) {
-    const Napi::Value v = info[i];
-    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
-      throw Napi::TypeError::New(env, signature + ": " + names[i] + " must be a Float32Array, got " + describe(v));
-    }
-    arrays[i] = v.As<Napi::Float32Array>();
-  }
+  for (int i = 0; i < 3; ++i) arrays[i] = float32_argument(info[i], signature, names[i]);
   const char* sizes[] = {"rows", "in", "out", "threads"};
   int64_t n[4];
   for (int i = 0; i < 4; ++i) {
@@ -615,17 +621,8 @@ Napi::Value WeightGradient(const Napi::CallbackInfo& info) {
     const auto b = reinterpret_cast<uintptr_t>(arrays[i].Data()), e = b + need[i] * sizeof(float);
     if (b < end && begin < e) throw Napi::RangeError::New(env, signature + ": into overlaps " + names[i]);
   }
-  const Napi::Value isa_v = info[7];
-  std::string isa_name = "auto";
-  if (!isa_v.IsUndefined()) {
-    if (!isa_v.IsString()) throw Napi::TypeError::New(env, signature + ": isa must be a string, got " + describe(isa_v));
-    isa_name = isa_v.As<Napi::String>().Utf8Value();
-  }
-  CpuIsa isa;
-  if (!parse_cpu_isa(isa_name.c_str(), &isa)) {
-    throw Napi::RangeError::New(env, signature + ": isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'");
-  }
-  if (!cpu_isa_name(isa)) throw Napi::Error::New(env, signature + ": this processor cannot run the '" + isa_name + "' CPU kernels");
+  const CpuIsa isa = isa_argument(info[7], signature);
+  // the result does not depend on the thread count; the cap only bounds the threads one call starts
   weight_gradient_cpu(arrays[0].Data(), arrays[1].Data(), arrays[2].Data(), rows, in, out, static_cast<int>(std::min<int64_t>(n[3], 1024)), isa);
   return env.Undefined();
 }
