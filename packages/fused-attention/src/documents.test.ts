@@ -5,7 +5,8 @@
  * of @ulysses/kernels, and FusedAttention itself without documents. Forward
  * out and logSumExp, backward dq, dk, dv, to 1e-5 relative; causal and not,
  * grouped-query heads, batch rows packed differently, document lengths that
- * are no multiple of any block size (96 AVX-512, 48 AVX2, 32 portable), seqQ <
+ * are no multiple of any block size (AVX-512 96 forward, 64 and 192 backward;
+ * AVX2 48; portable 32), seqQ <
  * seqK (all-gather-KV: the queries are the last seqQ keys), on every
  * instruction set this processor runs. ReferenceAttention with the documents
  * (the contract's own definition) is a third reference. Skipped, with the reason in the suite's

@@ -127,7 +127,7 @@ void attention_forward_cpu(const ForwardArgs& args, int threads, CpuIsa isa) {
 void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa) {
   const KernelTable& t = table(isa);
   const AttentionProblem& p = args.p;
-  const int64_t kblocks = ceil_div(p.seq_k, t.block_k);
+  const int64_t kblocks = ceil_div(p.seq_k, t.bwd_block_k);
   const int64_t items = p.batch * p.kv_heads * kblocks;
   const int64_t d = p.head_dim, dp = ceil_div(d, t.width) * t.width;
   const int64_t rows = p.batch * p.heads * p.seq_q;  // dq partial rows, [b][h][i]
@@ -137,7 +137,7 @@ void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa) {
   }
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, items));
   const size_t scratch_floats = t.backward_scratch_floats(p);
-  const int64_t qblocks = ceil_div(p.seq_q, t.block_q);
+  const int64_t qblocks = ceil_div(p.seq_q, t.bwd_block_q);
   const int64_t pack_items = p.batch * p.heads * qblocks;
   std::vector<float> packed(t.backward_packed_floats(p));
   run_slots(threads, [&](int slot) {

@@ -190,18 +190,18 @@ struct BackwardLayout {
   explicit BackwardLayout(const AttentionProblem& p)
       : d(p.head_dim),
         dp(round_up(p.head_dim, I::W)),
-        qblocks((p.seq_q + I::BLOCK_Q - 1) / I::BLOCK_Q),
+        qblocks((p.seq_q + I::BWD_BLOCK_Q - 1) / I::BWD_BLOCK_Q),
         rows_packed(p.head_dim % I::W != 0) {}
   int64_t blocks(const AttentionProblem& p) const { return p.batch * p.heads * qblocks; }
-  int64_t transposed_floats() const { return d * I::BLOCK_Q; }
-  int64_t rows_floats() const { return rows_packed ? I::BLOCK_Q * dp : 0; }
-  int64_t block_floats() const { return 2 * transposed_floats() + 2 * rows_floats() + 2 * I::BLOCK_Q; }
+  int64_t transposed_floats() const { return d * I::BWD_BLOCK_Q; }
+  int64_t rows_floats() const { return rows_packed ? I::BWD_BLOCK_Q * dp : 0; }
+  int64_t block_floats() const { return 2 * transposed_floats() + 2 * rows_floats() + 2 * I::BWD_BLOCK_Q; }
   float* qt(float* packed, int64_t blk) const { return packed + blk * block_floats(); }
   float* dot(float* packed, int64_t blk) const { return qt(packed, blk) + transposed_floats(); }
   float* qrows(float* packed, int64_t blk) const { return dot(packed, blk) + transposed_floats(); }
   float* dorows(float* packed, int64_t blk) const { return qrows(packed, blk) + rows_floats(); }
   float* lse2(float* packed, int64_t blk) const { return dorows(packed, blk) + rows_floats(); }
-  float* delta(float* packed, int64_t blk) const { return lse2(packed, blk) + I::BLOCK_Q; }
+  float* delta(float* packed, int64_t blk) const { return lse2(packed, blk) + I::BWD_BLOCK_Q; }
 };
 
 template <class I>
@@ -219,7 +219,7 @@ void backward_pack(const BackwardArgs& a, int64_t b, int64_t h, int64_t qb, floa
   const AttentionProblem& p = a.p;
   BackwardLayout<I> L(p);
   const int64_t blk = (b * p.heads + h) * L.qblocks + qb, d = p.head_dim;
-  const int64_t i0 = qb * I::BLOCK_Q, nq = std::min<int64_t>(I::BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, I::W);
+  const int64_t i0 = qb * I::BWD_BLOCK_Q, nq = std::min<int64_t>(I::BWD_BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, I::W);
   const ptrdiff_t qstride = p.heads * d;
   const int64_t row0 = ((b * p.seq_q + i0) * p.heads + h) * d;
   pack_transposed(a.q + row0, qstride, nq, d, p.scale * kLog2e, L.qt(packed, blk), nqp);
@@ -244,7 +244,7 @@ void backward_pack(const BackwardArgs& a, int64_t b, int64_t h, int64_t qb, floa
 template <class I>
 size_t backward_scratch_floats(const AttentionProblem& p) {
   const int64_t dp = round_up(p.head_dim, I::W);
-  return static_cast<size_t>(3 * I::BLOCK_K * dp + 2 * I::BLOCK_K * I::BLOCK_Q);
+  return static_cast<size_t>(3 * I::BWD_BLOCK_K * dp + 2 * I::BWD_BLOCK_K * I::BWD_BLOCK_Q);
 }
 
 // Backward of key block kb of kv head kvh in batch b, over every query head of
@@ -261,18 +261,18 @@ void backward_item(const BackwardArgs& a, const float* packed_in, int64_t b, int
   float* packed = const_cast<float*>(packed_in);
   const int64_t d = p.head_dim, dp = L.dp, group = p.heads / p.kv_heads;
   const int64_t offset = p.seq_k - p.seq_q;
-  const int64_t j0 = kb * I::BLOCK_K, nk = std::min<int64_t>(I::BLOCK_K, p.seq_k - j0);
+  const int64_t j0 = kb * I::BWD_BLOCK_K, nk = std::min<int64_t>(I::BWD_BLOCK_K, p.seq_k - j0);
   const ptrdiff_t qstride = p.heads * d, kvstride = p.kv_heads * d;
   float* krows = scratch;                 // [nk][dp]
-  float* dk = krows + I::BLOCK_K * dp;    // [nk][dp] sum over queries of dS^T q
-  float* dv = dk + I::BLOCK_K * dp;       // [nk][dp] sum over queries of P^T dO
-  float* st = dv + I::BLOCK_K * dp;       // [nk][nqp] scores, then P
-  float* dpt = st + I::BLOCK_K * I::BLOCK_Q;  // [nk][nqp] dP, then dS
+  float* dk = krows + I::BWD_BLOCK_K * dp;    // [nk][dp] sum over queries of dS^T q
+  float* dv = dk + I::BWD_BLOCK_K * dp;       // [nk][dp] sum over queries of P^T dO
+  float* st = dv + I::BWD_BLOCK_K * dp;       // [nk][nqp] scores, then P
+  float* dpt = st + I::BWD_BLOCK_K * I::BWD_BLOCK_Q;  // [nk][nqp] dP, then dS
 
   const float* kblock = a.k + ((b * p.seq_k + j0) * p.kv_heads + kvh) * d;
   const float* vblock = a.v + ((b * p.seq_k + j0) * p.kv_heads + kvh) * d;
   pack_rows(kblock, kvstride, nk, d, dp, krows);
-  std::fill(dk, dk + 2 * I::BLOCK_K * dp, 0.0f);
+  std::fill(dk, dk + 2 * I::BWD_BLOCK_K * dp, 0.0f);
 
   // Queries [qstart, qend) may see these keys: from the first that sees key
   // j0 under causal masking, and with documents from the first query of this
@@ -285,10 +285,10 @@ void backward_item(const BackwardArgs& a, const float* packed_in, int64_t b, int
     qstart = std::max(qstart, first_at_least(docq, p.seq_q, dock[0]));
     qend = first_above(docq, p.seq_q, dock[nk - 1]);
   }
-  const int64_t qblock_end = !dock ? L.qblocks : qstart < qend ? (qend + I::BLOCK_Q - 1) / I::BLOCK_Q : 0;
+  const int64_t qblock_end = !dock ? L.qblocks : qstart < qend ? (qend + I::BWD_BLOCK_Q - 1) / I::BWD_BLOCK_Q : 0;
   for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (int64_t qb = qstart / I::BLOCK_Q; qb < qblock_end; ++qb) {
-      const int64_t i0 = qb * I::BLOCK_Q, nq = std::min<int64_t>(I::BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, W);
+    for (int64_t qb = qstart / I::BWD_BLOCK_Q; qb < qblock_end; ++qb) {
+      const int64_t i0 = qb * I::BWD_BLOCK_Q, nq = std::min<int64_t>(I::BWD_BLOCK_Q, p.seq_q - i0), nqp = round_up(nq, W);
       const int64_t blk = (b * p.heads + h) * L.qblocks + qb;
       const int64_t row0 = ((b * p.seq_q + i0) * p.heads + h) * d;
       const float* qrows = L.rows_packed ? L.qrows(packed, blk) : a.q + row0;
@@ -439,6 +439,8 @@ KernelTable make_table(const char* name) {
   t.name = name;
   t.block_q = I::BLOCK_Q;
   t.block_k = I::BLOCK_K;
+  t.bwd_block_q = I::BWD_BLOCK_Q;
+  t.bwd_block_k = I::BWD_BLOCK_K;
   t.width = I::W;
   t.forward_scratch_floats = &forward_scratch_floats<I>;
   t.forward_item = &forward_item<I>;

@@ -11,8 +11,10 @@ namespace ulysses {
 
 struct KernelTable {
   const char* name = nullptr;
-  int64_t block_q = 0;  // queries per block
-  int64_t block_k = 0;  // keys per block
+  int64_t block_q = 0;      // queries per block of the forward
+  int64_t block_k = 0;      // keys per block of the forward
+  int64_t bwd_block_q = 0;  // and of the backward
+  int64_t bwd_block_k = 0;
   int64_t width = 0;    // floats per vector: dq partials are padded to it
   size_t (*forward_scratch_floats)(const AttentionProblem&) = nullptr;
   void (*forward_item)(const ForwardArgs&, int64_t b, int64_t h, int64_t qb, float* scratch) = nullptr;

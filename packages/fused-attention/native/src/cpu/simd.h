@@ -37,8 +37,13 @@ struct Avx512 {
   // Register tiles (MR rows x NV vectors): 24 accumulators of 32 registers.
   static constexpr int MR = 8, NV = 3;
   static constexpr int MR_WIDE = 6, NV_WIDE = 4;
-  // Queries and keys per block: multiples of both tile shapes.
+  // Queries and keys per block of the forward, and of the backward, whose
+  // items stream every query block past one key block: more keys per block
+  // reuse each streamed query block more, fewer queries keep its [keys]
+  // [queries] scores and dS in cache (bench:kernels, seq 4096-16384). All
+  // are multiples of both tile shapes' rows.
   static constexpr int64_t BLOCK_Q = 96, BLOCK_K = 96;
+  static constexpr int64_t BWD_BLOCK_Q = 64, BWD_BLOCK_K = 192;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
@@ -89,6 +94,7 @@ struct Avx2 {
   static constexpr int MR = 6, NV = 2;
   static constexpr int MR_WIDE = 4, NV_WIDE = 3;
   static constexpr int64_t BLOCK_Q = 48, BLOCK_K = 48;
+  static constexpr int64_t BWD_BLOCK_Q = 48, BWD_BLOCK_K = 48;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
@@ -133,6 +139,7 @@ struct Portable {
   static constexpr int MR = 4, NV = 2;
   static constexpr int MR_WIDE = 4, NV_WIDE = 2;
   static constexpr int64_t BLOCK_Q = 32, BLOCK_K = 32;
+  static constexpr int64_t BWD_BLOCK_Q = 32, BWD_BLOCK_K = 32;
   static V zero() { return V{}; }
   static V set1(float x) { return V{} + x; }
   static V load(const float* p) {
