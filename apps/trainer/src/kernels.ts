@@ -68,13 +68,13 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
   const cache = fused ? new NativeSessionCache(cacheOptions) : new SessionCache(cacheOptions);
   const attention = await createAttention({ implementation: fused ? "fused" : "ort", cache });
   const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
-  // With the addon on an AVX2 or AVX-512 processor, GELU forward and backward also run natively (single-pass kernels instead of ONNX
-  // Runtime's Gelu and its derived backward graph; its portable build is slower than ONNX Runtime's forward, so not there)
+  // With the addon on an AVX2 or AVX-512 processor, GELU, LayerNorm and rope (forward and backward) also run natively (single-pass
+  // kernels instead of ONNX Runtime's graphs of elementwise nodes; its portable build is slower than ONNX Runtime's Gelu, so not there)
   const status = fusedAttentionStatus();
-  const nativeGelu = fused && status.available && status.info.cpuIsa !== "portable";
-  const name = `OrtOps${fused ? " (graphs run by the addon)" : ""}${nativeGelu ? " + native GELU" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
+  const nativeOps = fused && status.available && status.info.cpuIsa !== "portable";
+  const name = `OrtOps${fused ? " (graphs run by the addon)" : ""}${nativeOps ? " + native GELU, LayerNorm and rope" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
   return {
-    ops: nativeGelu ? createFusedOps(cache) : createOrtOps(cache),
+    ops: nativeOps ? createFusedOps(cache) : createOrtOps(cache),
     attention,
     description: `${name}${chosen.note} (${threadNote})`,
     release: async () => {

@@ -32,6 +32,7 @@ import {
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError, FusedOps, createFusedOps, fusedAttentionStatus, type CpuIsa } from "./index.js";
 import { loadNative } from "./native.js";
+import { opsPerIsa } from "./testing-fixtures/isa-ops.js";
 
 const status = fusedAttentionStatus();
 const suite = status.available ? "FusedOps (native GELU)" : `FusedOps (skipped: ${status.reason})`;
@@ -73,16 +74,8 @@ describe.skipIf(!status.available)(suite, () => {
   const cache = new SessionCache({ intraOpThreads: 1 });
   afterAll(() => cache.release());
   // Every instruction set this processor runs (the portable one always).
-  const isas = (["avx512", "avx2", "portable"] as const).filter((isa) => {
-    try {
-      new FusedOps(cache, { isa });
-      return true;
-    } catch (error) {
-      if (/cannot run/.test((error as Error).message)) return false;
-      throw error;
-    }
-  });
-  const ops = new Map(isas.map((isa) => [isa, new FusedOps(cache, { isa })] as const));
+  const ops = opsPerIsa(cache);
+  const isas = [...ops.keys()];
 
   it("runs on the native instruction set and the portable one", () => {
     expect(isas).toContain("portable");

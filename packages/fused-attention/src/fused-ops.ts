@@ -1,13 +1,14 @@
 /**
- * FusedOps: OrtOps (every block op an ONNX Runtime graph) with GELU forward
- * and backward replaced by the addon's native single-pass kernels
- * (native/src/cpu, vectorized per instruction set like the attention
- * kernels). ONNX Runtime runs GELU's forward as one Gelu node but its
- * backward as a derived graph of about 14 elementwise nodes, each a pass
- * over memory; the native kernels read x (and dy) once and write once. They
- * run synchronously on the calling thread (one thread: the trainer runs one
- * per rank), into fresh float32 tensors of x's shape, whose bytes are told to
- * the SessionCache's garbage collector as its own outputs are.
+ * FusedOps: OrtOps (every block op an ONNX Runtime graph) with GELU, LayerNorm
+ * and rotary embedding, forward and backward, replaced by the addon's native
+ * single-pass kernels (native/src/cpu, vectorized per instruction set like
+ * the attention kernels). ONNX Runtime runs each as a graph of elementwise
+ * and reduction nodes (GELU's backward about 14, rope's Split, Neg, Concat,
+ * Mul and Add), each a pass over memory; the native kernels read their inputs
+ * once and write once. They run synchronously on the calling thread (one
+ * thread: the trainer runs one per rank), into fresh float32 tensors, whose
+ * bytes are told to the SessionCache's garbage collector as its own outputs
+ * are. Rope uses OrtOps' cos and sin tables.
  *
  * linearWeightGradientInto adds x^T dy into an existing gradient in place
  * with the addon's register-tiled matrix product (the attention kernels'),
@@ -15,7 +16,7 @@
  * loss tile's [hidden, vocab] weight gradient this way, with no temporary of
  * that size and no pass over it in JavaScript.
  */
-import { OrtOps, type BlockOps, type SessionCache } from "@ulysses/kernels";
+import { DEFAULT_ROPE_BASE, OrtOps, type BlockOps, type LayerNormSaved, type RopePositions, type SessionCache } from "@ulysses/kernels";
 import { formatShape, Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import type { CpuIsa } from "./fused-attention.js";
@@ -87,6 +88,41 @@ export class FusedOps extends OrtOps {
     this.binding.weightGradient(x.data, dy.data, into.data, rows, inFeatures, outFeatures, this.cache.intraOpThreads, this.isa);
   }
 
+  override async layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved> {
+    const { rows, h } = this.layerNormForwardShape(x, gamma, beta);
+    const y = this.output(x.shape);
+    const mean = this.output([rows]);
+    const rstd = this.output([rows]);
+    this.binding.layerNormForward(x.data, gamma.data, beta.data, y.data, mean.data, rstd.data, rows, h, eps, this.isa);
+    return { y, mean, rstd };
+  }
+
+  override async layerNormBackward(x: F32, gamma: F32, saved: LayerNormSaved, dy: F32): Promise<{ dx: F32; dGamma: F32; dBeta: F32 }> {
+    const { rows, h } = this.layerNormBackwardShape(x, gamma, saved, dy);
+    const dx = this.output(x.shape);
+    const dGamma = this.output([h]);
+    const dBeta = this.output([h]);
+    this.binding.layerNormBackward(x.data, gamma.data, saved.mean.data, saved.rstd.data, dy.data, dx.data, dGamma.data, dBeta.data, rows, h, this.isa);
+    return { dx, dGamma, dBeta };
+  }
+
+  private rotate(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number): F32 {
+    const { dims, perToken, cos, sin } = this.ropeInputs(direction, x, positions, base);
+    const [batch, seq, heads, headDim] = dims;
+    const y = this.output(x.shape);
+    if (y.size === 0) return y;
+    this.binding.rope(x.data, cos.data, sin.data, y.data, batch * seq, heads, headDim, perToken ? batch * seq : seq, direction === "bwd", this.isa);
+    return y;
+  }
+
+  override async ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return this.rotate("fwd", x, positions, base);
+  }
+
+  override async ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
+    return this.rotate("bwd", dy, positions, base);
+  }
+
   override async geluBackward(x: F32, dy: F32): Promise<F32> {
     checkFloat32("geluBackward", "x", x);
     checkFloat32("geluBackward", "dy", dy);
@@ -99,7 +135,7 @@ export class FusedOps extends OrtOps {
   }
 }
 
-/** FusedOps on `cache` (GELU native, every other op OrtOps'); throws FusedAttentionError when the addon is not built. */
+/** FusedOps on `cache` (GELU, LayerNorm and rope native, every other op OrtOps'); throws FusedAttentionError when the addon is not built. */
 export function createFusedOps(cache: SessionCache, options: FusedOpsOptions = {}): BlockOps {
   return new FusedOps(cache, options);
 }

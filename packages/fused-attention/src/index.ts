@@ -1,6 +1,6 @@
 /**
  * @ulysses/fused-attention: fused FlashAttention-style attention as ONNX Runtime custom ops,
- * and FusedOps (OrtOps with native GELU kernels).
+ * and FusedOps (OrtOps with native GELU, LayerNorm and rope kernels).
  * Importing the package registers FusedAttention in @ulysses/kernels as attention implementation "fused".
  */
 export { FusedAttentionError } from "./errors.js";

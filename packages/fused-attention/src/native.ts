@@ -75,6 +75,50 @@ export interface NativeBinding {
     isa?: string,
   ): void;
   /**
+   * Rotary embedding ("rotate half") of x [tokens, heads, headDim] by cos and sin [tableRows, headDim] (row token % tableRows),
+   * forward or (backward) its transpose, into y (x itself or a separate array), synchronously on this thread. Throws TypeError /
+   * RangeError for arrays of other sizes, tokens not a multiple of tableRows, an odd headDim, overlaps, or an unknown isa.
+   */
+  rope(
+    x: Float32Array,
+    cos: Float32Array,
+    sin: Float32Array,
+    y: Float32Array,
+    tokens: number,
+    heads: number,
+    headDim: number,
+    tableRows: number,
+    backward: boolean,
+    isa?: string,
+  ): void;
+  /** LayerNorm of x [rows, h] into y [rows, h], mean and rstd [rows], synchronously on this thread; throws as rope. */
+  layerNormForward(
+    x: Float32Array,
+    gamma: Float32Array,
+    beta: Float32Array,
+    y: Float32Array,
+    mean: Float32Array,
+    rstd: Float32Array,
+    rows: number,
+    h: number,
+    eps: number,
+    isa?: string,
+  ): void;
+  /** Its backward into dx [rows, h], dGamma and dBeta [h] (overwritten; summed over the rows in float64), as layerNormForward. */
+  layerNormBackward(
+    x: Float32Array,
+    gamma: Float32Array,
+    mean: Float32Array,
+    rstd: Float32Array,
+    dy: Float32Array,
+    dx: Float32Array,
+    dGamma: Float32Array,
+    dBeta: Float32Array,
+    rows: number,
+    h: number,
+    isa?: string,
+  ): void;
+  /**
    * threads, isa, cuda: the attention op's kernels. graphThreads (default 1), memoryArena and allowSpinning (default false): the
    * sessions' intra-op threads, CPU arena with memory-pattern planning, and spinning, for graphs other than the attention op's.
    */

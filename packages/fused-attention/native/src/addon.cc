@@ -19,6 +19,11 @@
 //                                    into += x^T dy in place (a linear layer's
 //                                    weight gradient), on the calling thread
 //                                    and threads - 1 more
+//   rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, isa?)
+//   layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, isa?)
+//   layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, isa?)
+//                                    rotary embedding and LayerNorm into
+//                                    caller arrays, on the calling thread
 //   setMmapThreshold(bytes) -> boolean   glibc: serve allocations of at least
 //                                    `bytes` with mmap, so freed large buffers
 //                                    go back to the OS (false: not glibc)
@@ -36,6 +41,7 @@
 #endif
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -587,43 +593,165 @@ Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// Argument `name` of `signature` as an integer of at least `min` (0 or 1), up
+// to 2^53 - 1; a TypeError naming what it is otherwise.
+int64_t integer_argument(const Napi::Value& v, const std::string& signature, const char* name, int64_t min) {
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1.0;
+  if (!(d >= static_cast<double>(min)) || d != static_cast<double>(static_cast<int64_t>(d)) || d > 9007199254740991.0) {
+    throw Napi::TypeError::New(v.Env(), signature + ": " + name + " must be a " + (min > 0 ? "positive" : "non-negative") +
+                                            " integer, got " + (v.IsNumber() ? std::to_string(d) : describe(v)));
+  }
+  return static_cast<int64_t>(d);
+}
+
+// A Float32Array argument with the element count its shape gives.
+struct SizedArray {
+  const char* name;
+  float* data;
+  uint64_t length;
+  uintptr_t begin() const { return reinterpret_cast<uintptr_t>(data); }
+  uintptr_t end() const { return begin() + length * sizeof(float); }
+  bool overlaps(const SizedArray& o) const { return begin() < o.end() && o.begin() < end(); }
+};
+
+// Argument `index` (named `name`) as a Float32Array of `need` elements (`shape` says why); a RangeError otherwise.
+SizedArray sized_argument(const Napi::CallbackInfo& info, size_t index, const std::string& signature, const char* name,
+                          uint64_t need, const std::string& shape) {
+  Napi::Float32Array a = float32_argument(info[index], signature, name);
+  if (a.ElementLength() != need) {
+    throw Napi::RangeError::New(info.Env(), signature + ": " + name + " has " + std::to_string(a.ElementLength()) +
+                                                " elements, " + shape + " = " + std::to_string(need));
+  }
+  return {name, a.Data(), need};
+}
+
+// Outputs must not overlap inputs or each other, except that the input named
+// `in_place` may be exactly the first output (the same array).
+void expect_disjoint(Napi::Env env, const std::string& signature, const std::vector<SizedArray>& outputs,
+                     const std::vector<SizedArray>& inputs, const char* in_place = nullptr) {
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    for (const SizedArray& i : inputs) {
+      const bool same = in_place && o == 0 && std::strcmp(i.name, in_place) == 0 && i.data == outputs[0].data &&
+                        i.length == outputs[0].length;
+      if (!same && outputs[o].overlaps(i)) throw Napi::RangeError::New(env, signature + ": " + outputs[o].name + " overlaps " + i.name);
+    }
+    for (size_t p = o + 1; p < outputs.size(); ++p) {
+      if (outputs[o].overlaps(outputs[p])) {
+        throw Napi::RangeError::New(env, signature + ": " + outputs[o].name + " overlaps " + outputs[p].name);
+      }
+    }
+  }
+}
+
 // weightGradient(x, dy, into, rows, in, out, threads, isa?): into += x^T dy
 // in place (the weight gradient of y = x w), x [rows, in], dy [rows, out] and
 // into [in, out] Float32Arrays, synchronously; `threads` split the columns.
 Napi::Value WeightGradient(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const std::string signature = "weightGradient(x, dy, into, rows, in, out, threads, isa?)";
-  const char* names[] = {"x", "dy", "into"};
-  Napi::Float32Array arrays[3];
-  for (int i = 0; i < 3; ++i) arrays[i] = float32_argument(info[i], signature, names[i]);
-  const char* sizes[] = {"rows", "in", "out", "threads"};
-  int64_t n[4];
-  for (int i = 0; i < 4; ++i) {
-    const Napi::Value v = info[3 + i];
-    const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1.0;
-    if (!(d >= (i == 3 ? 1.0 : 0.0)) || d != static_cast<double>(static_cast<int64_t>(d)) || d > 9007199254740991.0) {
-      throw Napi::TypeError::New(env, signature + ": " + sizes[i] + " must be a " + (i == 3 ? "positive" : "non-negative") +
-                                          " integer, got " + (v.IsNumber() ? std::to_string(d) : describe(v)));
-    }
-    n[i] = static_cast<int64_t>(d);
-  }
-  const int64_t rows = n[0], in = n[1], out = n[2];
-  const uint64_t need[3] = {static_cast<uint64_t>(rows) * in, static_cast<uint64_t>(rows) * out, static_cast<uint64_t>(in) * out};
-  const char* shapes[3] = {"rows * in", "rows * out", "in * out"};
-  for (int i = 0; i < 3; ++i) {
-    if (arrays[i].ElementLength() != need[i]) {
-      throw Napi::RangeError::New(env, signature + ": " + names[i] + " has " + std::to_string(arrays[i].ElementLength()) +
-                                           " elements, " + shapes[i] + " = " + std::to_string(need[i]));
-    }
-  }
-  const auto begin = reinterpret_cast<uintptr_t>(arrays[2].Data()), end = begin + need[2] * sizeof(float);
-  for (int i = 0; i < 2; ++i) {
-    const auto b = reinterpret_cast<uintptr_t>(arrays[i].Data()), e = b + need[i] * sizeof(float);
-    if (b < end && begin < e) throw Napi::RangeError::New(env, signature + ": into overlaps " + names[i]);
-  }
+  for (size_t i = 0; i < 3; ++i) float32_argument(info[i], signature, i == 0 ? "x" : i == 1 ? "dy" : "into");
+  const int64_t rows = integer_argument(info[3], signature, "rows", 0);
+  const int64_t in = integer_argument(info[4], signature, "in", 0);
+  const int64_t out = integer_argument(info[5], signature, "out", 0);
+  const int64_t threads = integer_argument(info[6], signature, "threads", 1);
+  const SizedArray x = sized_argument(info, 0, signature, "x", static_cast<uint64_t>(rows) * in, "rows * in");
+  const SizedArray dy = sized_argument(info, 1, signature, "dy", static_cast<uint64_t>(rows) * out, "rows * out");
+  const SizedArray into = sized_argument(info, 2, signature, "into", static_cast<uint64_t>(in) * out, "in * out");
+  expect_disjoint(env, signature, {into}, {x, dy});
   const CpuIsa isa = isa_argument(info[7], signature);
   // the result does not depend on the thread count; the cap only bounds the threads one call starts
-  weight_gradient_cpu(arrays[0].Data(), arrays[1].Data(), arrays[2].Data(), rows, in, out, static_cast<int>(std::min<int64_t>(n[3], 1024)), isa);
+  weight_gradient_cpu(x.data, dy.data, into.data, rows, in, out, static_cast<int>(std::min<int64_t>(threads, 1024)), isa);
+  return env.Undefined();
+}
+
+// rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, isa?):
+// rotary embedding of x [tokens, heads, headDim] by the tables [tableRows,
+// headDim] (row token % tableRows; tokens a multiple of tableRows, headDim
+// even), forward or (backward true) its transpose, into y (x itself or
+// separate), synchronously.
+Napi::Value Rope(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string signature = "rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, isa?)";
+  for (size_t i = 0; i < 4; ++i) float32_argument(info[i], signature, i == 0 ? "x" : i == 1 ? "cos" : i == 2 ? "sin" : "y");
+  const int64_t tokens = integer_argument(info[4], signature, "tokens", 0);
+  const int64_t heads = integer_argument(info[5], signature, "heads", 0);
+  const int64_t d = integer_argument(info[6], signature, "headDim", 0);
+  const int64_t table_rows = integer_argument(info[7], signature, "tableRows", 1);
+  if (d % 2 != 0) throw Napi::RangeError::New(env, signature + ": headDim must be even, got " + std::to_string(d));
+  if (tokens % table_rows != 0) {
+    throw Napi::RangeError::New(env, signature + ": tokens (" + std::to_string(tokens) + ") must be a multiple of tableRows (" +
+                                         std::to_string(table_rows) + ")");
+  }
+  if (!info[8].IsBoolean()) throw Napi::TypeError::New(env, signature + ": backward must be a boolean, got " + describe(info[8]));
+  const uint64_t n = static_cast<uint64_t>(tokens) * heads * d, table = static_cast<uint64_t>(table_rows) * d;
+  const SizedArray x = sized_argument(info, 0, signature, "x", n, "tokens * heads * headDim");
+  const SizedArray cos = sized_argument(info, 1, signature, "cos", table, "tableRows * headDim");
+  const SizedArray sin = sized_argument(info, 2, signature, "sin", table, "tableRows * headDim");
+  const SizedArray y = sized_argument(info, 3, signature, "y", n, "tokens * heads * headDim");
+  expect_disjoint(env, signature, {y}, {x, cos, sin}, "x");
+  const CpuIsa isa = isa_argument(info[9], signature);
+  rope_cpu(x.data, cos.data, sin.data, y.data, tokens, heads, d, table_rows, info[8].As<Napi::Boolean>().Value(), isa);
+  return env.Undefined();
+}
+
+// The LayerNorm functions' arrays, in argument order from 0: each is
+// [rows, h], [h] or [rows]. Checks their types, then rows and h (the two
+// integers after them), then their sizes.
+enum class RowShape { RowsByH, H, Rows };
+struct RowArgs {
+  std::vector<SizedArray> arrays;
+  int64_t rows, h;
+};
+RowArgs row_arguments(const Napi::CallbackInfo& info, const std::string& signature,
+                      const std::vector<std::pair<const char*, RowShape>>& spec) {
+  for (size_t i = 0; i < spec.size(); ++i) float32_argument(info[i], signature, spec[i].first);
+  RowArgs r;
+  r.rows = integer_argument(info[spec.size()], signature, "rows", 0);
+  r.h = integer_argument(info[spec.size() + 1], signature, "h", 0);
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const RowShape k = spec[i].second;
+    const uint64_t need = k == RowShape::RowsByH ? static_cast<uint64_t>(r.rows) * r.h : k == RowShape::H ? r.h : r.rows;
+    r.arrays.push_back(sized_argument(info, i, signature, spec[i].first, need,
+                                      k == RowShape::RowsByH ? "rows * h" : k == RowShape::H ? "h" : "rows"));
+  }
+  return r;
+}
+
+// layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, isa?):
+// LayerNorm of x [rows, h] into y [rows, h], mean and rstd [rows], synchronously.
+Napi::Value LayerNormForward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string signature = "layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, isa?)";
+  using S = RowShape;
+  const RowArgs r = row_arguments(
+      info, signature, {{"x", S::RowsByH}, {"gamma", S::H}, {"beta", S::H}, {"y", S::RowsByH}, {"mean", S::Rows}, {"rstd", S::Rows}});
+  const std::vector<SizedArray>& a = r.arrays;
+  const Napi::Value eps = info[8];
+  if (!eps.IsNumber() || !(eps.As<Napi::Number>().DoubleValue() > 0)) {
+    throw Napi::TypeError::New(env, signature + ": eps must be a positive number, got " +
+                                        (eps.IsNumber() ? std::to_string(eps.As<Napi::Number>().DoubleValue()) : describe(eps)));
+  }
+  expect_disjoint(env, signature, {a[3], a[4], a[5]}, {a[0], a[1], a[2]});
+  const CpuIsa isa = isa_argument(info[9], signature);
+  layer_norm_forward_cpu(a[0].data, a[1].data, a[2].data, static_cast<float>(eps.As<Napi::Number>().DoubleValue()), a[3].data,
+                         a[4].data, a[5].data, r.rows, r.h, isa);
+  return env.Undefined();
+}
+
+// layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, isa?):
+// its backward into dx [rows, h], dGamma and dBeta [h] (overwritten), synchronously.
+Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string signature = "layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, isa?)";
+  using S = RowShape;
+  const RowArgs r = row_arguments(info, signature,
+                                  {{"x", S::RowsByH}, {"gamma", S::H}, {"mean", S::Rows}, {"rstd", S::Rows}, {"dy", S::RowsByH},
+                                   {"dx", S::RowsByH}, {"dGamma", S::H}, {"dBeta", S::H}});
+  const std::vector<SizedArray>& a = r.arrays;
+  expect_disjoint(env, signature, {a[5], a[6], a[7]}, {a[0], a[1], a[2], a[3], a[4]});
+  const CpuIsa isa = isa_argument(info[10], signature);
+  layer_norm_backward_cpu(a[0].data, a[1].data, a[2].data, a[3].data, a[4].data, a[5].data, a[6].data, a[7].data, r.rows,
+                          r.h, isa);
   return env.Undefined();
 }
 
@@ -634,6 +762,9 @@ Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("geluForward", Napi::Function::New(env, GeluForward, "geluForward"));
   exports.Set("geluBackward", Napi::Function::New(env, GeluBackward, "geluBackward"));
   exports.Set("weightGradient", Napi::Function::New(env, WeightGradient, "weightGradient"));
+  exports.Set("rope", Napi::Function::New(env, Rope, "rope"));
+  exports.Set("layerNormForward", Napi::Function::New(env, LayerNormForward, "layerNormForward"));
+  exports.Set("layerNormBackward", Napi::Function::New(env, LayerNormBackward, "layerNormBackward"));
   exports.Set("Runtime", Runtime::Define(env));
   exports.Set("Session", Session::Define(env));
   return exports;

@@ -106,10 +106,26 @@ export class OrtOps implements BlockOps {
     return dw!;
   }
 
-  async layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved> {
+  /** layerNormForward's checks: x [..., h], gamma and beta [h]; its rows and h. */
+  protected layerNormForwardShape(x: F32, gamma: F32, beta: F32): { rows: number; h: number } {
     const { rows, last: h } = rowsAndLast("layerNormForward", "x", x);
     expectShape("layerNormForward", "gamma", gamma, [h]);
     expectShape("layerNormForward", "beta", beta, [h]);
+    return { rows, h };
+  }
+
+  /** layerNormBackward's checks: x and dy [..., h], gamma [h], the saved mean and rstd [rows]; its rows and h. */
+  protected layerNormBackwardShape(x: F32, gamma: F32, saved: LayerNormSaved, dy: F32): { rows: number; h: number } {
+    const { rows, last: h } = rowsAndLast("layerNormBackward", "x", x);
+    expectSameShape("layerNormBackward", ["x", "dy"], x, dy);
+    expectShape("layerNormBackward", "gamma", gamma, [h]);
+    expectSize("layerNormBackward", "mean", saved.mean, rows);
+    expectSize("layerNormBackward", "rstd", saved.rstd, rows);
+    return { rows, h };
+  }
+
+  async layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved> {
+    const { rows, h } = this.layerNormForwardShape(x, gamma, beta);
     // x [..., h] -> [rows, h]
     const out = await this.run(`layerNorm.fwd ${rows}x${h} eps=${eps}`, () => graphs.layerNormForwardGraph(rows, h, eps), {
       x: x.reshape([rows, h]),
@@ -121,11 +137,7 @@ export class OrtOps implements BlockOps {
   }
 
   async layerNormBackward(x: F32, gamma: F32, saved: LayerNormSaved, dy: F32): Promise<{ dx: F32; dGamma: F32; dBeta: F32 }> {
-    const { rows, last: h } = rowsAndLast("layerNormBackward", "x", x);
-    expectSameShape("layerNormBackward", ["x", "dy"], x, dy);
-    expectShape("layerNormBackward", "gamma", gamma, [h]);
-    expectSize("layerNormBackward", "mean", saved.mean, rows);
-    expectSize("layerNormBackward", "rstd", saved.rstd, rows);
+    const { rows, h } = this.layerNormBackwardShape(x, gamma, saved, dy);
     // x, dy [..., h] -> [rows, h]; mean, rstd [rows] -> [rows, 1]
     const out = await this.run(`layerNorm.bwd ${rows}x${h}`, () => graphs.layerNormBackwardGraph(rows, h), {
       x: x.reshape([rows, h]),
@@ -222,11 +234,23 @@ export class OrtOps implements BlockOps {
     return table;
   }
 
-  private async rope(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number): Promise<F32> {
-    const op = direction === "fwd" ? "ropeForward" : "ropeBackward";
-    const dims = ropeShape(op, x, positions, base);
+  /**
+   * The rope ops' checks and tables: x's dims [batch, seq, heads, headDim], and cos and sin [seq, 1, headDim] (positions from an
+   * offset) or [batch, seq, 1, headDim] (every token's own, perToken).
+   */
+  protected ropeInputs(
+    direction: "fwd" | "bwd",
+    x: F32,
+    positions: RopePositions,
+    base: number,
+  ): { dims: [number, number, number, number]; perToken: boolean; cos: F32; sin: F32 } {
+    const dims = ropeShape(direction === "fwd" ? "ropeForward" : "ropeBackward", x, positions, base);
     const perToken = positions instanceof Int32Array;
-    const { cos, sin } = perToken ? this.ropeTokenTable(dims, positions, base) : this.ropeTable(dims[1], dims[3], positions, base);
+    return { dims, perToken, ...(perToken ? this.ropeTokenTable(dims, positions, base) : this.ropeTable(dims[1], dims[3], positions, base)) };
+  }
+
+  private async rope(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number): Promise<F32> {
+    const { dims, perToken, cos, sin } = this.ropeInputs(direction, x, positions, base);
     const key = `rope.${direction} ${dims.join("x")}${perToken ? " per-token" : ""}`;
     if (direction === "fwd") return (await this.run(key, () => graphs.ropeForwardGraph(dims, perToken), { x, cos, sin })).y!;
     return (await this.run(key, () => graphs.ropeBackwardGraph(dims, perToken), { dy: x, cos, sin })).dx!;

@@ -93,4 +93,21 @@ void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, Cp
 void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int threads,
                          CpuIsa isa = CpuIsa::Auto);
 
+// Rotary embedding ("rotate half") of x [tokens][heads][head_dim] by the
+// cos and sin tables [table_rows][head_dim] (row token % table_rows), as
+// the ONNX graphs of @ulysses/kernels compute it; backward: the transpose
+// (the formulas are in kernels-impl.h). y may be x, but must not partly
+// overlap it. On the calling thread.
+void rope_cpu(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t head_dim,
+              int64_t table_rows, bool backward, CpuIsa isa = CpuIsa::Auto);
+
+// LayerNorm over the last axis of x [rows][h]: y, and each row's mean and
+// rstd = 1 / sqrt(var + eps); the backward gives dx [rows][h] and dgamma,
+// dbeta [h] (summed over the rows in float64, in row order). Outputs must
+// not overlap inputs. On the calling thread.
+void layer_norm_forward_cpu(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
+                            float* rstd, int64_t rows, int64_t h, CpuIsa isa = CpuIsa::Auto);
+void layer_norm_backward_cpu(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t h, CpuIsa isa = CpuIsa::Auto);
+
 }  // namespace ulysses

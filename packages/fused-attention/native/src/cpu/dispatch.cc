@@ -195,4 +195,27 @@ void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t r
   });
 }
 
+void rope_cpu(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t head_dim,
+              int64_t table_rows, bool backward, CpuIsa isa) {
+  const KernelTable& t = table(isa);
+  if (tokens > 0 && heads > 0 && head_dim > 0) t.rope(x, cos, sin, y, tokens, heads, head_dim, table_rows, backward);
+}
+
+void layer_norm_forward_cpu(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
+                            float* rstd, int64_t rows, int64_t h, CpuIsa isa) {
+  const KernelTable& t = table(isa);
+  if (rows > 0) t.layer_norm_forward(x, gamma, beta, eps, y, mean, rstd, rows, h);
+}
+
+void layer_norm_backward_cpu(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t h, CpuIsa isa) {
+  const KernelTable& t = table(isa);
+  std::vector<double> sums(static_cast<size_t>(2 * h), 0.0);
+  if (rows > 0) t.layer_norm_backward(x, gamma, mean, rstd, dy, dx, sums.data(), sums.data() + h, rows, h);
+  for (int64_t i = 0; i < h; ++i) {
+    dgamma[i] = static_cast<float>(sums[i]);
+    dbeta[i] = static_cast<float>(sums[h + i]);
+  }
+}
+
 }  // namespace ulysses

@@ -433,6 +433,123 @@ void weight_gradient(const float* x, const float* dy, float* into, int64_t rows,
   }
 }
 
+// Rotary embedding ("rotate half"), as the ONNX graph of @ulysses/kernels
+// computes it from its cos and sin tables [table_rows][d] (d even, half =
+// d / 2): for each of x's rows [tokens][heads][d], with table row
+// token % table_rows,
+//   forward   y[i] = x[i] cos[i] - x[i+half] sin[i],
+//             y[i+half] = x[i+half] cos[i+half] + x[i] sin[i+half];
+//   backward  (its transpose) dx[i] = dy[i] cos[i] + dy[i+half] sin[i+half],
+//             dx[i+half] = dy[i+half] cos[i+half] - dy[i] sin[i].
+// Each pair is read before it is written, so y may be x.
+template <class I>
+void rope(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t d,
+          int64_t table_rows, bool backward) {
+  const int64_t half = d / 2;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* c = cos + (t % table_rows) * d;
+    const float* s = sin + (t % table_rows) * d;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* xr = x + (t * heads + h) * d;
+      float* yr = y + (t * heads + h) * d;
+      if (!backward) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = xr[i], b = xr[i + half];
+          yr[i] = a * c[i] - b * s[i];
+          yr[i + half] = b * c[i + half] + a * s[i + half];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = xr[i], b = xr[i + half];
+          yr[i] = a * c[i] + b * s[i + half];
+          yr[i + half] = b * c[i + half] - a * s[i];
+        }
+      }
+    }
+  }
+}
+
+// Sum of the lanes of v, in lane order.
+template <class I>
+inline float lane_sum(typename I::V v) {
+  float lanes[I::W];
+  I::store(lanes, v);
+  float s = 0.0f;
+  for (int i = 0; i < I::W; ++i) s += lanes[i];
+  return s;
+}
+
+// sum over i < n of f(i) for a vector f (whole vectors) and a scalar g (the tail).
+template <class I, class F, class G>
+inline float row_sum(int64_t n, F f, G g) {
+  typename I::V acc = I::zero();
+  int64_t i = 0;
+  for (; i + I::W <= n; i += I::W) acc = I::add(acc, f(i));
+  float s = lane_sum<I>(acc);
+  for (; i < n; ++i) s += g(i);
+  return s;
+}
+
+// LayerNorm over the last axis of x [rows][h], two passes per row (the mean,
+// then the variance about it), as the float64 reference of @ulysses/kernels:
+// y = (x - mean) rstd gamma + beta, rstd = 1 / sqrt(var + eps).
+template <class I>
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
+                        float* rstd, int64_t rows, int64_t h) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * h;
+    float* yr = y + r * h;
+    const float m = row_sum<I>(h, [&](int64_t i) { return I::load(xr + i); }, [&](int64_t i) { return xr[i]; }) / h;
+    const typename I::V mv = I::set1(m);
+    const float var = row_sum<I>(
+                          h,
+                          [&](int64_t i) {
+                            const typename I::V c = I::sub(I::load(xr + i), mv);
+                            return I::mul(c, c);
+                          },
+                          [&](int64_t i) { return (xr[i] - m) * (xr[i] - m); }) /
+                      h;
+    const float s = 1.0f / std::sqrt(var + eps);
+    for (int64_t i = 0; i < h; ++i) yr[i] = (xr[i] - m) * s * gamma[i] + beta[i];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+// Its backward: with xhat = (x - mean) rstd and g = dy gamma,
+// dx = rstd (g - mean(g) - xhat mean(g xhat)); dGamma += dy xhat and
+// dBeta += dy over the rows, added into float64 sums.
+template <class I>
+void layer_norm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                         float* dx, double* dgamma, double* dbeta, int64_t rows, int64_t h) {
+  using V = typename I::V;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * h;
+    const float* dyr = dy + r * h;
+    float* dxr = dx + r * h;
+    const float m = mean[r], s = rstd[r];
+    const V mv = I::set1(m), sv = I::set1(s);
+    const float mean_g = row_sum<I>(
+                             h, [&](int64_t i) { return I::mul(I::load(dyr + i), I::load(gamma + i)); },
+                             [&](int64_t i) { return dyr[i] * gamma[i]; }) /
+                         h;
+    const float mean_gx = row_sum<I>(
+                              h,
+                              [&](int64_t i) {
+                                const V xhat = I::mul(I::sub(I::load(xr + i), mv), sv);
+                                return I::mul(I::mul(I::load(dyr + i), I::load(gamma + i)), xhat);
+                              },
+                              [&](int64_t i) { return dyr[i] * gamma[i] * ((xr[i] - m) * s); }) /
+                          h;
+    for (int64_t i = 0; i < h; ++i) {
+      const float xhat = (xr[i] - m) * s;
+      dxr[i] = s * (dyr[i] * gamma[i] - mean_g - xhat * mean_gx);
+      dgamma[i] += static_cast<double>(dyr[i] * xhat);
+      dbeta[i] += static_cast<double>(dyr[i]);
+    }
+  }
+}
+
 template <class I>
 KernelTable make_table(const char* name) {
   KernelTable t;
@@ -451,6 +568,9 @@ KernelTable make_table(const char* name) {
   t.gelu_forward = &gelu_forward<I>;
   t.gelu_backward = &gelu_backward<I>;
   t.weight_gradient = &weight_gradient<I>;
+  t.rope = &rope<I>;
+  t.layer_norm_forward = &layer_norm_forward<I>;
+  t.layer_norm_backward = &layer_norm_backward<I>;
   return t;
 }
 

@@ -31,6 +31,13 @@ struct KernelTable {
   // into[i][o] += sum_r x[r][i] dy[r][o] for columns o in [o0, o1) (see weight_gradient_cpu).
   void (*weight_gradient)(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int64_t o0,
                           int64_t o1) = nullptr;
+  // Rotary embedding and LayerNorm, single pass per row (see rope_cpu, layer_norm_forward_cpu).
+  void (*rope)(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t d,
+               int64_t table_rows, bool backward) = nullptr;
+  void (*layer_norm_forward)(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
+                             float* rstd, int64_t rows, int64_t h) = nullptr;
+  void (*layer_norm_backward)(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                              float* dx, double* dgamma, double* dbeta, int64_t rows, int64_t h) = nullptr;
 };
 
 // Each returns false when this build or this processor lacks the instruction set.
