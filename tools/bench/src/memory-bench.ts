@@ -20,7 +20,7 @@
  *     10-40 MiB spread of identical runs swamps;
  *   - speed rows: SP 1 and SP 2, default, at 4K, 8K and 16K, each run
  *     --speed-repeat times: tokens/s (median over the runs of each run's
- *     median over the steps after the first) and MFU against the same
+ *     median over the steps after --speed-warmup untimed ones) and MFU against the same
  *     process's ONNX Runtime MatMul rate, and SP 1 as a fraction of SP 2;
  *   - with --long: one step at N = 131072, SP 2, lean.
  *
@@ -61,7 +61,9 @@ memory.md.
   --memory-seq LIST   the two sequence lengths of the memory rows' slopes (default 8192,16384)
   --vocab-seq LIST    the two sequence lengths of the vocabulary rows' slopes (default 8192,32768)
   --speed-seq LIST    sequence lengths of the speed rows (default 4096,8192,16384)
-  --speed-steps N     steps of a speed row (default 4; the first is not timed)
+  --speed-steps N     steps of a speed row (default 8)
+  --speed-warmup N    its first steps, not timed (default 3: step 1 builds every graph, step 2
+                      creates the addon's sessions, and the heap grows for a few steps)
   --repeat N          runs of each memory and vocabulary row; its peak is their median (default 3)
   --speed-repeat N    runs of each speed row; its tokens/s and MFU are their medians (default 3)
   --rows LIST         which groups of rows to run: memory, vocab, speed (default all three);
@@ -75,6 +77,7 @@ const FLAG_OPTIONS = {
   "vocab-seq": { type: "string" },
   "speed-seq": { type: "string" },
   "speed-steps": { type: "string" },
+  "speed-warmup": { type: "string" },
   repeat: { type: "string" },
   "speed-repeat": { type: "string" },
   rows: { type: "string" },
@@ -86,6 +89,7 @@ interface Flags {
   vocabSeq: [number, number];
   speedSeq: number[];
   speedSteps: number;
+  speedWarmup: number;
   repeat: number;
   speedRepeat: number;
   rows: ReadonlySet<RowGroup>;
@@ -112,13 +116,16 @@ function readFlags(argv: readonly string[]): Flags | null {
     if (lengths.length !== 2 || lengths[0]! >= lengths[1]!) throw new UsageError(`--${flag}: expected two increasing lengths, got '${v[flag]}'`);
     return [lengths[0]!, lengths[1]!];
   };
-  const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "4")[0]!;
-  if (speedSteps < 2) throw new UsageError(`--speed-steps: at least 2 (the first step is not timed), got '${v["speed-steps"]}'`);
+  const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "8")[0]!;
+  const speedWarmup = positiveIntegers("--speed-warmup", v["speed-warmup"] ?? "3")[0]!;
+  if (speedSteps <= speedWarmup)
+    throw new UsageError(`--speed-steps: more than --speed-warmup (${speedWarmup}) so that a step is timed, got '${v["speed-steps"] ?? "8"}'`);
   return {
     memorySeq: pair("memory-seq", "8192,16384"),
     vocabSeq: pair("vocab-seq", "8192,32768"),
     speedSeq: positiveIntegers("--speed-seq", v["speed-seq"] ?? "4096,8192,16384"),
     speedSteps,
+    speedWarmup,
     repeat: positiveIntegers("--repeat", v.repeat ?? "3")[0]!,
     speedRepeat: positiveIntegers("--speed-repeat", v["speed-repeat"] ?? "3")[0]!,
     rows: rowGroups(v.rows ?? ROW_GROUPS.join(",")),
@@ -137,6 +144,8 @@ interface RowSpec {
   task: "text" | "recall";
   vocab: number;
   steps: number;
+  /** Its first steps, not timed (at most steps - 1). */
+  untimed: number;
 }
 
 interface RowResult extends RowSpec {
@@ -146,7 +155,7 @@ interface RowResult extends RowSpec {
   peaks: number[];
   /** The median of the runs' tokens/s. */
   tokensPerSec: number;
-  /** Every run's tokens/s (its median over the steps after the first), in run order. */
+  /** Every run's tokens/s (its median over the timed steps), in run order. */
   speeds: number[];
   mfu: number;
   stepMs: number;
@@ -249,7 +258,7 @@ interface RunMetrics {
 
 /**
  * Runs a row `runs` times, each in its own trainer process: its peak is the median of the runs' peaks, its speed
- * (tokens/s, MFU, step time) the median of the runs' medians over the steps after the first.
+ * (tokens/s, MFU, step time) the median of the runs' medians over the steps after the row's untimed ones.
  */
 async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: string): Promise<RowResult> {
   const dir = path.join(outRoot, "runs", `${row.group}-sp${row.sp}-${row.mode}-${row.task}${row.vocab}-n${row.seq}`);
@@ -259,7 +268,7 @@ async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: str
   const all: RunMetrics[][] = [await runTrainer(args, dir)];
   const wallSeconds = (performance.now() - started) / 1000;
   for (let i = 1; i < runs; i++) all.push(await runTrainer(args, dir));
-  const timed = all.map((steps) => (steps.length > 1 ? steps.slice(1) : steps));
+  const timed = all.map((steps) => (steps.length > row.untimed ? steps.slice(row.untimed) : steps));
   const speed = (pick: (m: RunMetrics) => number) => median(timed.map((steps) => median(steps.map(pick))));
   return {
     ...row,
@@ -334,13 +343,13 @@ async function main(): Promise<void> {
   const specs: RowSpec[] = [];
   if (f.rows.has("memory"))
     for (const sp of [1, 2] as const)
-      for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2 });
+      for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2, untimed: 1 });
   if (f.rows.has("vocab"))
-    for (const vocab of [256, 32768]) for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2 });
+    for (const vocab of [256, 32768]) for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2, untimed: 1 });
   if (f.rows.has("speed"))
     for (const seq of f.speedSeq)
-      for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps });
-  if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1 });
+      for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps, untimed: f.speedWarmup });
+  if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1, untimed: 0 });
 
   const rows: RowResult[] = [];
   try {
@@ -408,6 +417,8 @@ async function main(): Promise<void> {
     lines.push(
       "",
       "## Speed (default)",
+      "",
+      `${f.speedSteps} steps a run, the first ${f.speedWarmup} not timed; tokens/s and MFU: the median over the runs of each run's median over its timed steps.`,
       "",
       "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 | SP 1 runs | SP 2 runs |",
       "|---|---|---|---|---|---|---|---|",
