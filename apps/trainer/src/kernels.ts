@@ -4,8 +4,8 @@
  * intra-op threads; attention is the fused custom op of
  * @ulysses/fused-attention (faster in `pnpm bench:kernels`) or OrtAttention.
  * "auto" picks fused when its native addon is built and says which it used;
- * with fused on an AVX2 or AVX-512 processor, GELU runs as the addon's
- * native kernels too (FusedOps).
+ * with fused on an AVX2 or AVX-512 processor, GELU, LayerNorm and rope run as
+ * the addon's native kernels too (FusedOps).
  * Importing @ulysses/fused-attention registers "fused" with createAttention.
  */
 import "@ulysses/fused-attention"; // registers attention implementation "fused"
@@ -36,6 +36,16 @@ export function resolveKernel(kernel: TrainConfig["kernel"]): { kernel: "fused" 
   if (status.available) return { kernel: "fused", note: "" };
   if (kernel === "fused") throw new TrainerError(`--kernel fused: the fused attention addon is not available: ${status.reason}`);
   return { kernel: "ort", note: ` (fused attention unavailable: ${status.reason.split("\n")[0]})` };
+}
+
+/**
+ * Whether a run with this --kernel setting uses FusedOps (GELU, LayerNorm and rope as the addon's native kernels): the fused kernel on
+ * an AVX2 or AVX-512 processor. Their portable build is slower than ONNX Runtime's Gelu, so not there.
+ */
+export function usesNativeOps(kernel: TrainConfig["kernel"]): boolean {
+  if (kernel === "ort") return false;
+  const status = fusedAttentionStatus();
+  return status.available && status.info.cpuIsa !== "portable";
 }
 
 /** glibc's mmap threshold the trainer sets (128 KiB, glibc's own starting value, kept fixed): see setMallocMmapThreshold. */
@@ -69,9 +79,8 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
   const attention = await createAttention({ implementation: fused ? "fused" : "ort", cache });
   const threadNote = `${threads} thread${threads === 1 ? "" : "s"} per rank`;
   // With the addon on an AVX2 or AVX-512 processor, GELU, LayerNorm and rope (forward and backward) also run natively (single-pass
-  // kernels instead of ONNX Runtime's graphs of elementwise nodes; its portable build is slower than ONNX Runtime's Gelu, so not there)
-  const status = fusedAttentionStatus();
-  const nativeOps = fused && status.available && status.info.cpuIsa !== "portable";
+  // kernels instead of ONNX Runtime's graphs of elementwise nodes)
+  const nativeOps = fused && usesNativeOps(kernel);
   const name = `OrtOps${fused ? " (graphs run by the addon)" : ""}${nativeOps ? " + native GELU, LayerNorm and rope" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
   return {
     ops: nativeOps ? createFusedOps(cache) : createOrtOps(cache),

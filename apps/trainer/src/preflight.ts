@@ -63,6 +63,7 @@ import {
   type TrainConfig,
 } from "./config.js";
 import { TrainerError } from "./errors.js";
+import { usesNativeOps } from "./kernels.js";
 
 const MiB = 1024 * 1024;
 const F32 = 4;
@@ -75,8 +76,14 @@ const F32 = 4;
  */
 export const PROCESS_BASELINE_BYTES = 150 * MiB;
 export const WORKER_BASELINE_BYTES = 64 * MiB;
-/** With --memory-arena, what the per-session arenas and glibc's heap keep, per byte of the per-token terms (measured: 2570 vs 1338 MiB at N = 16384, SP 2). */
+/**
+ * With --memory-arena, what the per-session arenas and glibc's heap keep, per byte of the per-token terms, with every op an ONNX
+ * Runtime graph (measured: 2570 vs 1338 MiB at N = 16384, SP 2) and with LayerNorm, rope and GELU native (FusedOps: their
+ * intermediates are in no session's arena; measured on the speed rows of bench:memory, 2026-12-03, 4K to 16K tokens, SP 1 and 2:
+ * 0.35-0.57 per byte beyond a floor of about 90 MiB per rank).
+ */
 export const ARENA_SLACK = 1.5;
+export const NATIVE_OPS_ARENA_SLACK = 0.5;
 /**
  * With --memory-arena, what the arenas keep per rank whatever the sequence
  * length: the chunks of the sessions whose shapes do not grow with it (the
@@ -85,6 +92,7 @@ export const ARENA_SLACK = 1.5;
  * without it was 70-80 MiB per rank under the peak at N = 4K.
  */
 export const ARENA_FLOOR_BYTES = 64 * MiB;
+export const NATIVE_OPS_ARENA_FLOOR_BYTES = 80 * MiB;
 /**
  * With --memory-arena, freed tensors that wait longer for V8's full collection once V8's heap grows 10x between them
  * (ARENA_HEAP_GROWING_PERCENT of the config), per rank. Measured on the speed rows of bench:memory (2026-12-03, SP 2, 3 runs each, one step of
@@ -290,9 +298,12 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   } else {
     // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
     const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
+    const native = usesNativeOps(config.kernel);
+    const slack = native ? NATIVE_OPS_ARENA_SLACK : ARENA_SLACK;
+    const floor = native ? NATIVE_OPS_ARENA_FLOOR_BYTES : ARENA_FLOOR_BYTES;
     terms.push({
-      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena: ${ARENA_SLACK}x the per-token terms and ${ARENA_FLOOR_BYTES / MiB} MiB per rank, measured)`,
-      bytes: ARENA_SLACK * perToken + all(ARENA_FLOOR_BYTES),
+      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena${native ? ", LayerNorm, rope and GELU native" : ""}: ${slack}x the per-token terms and ${floor / MiB} MiB per rank, measured)`,
+      bytes: slack * perToken + all(floor),
     });
     terms.push({
       name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows ${1 + ARENA_HEAP_GROWING_PERCENT / 100}x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,

@@ -345,10 +345,12 @@ async function main(): Promise<void> {
     for (const sp of [1, 2] as const)
       for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2, untimed: 1 });
   if (f.rows.has("vocab"))
-    for (const vocab of [256, 32768]) for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2, untimed: 1 });
+    for (const vocab of [256, 32768])
+      for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2, untimed: 1 });
   if (f.rows.has("speed"))
     for (const seq of f.speedSeq)
-      for (const sp of [1, 2] as const) specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps, untimed: f.speedWarmup });
+      for (const sp of [1, 2] as const)
+        specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps, untimed: f.speedWarmup });
   if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1, untimed: 0 });
 
   const rows: RowResult[] = [];
