@@ -5,10 +5,11 @@
  * the attention kernels). ONNX Runtime runs each as a graph of elementwise
  * and reduction nodes (GELU's backward about 14, rope's Split, Neg, Concat,
  * Mul and Add), each a pass over memory; the native kernels read their inputs
- * once and write once. They run synchronously on the calling thread (one
- * thread: the trainer runs one per rank), into fresh float32 tensors, whose
- * bytes are told to the SessionCache's garbage collector as its own outputs
- * are. Rope uses OrtOps' cos and sin tables.
+ * once and write once. They run synchronously on the calling thread (GELU
+ * alone; LayerNorm and rope also on up to the cache's intra-op threads - 1
+ * more, each a range of rows, when each gets 64K floats), into fresh float32
+ * tensors, whose bytes are told to the SessionCache's garbage collector as
+ * its own outputs are. Rope uses OrtOps' cos and sin tables.
  *
  * linearWeightGradientInto adds x^T dy into an existing gradient in place
  * with the addon's register-tiled matrix product (the attention kernels'),
@@ -93,7 +94,7 @@ export class FusedOps extends OrtOps {
     const y = this.output(x.shape);
     const mean = this.output([rows]);
     const rstd = this.output([rows]);
-    this.binding.layerNormForward(x.data, gamma.data, beta.data, y.data, mean.data, rstd.data, rows, h, eps, this.isa);
+    this.binding.layerNormForward(x.data, gamma.data, beta.data, y.data, mean.data, rstd.data, rows, h, eps, this.cache.intraOpThreads, this.isa);
     return { y, mean, rstd };
   }
 
@@ -102,7 +103,20 @@ export class FusedOps extends OrtOps {
     const dx = this.output(x.shape);
     const dGamma = this.output([h]);
     const dBeta = this.output([h]);
-    this.binding.layerNormBackward(x.data, gamma.data, saved.mean.data, saved.rstd.data, dy.data, dx.data, dGamma.data, dBeta.data, rows, h, this.isa);
+    this.binding.layerNormBackward(
+      x.data,
+      gamma.data,
+      saved.mean.data,
+      saved.rstd.data,
+      dy.data,
+      dx.data,
+      dGamma.data,
+      dBeta.data,
+      rows,
+      h,
+      this.cache.intraOpThreads,
+      this.isa,
+    );
     return { dx, dGamma, dBeta };
   }
 
@@ -111,7 +125,19 @@ export class FusedOps extends OrtOps {
     const [batch, seq, heads, headDim] = dims;
     const y = this.output(x.shape);
     if (y.size === 0) return y;
-    this.binding.rope(x.data, cos.data, sin.data, y.data, batch * seq, heads, headDim, perToken ? batch * seq : seq, direction === "bwd", this.isa);
+    this.binding.rope(
+      x.data,
+      cos.data,
+      sin.data,
+      y.data,
+      batch * seq,
+      heads,
+      headDim,
+      perToken ? batch * seq : seq,
+      direction === "bwd",
+      this.cache.intraOpThreads,
+      this.isa,
+    );
     return y;
   }
 

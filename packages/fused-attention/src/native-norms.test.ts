@@ -153,28 +153,64 @@ describe.skipIf(!status.available)(suite, () => {
     const b = native.binding;
     const f = (n: number) => new Float32Array(n);
     // rope: x [tokens, heads, headDim], tables [tableRows, headDim]
-    expect(() => b.rope(f(24), f(12), f(12), f(24), 3, 2, 4, 3, false)).not.toThrow();
-    expect(() => b.rope(f(18), f(9), f(9), f(18), 3, 2, 3, 3, false)).toThrow(/headDim must be even, got 3/);
-    expect(() => b.rope(f(24), f(8), f(8), f(24), 3, 2, 4, 2, false)).toThrow(/tokens \(3\) must be a multiple of tableRows \(2\)/);
-    expect(() => b.rope(f(23), f(12), f(12), f(24), 3, 2, 4, 3, false)).toThrow(/x has 23 elements, tokens \* heads \* headDim = 24/);
-    expect(() => b.rope(f(24), f(12), f(11), f(24), 3, 2, 4, 3, false)).toThrow(/sin has 11 elements, tableRows \* headDim = 12/);
-    expect(() => b.rope(f(24), f(12), f(12), f(24), 3, 2, 4, 3, 1 as unknown as boolean)).toThrow(/backward must be a boolean, got a number/);
-    expect(() => b.rope(f(24), f(12), f(12), f(24), 3, 2, 4, 0, false)).toThrow(/tableRows must be a positive integer, got 0/);
+    expect(() => b.rope(f(24), f(12), f(12), f(24), 3, 2, 4, 3, false, 1)).not.toThrow();
+    expect(() => b.rope(f(18), f(9), f(9), f(18), 3, 2, 3, 3, false, 1)).toThrow(/headDim must be even, got 3/);
+    expect(() => b.rope(f(24), f(8), f(8), f(24), 3, 2, 4, 2, false, 1)).toThrow(/tokens \(3\) must be a multiple of tableRows \(2\)/);
+    expect(() => b.rope(f(23), f(12), f(12), f(24), 3, 2, 4, 3, false, 1)).toThrow(/x has 23 elements, tokens \* heads \* headDim = 24/);
+    expect(() => b.rope(f(24), f(12), f(11), f(24), 3, 2, 4, 3, false, 1)).toThrow(/sin has 11 elements, tableRows \* headDim = 12/);
+    expect(() => b.rope(f(24), f(12), f(12), f(24), 3, 2, 4, 3, 1 as unknown as boolean, 1)).toThrow(/backward must be a boolean, got a number/);
+    expect(() => b.rope(f(24), f(12), f(12), f(24), 3, 2, 4, 0, false, 1)).toThrow(/tableRows must be a positive integer, got 0/);
     const shared = f(40);
-    expect(() => b.rope(shared.subarray(0, 24), f(12), f(12), shared.subarray(8, 32), 3, 2, 4, 3, false)).toThrow(/y overlaps x/);
+    expect(() => b.rope(shared.subarray(0, 24), f(12), f(12), shared.subarray(8, 32), 3, 2, 4, 3, false, 1)).toThrow(/y overlaps x/);
     const table = f(12);
-    expect(() => b.rope(f(24), table, f(12), f(24), 3, 2, 4, 3, false, "sse")).toThrow(/isa must be auto, avx512, avx2 or portable, got 'sse'/);
+    expect(() => b.rope(f(24), table, f(12), f(24), 3, 2, 4, 3, false, 1, "sse")).toThrow(/isa must be auto, avx512, avx2 or portable, got 'sse'/);
     // LayerNorm: x [rows, h], gamma and beta [h], mean and rstd [rows]
-    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), f(2), f(2), 2, 3, 1e-5)).not.toThrow();
-    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), f(2), f(2), 2, 3, 0)).toThrow(/eps must be a positive number, got 0/);
-    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), f(2), f(3), 2, 3, 1e-5)).toThrow(/rstd has 3 elements, rows = 2/);
+    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), f(2), f(2), 2, 3, 1e-5, 1)).not.toThrow();
+    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), f(2), f(2), 2, 3, 0, 1)).toThrow(/eps must be a positive number, got 0/);
+    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), f(2), f(3), 2, 3, 1e-5, 1)).toThrow(/rstd has 3 elements, rows = 2/);
     const x = f(6);
-    expect(() => b.layerNormForward(x, f(3), f(3), x, f(2), f(2), 2, 3, 1e-5)).toThrow(/y overlaps x/);
+    expect(() => b.layerNormForward(x, f(3), f(3), x, f(2), f(2), 2, 3, 1e-5, 1)).toThrow(/y overlaps x/);
     const out = f(8);
-    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), out.subarray(0, 2), out.subarray(1, 3), 2, 3, 1e-5)).toThrow(/mean overlaps rstd/);
-    expect(() => b.layerNormBackward(f(6), f(3), f(2), f(2), f(6), f(6), f(3), f(3), 2, 3)).not.toThrow();
-    expect(() => b.layerNormBackward(f(6), f(3), f(2), f(2), f(6), f(6), f(3), f(4), 2, 3)).toThrow(/dBeta has 4 elements, h = 3/);
-    expect(() => b.layerNormBackward(f(6), f(3), f(2), f(2), f(6), f(6), f(3), f(3), -1, 3)).toThrow(/rows must be a non-negative integer, got -1/);
+    expect(() => b.layerNormForward(f(6), f(3), f(3), f(6), out.subarray(0, 2), out.subarray(1, 3), 2, 3, 1e-5, 1)).toThrow(/mean overlaps rstd/);
+    expect(() => b.layerNormBackward(f(6), f(3), f(2), f(2), f(6), f(6), f(3), f(3), 2, 3, 1)).not.toThrow();
+    expect(() => b.layerNormBackward(f(6), f(3), f(2), f(2), f(6), f(6), f(3), f(4), 2, 3, 1)).toThrow(/dBeta has 4 elements, h = 3/);
+    expect(() => b.layerNormBackward(f(6), f(3), f(2), f(2), f(6), f(6), f(3), f(3), -1, 3, 1)).toThrow(/rows must be a non-negative integer, got -1/);
+  });
+
+  it("threads split the rows: the same bits for 1, 2 and 3 threads", () => {
+    const native = loadNative();
+    if (!native.ok) throw native.error;
+    const b = native.binding;
+    const random = seededRandom(12);
+    // rope: 2 rows of 1000 tokens with a shared table (token t uses row t % 1000), split at tokens 666 and 1333 by 3 threads
+    const [tokens, heads, d, tableRows] = [2000, 8, 32, 1000];
+    const x = randomTensor([tokens * heads * d], random).data;
+    const cos = randomTensor([tableRows * d], random).data;
+    const sin = randomTensor([tableRows * d], random).data;
+    const rope = (threads: number, backward: boolean) => {
+      const y = new Float32Array(x.length);
+      b.rope(x, cos, sin, y, tokens, heads, d, tableRows, backward, threads);
+      return Array.from(y);
+    };
+    // LayerNorm: 1100 rows of 256 (5 chunks of 256 rows, the last partial)
+    const [rows, h] = [1100, 256];
+    const lx = randomTensor([rows * h], random).data;
+    const gamma = randomTensor([h], random).data;
+    const beta = randomTensor([h], random).data;
+    const dy = randomTensor([rows * h], random).data;
+    const norm = (threads: number) => {
+      const [y, mean, rstd, dx, dGamma, dBeta] = [rows * h, rows, rows, rows * h, h, h].map((n) => new Float32Array(n)) as Float32Array[];
+      b.layerNormForward(lx, gamma, beta, y!, mean!, rstd!, rows, h, 1e-5, threads);
+      b.layerNormBackward(lx, gamma, mean!, rstd!, dy, dx!, dGamma!, dBeta!, rows, h, threads);
+      return [y, mean, rstd, dx, dGamma, dBeta].map((a) => Array.from(a!));
+    };
+    const one = { forward: rope(1, false), backward: rope(1, true), norm: norm(1) };
+    for (const threads of [2, 3]) {
+      expect(rope(threads, false), `rope forward, ${threads} threads`).toEqual(one.forward);
+      expect(rope(threads, true), `rope backward, ${threads} threads`).toEqual(one.backward);
+      expect(norm(threads), `LayerNorm, ${threads} threads`).toEqual(one.norm);
+    }
+    expect(() => b.rope(x, cos, sin, new Float32Array(x.length), tokens, heads, d, tableRows, false, 0)).toThrow(/threads must be a positive integer, got 0/);
   });
 
   it("rope in place (y is x) equals rope into a fresh array", () => {
@@ -185,9 +221,9 @@ describe.skipIf(!status.available)(suite, () => {
     const cos = randomTensor([6, 8], random).data;
     const sin = randomTensor([6, 8], random).data;
     const fresh = new Float32Array(x.length);
-    native.binding.rope(x, cos, sin, fresh, 6, 2, 8, 6, true);
+    native.binding.rope(x, cos, sin, fresh, 6, 2, 8, 6, true, 1);
     const inPlace = x.slice();
-    native.binding.rope(inPlace, cos, sin, inPlace, 6, 2, 8, 6, true);
+    native.binding.rope(inPlace, cos, sin, inPlace, 6, 2, 8, 6, true, 1);
     expect(Array.from(inPlace)).toEqual(Array.from(fresh));
   });
 });

@@ -76,8 +76,9 @@ export interface NativeBinding {
   ): void;
   /**
    * Rotary embedding ("rotate half") of x [tokens, heads, headDim] by cos and sin [tableRows, headDim] (row token % tableRows),
-   * forward or (backward) its transpose, into y (x itself or a separate array), synchronously on this thread. Throws TypeError /
-   * RangeError for arrays of other sizes, tokens not a multiple of tableRows, an odd headDim, overlaps, or an unknown isa.
+   * forward or (backward) its transpose, into y (x itself or a separate array), synchronously on this thread and up to threads - 1
+   * more (each a range of tokens, when each gets 64K floats). Throws TypeError / RangeError for arrays of other sizes, tokens not a
+   * multiple of tableRows, an odd headDim, overlaps, or an unknown isa.
    */
   rope(
     x: Float32Array,
@@ -89,9 +90,10 @@ export interface NativeBinding {
     headDim: number,
     tableRows: number,
     backward: boolean,
+    threads: number,
     isa?: string,
   ): void;
-  /** LayerNorm of x [rows, h] into y [rows, h], mean and rstd [rows], synchronously on this thread; throws as rope. */
+  /** LayerNorm of x [rows, h] into y [rows, h], mean and rstd [rows], on threads as rope (ranges of rows); throws as rope. */
   layerNormForward(
     x: Float32Array,
     gamma: Float32Array,
@@ -102,9 +104,13 @@ export interface NativeBinding {
     rows: number,
     h: number,
     eps: number,
+    threads: number,
     isa?: string,
   ): void;
-  /** Its backward into dx [rows, h], dGamma and dBeta [h] (overwritten; summed over the rows in float64), as layerNormForward. */
+  /**
+   * Its backward into dx [rows, h], dGamma and dBeta [h] (overwritten; summed in float64 per chunk of 256 rows, the chunks in order:
+   * the same bits for any thread count), as layerNormForward.
+   */
   layerNormBackward(
     x: Float32Array,
     gamma: Float32Array,
@@ -116,6 +122,7 @@ export interface NativeBinding {
     dBeta: Float32Array,
     rows: number,
     h: number,
+    threads: number,
     isa?: string,
   ): void;
   /**

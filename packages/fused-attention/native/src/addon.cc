@@ -19,11 +19,12 @@
 //                                    into += x^T dy in place (a linear layer's
 //                                    weight gradient), on the calling thread
 //                                    and threads - 1 more
-//   rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, isa?)
-//   layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, isa?)
-//   layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, isa?)
+//   rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, threads, isa?)
+//   layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, threads, isa?)
+//   layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, threads, isa?)
 //                                    rotary embedding and LayerNorm into
 //                                    caller arrays, on the calling thread
+//                                    and up to threads - 1 more
 //   setMmapThreshold(bytes) -> boolean   glibc: serve allocations of at least
 //                                    `bytes` with mmap, so freed large buffers
 //                                    go back to the OS (false: not glibc)
@@ -604,6 +605,13 @@ int64_t integer_argument(const Napi::Value& v, const std::string& signature, con
   return static_cast<int64_t>(d);
 }
 
+// The threads argument of the CPU kernels' functions: a positive integer,
+// capped at 1024 (their results do not depend on the thread count; the cap
+// only bounds the threads one call starts).
+int thread_count(const Napi::Value& v, const std::string& signature) {
+  return static_cast<int>(std::min<int64_t>(integer_argument(v, signature, "threads", 1), 1024));
+}
+
 // A Float32Array argument with the element count its shape gives.
 struct SizedArray {
   const char* name;
@@ -653,25 +661,24 @@ Napi::Value WeightGradient(const Napi::CallbackInfo& info) {
   const int64_t rows = integer_argument(info[3], signature, "rows", 0);
   const int64_t in = integer_argument(info[4], signature, "in", 0);
   const int64_t out = integer_argument(info[5], signature, "out", 0);
-  const int64_t threads = integer_argument(info[6], signature, "threads", 1);
+  const int threads = thread_count(info[6], signature);
   const SizedArray x = sized_argument(info, 0, signature, "x", static_cast<uint64_t>(rows) * in, "rows * in");
   const SizedArray dy = sized_argument(info, 1, signature, "dy", static_cast<uint64_t>(rows) * out, "rows * out");
   const SizedArray into = sized_argument(info, 2, signature, "into", static_cast<uint64_t>(in) * out, "in * out");
   expect_disjoint(env, signature, {into}, {x, dy});
   const CpuIsa isa = isa_argument(info[7], signature);
-  // the result does not depend on the thread count; the cap only bounds the threads one call starts
-  weight_gradient_cpu(x.data, dy.data, into.data, rows, in, out, static_cast<int>(std::min<int64_t>(threads, 1024)), isa);
+  weight_gradient_cpu(x.data, dy.data, into.data, rows, in, out, threads, isa);
   return env.Undefined();
 }
 
-// rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, isa?):
+// rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, threads, isa?):
 // rotary embedding of x [tokens, heads, headDim] by the tables [tableRows,
 // headDim] (row token % tableRows; tokens a multiple of tableRows, headDim
 // even), forward or (backward true) its transpose, into y (x itself or
-// separate), synchronously.
+// separate), synchronously; `threads` split the tokens.
 Napi::Value Rope(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const std::string signature = "rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, isa?)";
+  const std::string signature = "rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, threads, isa?)";
   for (size_t i = 0; i < 4; ++i) float32_argument(info[i], signature, i == 0 ? "x" : i == 1 ? "cos" : i == 2 ? "sin" : "y");
   const int64_t tokens = integer_argument(info[4], signature, "tokens", 0);
   const int64_t heads = integer_argument(info[5], signature, "heads", 0);
@@ -689,8 +696,9 @@ Napi::Value Rope(const Napi::CallbackInfo& info) {
   const SizedArray sin = sized_argument(info, 2, signature, "sin", table, "tableRows * headDim");
   const SizedArray y = sized_argument(info, 3, signature, "y", n, "tokens * heads * headDim");
   expect_disjoint(env, signature, {y}, {x, cos, sin}, "x");
-  const CpuIsa isa = isa_argument(info[9], signature);
-  rope_cpu(x.data, cos.data, sin.data, y.data, tokens, heads, d, table_rows, info[8].As<Napi::Boolean>().Value(), isa);
+  const int threads = thread_count(info[9], signature);
+  const CpuIsa isa = isa_argument(info[10], signature);
+  rope_cpu(x.data, cos.data, sin.data, y.data, tokens, heads, d, table_rows, info[8].As<Napi::Boolean>().Value(), threads, isa);
   return env.Undefined();
 }
 
@@ -717,11 +725,11 @@ RowArgs row_arguments(const Napi::CallbackInfo& info, const std::string& signatu
   return r;
 }
 
-// layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, isa?):
-// LayerNorm of x [rows, h] into y [rows, h], mean and rstd [rows], synchronously.
+// layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, threads, isa?):
+// LayerNorm of x [rows, h] into y [rows, h], mean and rstd [rows], synchronously; `threads` split the rows.
 Napi::Value LayerNormForward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const std::string signature = "layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, isa?)";
+  const std::string signature = "layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, threads, isa?)";
   using S = RowShape;
   const RowArgs r = row_arguments(
       info, signature, {{"x", S::RowsByH}, {"gamma", S::H}, {"beta", S::H}, {"y", S::RowsByH}, {"mean", S::Rows}, {"rstd", S::Rows}});
@@ -732,26 +740,28 @@ Napi::Value LayerNormForward(const Napi::CallbackInfo& info) {
                                         (eps.IsNumber() ? std::to_string(eps.As<Napi::Number>().DoubleValue()) : describe(eps)));
   }
   expect_disjoint(env, signature, {a[3], a[4], a[5]}, {a[0], a[1], a[2]});
-  const CpuIsa isa = isa_argument(info[9], signature);
+  const int threads = thread_count(info[9], signature);
+  const CpuIsa isa = isa_argument(info[10], signature);
   layer_norm_forward_cpu(a[0].data, a[1].data, a[2].data, static_cast<float>(eps.As<Napi::Number>().DoubleValue()), a[3].data,
-                         a[4].data, a[5].data, r.rows, r.h, isa);
+                         a[4].data, a[5].data, r.rows, r.h, threads, isa);
   return env.Undefined();
 }
 
-// layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, isa?):
+// layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, threads, isa?):
 // its backward into dx [rows, h], dGamma and dBeta [h] (overwritten), synchronously.
 Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const std::string signature = "layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, isa?)";
+  const std::string signature = "layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, threads, isa?)";
   using S = RowShape;
   const RowArgs r = row_arguments(info, signature,
                                   {{"x", S::RowsByH}, {"gamma", S::H}, {"mean", S::Rows}, {"rstd", S::Rows}, {"dy", S::RowsByH},
                                    {"dx", S::RowsByH}, {"dGamma", S::H}, {"dBeta", S::H}});
   const std::vector<SizedArray>& a = r.arrays;
   expect_disjoint(env, signature, {a[5], a[6], a[7]}, {a[0], a[1], a[2], a[3], a[4]});
-  const CpuIsa isa = isa_argument(info[10], signature);
+  const int threads = thread_count(info[10], signature);
+  const CpuIsa isa = isa_argument(info[11], signature);
   layer_norm_backward_cpu(a[0].data, a[1].data, a[2].data, a[3].data, a[4].data, a[5].data, a[6].data, a[7].data, r.rows,
-                          r.h, isa);
+                          r.h, threads, isa);
   return env.Undefined();
 }
 

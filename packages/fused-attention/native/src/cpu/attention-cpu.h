@@ -97,17 +97,20 @@ void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t r
 // cos and sin tables [table_rows][head_dim] (row token % table_rows), as
 // the ONNX graphs of @ulysses/kernels compute it; backward: the transpose
 // (the formulas are in kernels-impl.h). y may be x, but must not partly
-// overlap it. On the calling thread.
+// overlap it. The tokens are split over `threads` (the calling thread and
+// threads - 1 more) when each gets at least 64K floats.
 void rope_cpu(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t head_dim,
-              int64_t table_rows, bool backward, CpuIsa isa = CpuIsa::Auto);
+              int64_t table_rows, bool backward, int threads = 1, CpuIsa isa = CpuIsa::Auto);
 
 // LayerNorm over the last axis of x [rows][h]: y, and each row's mean and
 // rstd = 1 / sqrt(var + eps); the backward gives dx [rows][h] and dgamma,
-// dbeta [h] (summed over the rows in float64, in row order). Outputs must
-// not overlap inputs. On the calling thread.
+// dbeta [h] (summed in float64 over chunks of 256 rows, the chunks' sums
+// added in order: the same bits for any thread count). Outputs must not
+// overlap inputs. Rows are split over `threads` as rope's tokens.
 void layer_norm_forward_cpu(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
-                            float* rstd, int64_t rows, int64_t h, CpuIsa isa = CpuIsa::Auto);
+                            float* rstd, int64_t rows, int64_t h, int threads = 1, CpuIsa isa = CpuIsa::Auto);
 void layer_norm_backward_cpu(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
-                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t h, CpuIsa isa = CpuIsa::Auto);
+                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t h, int threads = 1,
+                             CpuIsa isa = CpuIsa::Auto);
 
 }  // namespace ulysses

@@ -195,26 +195,64 @@ void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t r
   });
 }
 
+// The row-wise kernels split their rows over threads only past this many
+// floats a thread: below it, starting a thread costs more than it saves.
+constexpr int64_t kRowwiseFloatsPerThread = 1 << 16;
+
+int rowwise_threads(int threads, int64_t rows, int64_t floats) {
+  return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(threads, floats / kRowwiseFloatsPerThread), 1, std::max<int64_t>(rows, 1)));
+}
+
 void rope_cpu(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t head_dim,
-              int64_t table_rows, bool backward, CpuIsa isa) {
+              int64_t table_rows, bool backward, int threads, CpuIsa isa) {
   const KernelTable& t = table(isa);
-  if (tokens > 0 && heads > 0 && head_dim > 0) t.rope(x, cos, sin, y, tokens, heads, head_dim, table_rows, backward);
+  if (tokens == 0 || heads == 0 || head_dim == 0) return;
+  const int n = rowwise_threads(threads, tokens, tokens * heads * head_dim);
+  const int64_t row = heads * head_dim;
+  run_slots(n, [&](int slot) {
+    const int64_t t0 = tokens * slot / n, t1 = tokens * (slot + 1) / n;
+    // token t0's table row is t0 % table_rows: the slice starts its tables there
+    const int64_t r0 = t0 % table_rows;
+    if (t1 > t0) t.rope(x + t0 * row, cos, sin, y + t0 * row, t1 - t0, heads, head_dim, table_rows, r0, backward);
+  });
 }
 
 void layer_norm_forward_cpu(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
-                            float* rstd, int64_t rows, int64_t h, CpuIsa isa) {
+                            float* rstd, int64_t rows, int64_t h, int threads, CpuIsa isa) {
   const KernelTable& t = table(isa);
-  if (rows > 0) t.layer_norm_forward(x, gamma, beta, eps, y, mean, rstd, rows, h);
+  if (rows == 0) return;
+  const int n = rowwise_threads(threads, rows, rows * h);
+  run_slots(n, [&](int slot) {
+    const int64_t r0 = rows * slot / n, r1 = rows * (slot + 1) / n;
+    if (r1 > r0) t.layer_norm_forward(x + r0 * h, gamma, beta, eps, y + r0 * h, mean + r0, rstd + r0, r1 - r0, h);
+  });
 }
 
+// dGamma and dBeta are summed per chunk of this many rows (in float64), and
+// the chunks' sums added in chunk order: the same bits for any thread count.
+constexpr int64_t kLayerNormChunkRows = 256;
+
 void layer_norm_backward_cpu(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
-                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t h, CpuIsa isa) {
+                             float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t h, int threads, CpuIsa isa) {
   const KernelTable& t = table(isa);
-  std::vector<double> sums(static_cast<size_t>(2 * h), 0.0);
-  if (rows > 0) t.layer_norm_backward(x, gamma, mean, rstd, dy, dx, sums.data(), sums.data() + h, rows, h);
+  const int64_t chunks = ceil_div(rows, kLayerNormChunkRows);
+  std::vector<double> sums(static_cast<size_t>(chunks * 2 * h), 0.0);  // chunk c: dGamma [h], dBeta [h]
+  const int n = rowwise_threads(threads, chunks, rows * h);
+  run_slots(n, [&](int slot) {
+    for (int64_t c = chunks * slot / n; c < chunks * (slot + 1) / n; ++c) {
+      const int64_t r0 = c * kLayerNormChunkRows, r = std::min(kLayerNormChunkRows, rows - r0);
+      double* partial = sums.data() + c * 2 * h;
+      t.layer_norm_backward(x + r0 * h, gamma, mean + r0, rstd + r0, dy + r0 * h, dx + r0 * h, partial, partial + h, r, h);
+    }
+  });
   for (int64_t i = 0; i < h; ++i) {
-    dgamma[i] = static_cast<float>(sums[i]);
-    dbeta[i] = static_cast<float>(sums[h + i]);
+    double g = 0.0, b = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      g += sums[c * 2 * h + i];
+      b += sums[c * 2 * h + h + i];
+    }
+    dgamma[i] = static_cast<float>(g);
+    dbeta[i] = static_cast<float>(b);
   }
 }
 

@@ -441,14 +441,16 @@ void weight_gradient(const float* x, const float* dy, float* into, int64_t rows,
 //             y[i+half] = x[i+half] cos[i+half] + x[i] sin[i+half];
 //   backward  (its transpose) dx[i] = dy[i] cos[i] + dy[i+half] sin[i+half],
 //             dx[i+half] = dy[i+half] cos[i+half] - dy[i] sin[i].
-// Each pair is read before it is written, so y may be x.
+// Each pair is read before it is written, so y may be x. Token t uses table
+// row (first_row + t) % table_rows.
 template <class I>
 void rope(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t d,
-          int64_t table_rows, bool backward) {
+          int64_t table_rows, int64_t first_row, bool backward) {
   const int64_t half = d / 2;
   for (int64_t t = 0; t < tokens; ++t) {
-    const float* c = cos + (t % table_rows) * d;
-    const float* s = sin + (t % table_rows) * d;
+    const int64_t row = (first_row + t) % table_rows;
+    const float* c = cos + row * d;
+    const float* s = sin + row * d;
     for (int64_t h = 0; h < heads; ++h) {
       const float* xr = x + (t * heads + h) * d;
       float* yr = y + (t * heads + h) * d;

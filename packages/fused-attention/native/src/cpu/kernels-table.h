@@ -33,7 +33,7 @@ struct KernelTable {
                           int64_t o1) = nullptr;
   // Rotary embedding and LayerNorm, single pass per row (see rope_cpu, layer_norm_forward_cpu).
   void (*rope)(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t d,
-               int64_t table_rows, bool backward) = nullptr;
+               int64_t table_rows, int64_t first_row, bool backward) = nullptr;
   void (*layer_norm_forward)(const float* x, const float* gamma, const float* beta, float eps, float* y, float* mean,
                              float* rstd, int64_t rows, int64_t h) = nullptr;
   void (*layer_norm_backward)(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
