@@ -1,10 +1,13 @@
 // Consumer check: @ulysses/fused-attention installed on its own (with
 // @ulysses/tensors and @ulysses/kernels) built its addon at install time, and its forward and
-// backward match a float64 attention written here, causal and not.
+// backward match a float64 attention written here, causal and not (one case within one block,
+// one past the backward's 192-key blocks); FusedOps' native LayerNorm and rope match float64
+// ones written here too, each split over a 2-thread cache.
 import assert from "node:assert/strict";
 import { relativeError } from "./compare.mjs";
 import fs from "node:fs";
-import { FusedAttention, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { FusedAttention, createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { SessionCache } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 
 const status = fusedAttentionStatus();
@@ -67,31 +70,107 @@ function reference(q, k, v, dOut, [b, n, h, g, d], causal) {
   return { out, dq, dk, dv };
 }
 
-const dims = [2, 37, 4, 2, 16];
-const [b, n, h, g, d] = dims;
 const next = random(7);
-const make = (heads) => Tensor.from("float32", [b, n, heads, d], Array.from({ length: b * n * heads * d }, next));
-const q = make(h);
-const k = make(g);
-const v = make(g);
-const dOut = make(h);
 const attention = new FusedAttention({ threads: 1 });
 try {
-  for (const causal of [false, true]) {
-    const expected = reference(q.data, k.data, v.data, dOut.data, dims, causal);
-    const { out, logSumExp } = await attention.forward(q, k, v, { causal });
-    const grads = await attention.backward(q, k, v, out, dOut, logSumExp, { causal });
-    const errors = {
-      out: relativeError(out.data, expected.out),
-      dq: relativeError(grads.dq.data, expected.dq),
-      dk: relativeError(grads.dk.data, expected.dk),
-      dv: relativeError(grads.dv.data, expected.dv),
-    };
-    for (const [name, error] of Object.entries(errors)) assert.ok(error < 1e-4, `causal ${causal}: ${name} relative error ${error} against float64`);
-    console.log(
-      `fused-attention: installed alone, built at install; causal ${causal}: max relative error vs float64 ${Math.max(...Object.values(errors)).toExponential(2)}`,
-    );
+  for (const dims of [
+    [2, 37, 4, 2, 16],
+    [1, 200, 2, 1, 32],
+  ]) {
+    const [b, n, h, g, d] = dims;
+    const make = (heads) => Tensor.from("float32", [b, n, heads, d], Array.from({ length: b * n * heads * d }, next));
+    const q = make(h);
+    const k = make(g);
+    const v = make(g);
+    const dOut = make(h);
+    for (const causal of [false, true]) {
+      const expected = reference(q.data, k.data, v.data, dOut.data, dims, causal);
+      const { out, logSumExp } = await attention.forward(q, k, v, { causal });
+      const grads = await attention.backward(q, k, v, out, dOut, logSumExp, { causal });
+      const errors = {
+        out: relativeError(out.data, expected.out),
+        dq: relativeError(grads.dq.data, expected.dq),
+        dk: relativeError(grads.dk.data, expected.dk),
+        dv: relativeError(grads.dv.data, expected.dv),
+      };
+      for (const [name, error] of Object.entries(errors))
+        assert.ok(error < 1e-4, `[${dims}] causal ${causal}: ${name} relative error ${error} against float64`);
+      console.log(
+        `fused-attention: installed alone, built at install; [${dims}] causal ${causal}: max relative error vs float64 ${Math.max(...Object.values(errors)).toExponential(2)}`,
+      );
+    }
   }
 } finally {
   attention.release();
+}
+
+// FusedOps: LayerNorm over rows of 256 and rope ("rotate half", positions from 3) against float64 written here
+const cache = new SessionCache({ intraOpThreads: 2 });
+try {
+  const ops = createFusedOps(cache);
+  const [rows, hidden] = [600, 256];
+  const x = Tensor.from(
+    "float32",
+    [rows, hidden],
+    Array.from({ length: rows * hidden }, () => 3 + 4 * next()),
+  );
+  const gamma = Tensor.from("float32", [hidden], Array.from({ length: hidden }, next));
+  const beta = Tensor.from("float32", [hidden], Array.from({ length: hidden }, next));
+  const dy = Tensor.from("float32", [rows, hidden], Array.from({ length: rows * hidden }, next));
+  const y64 = new Float64Array(rows * hidden);
+  const dx64 = new Float64Array(rows * hidden);
+  const dGamma64 = new Float64Array(hidden);
+  const dBeta64 = new Float64Array(hidden);
+  for (let r = 0; r < rows; r++) {
+    const row = Array.from(x.data.subarray(r * hidden, (r + 1) * hidden));
+    const mean = row.reduce((a, c) => a + c, 0) / hidden;
+    const rstd = 1 / Math.sqrt(row.reduce((a, c) => a + (c - mean) ** 2, 0) / hidden + 1e-5);
+    const xhat = row.map((c) => (c - mean) * rstd);
+    const g = xhat.map((_, i) => dy.data[r * hidden + i] * gamma.data[i]);
+    const meanG = g.reduce((a, c) => a + c, 0) / hidden;
+    const meanGx = g.reduce((a, c, i) => a + c * xhat[i], 0) / hidden;
+    for (let i = 0; i < hidden; i++) {
+      y64[r * hidden + i] = xhat[i] * gamma.data[i] + beta.data[i];
+      dx64[r * hidden + i] = rstd * (g[i] - meanG - xhat[i] * meanGx);
+      dGamma64[i] += dy.data[r * hidden + i] * xhat[i];
+      dBeta64[i] += dy.data[r * hidden + i];
+    }
+  }
+  const forward = await ops.layerNormForward(x, gamma, beta, 1e-5);
+  const backward = await ops.layerNormBackward(x, gamma, forward, dy);
+  const normErrors = {
+    y: relativeError(forward.y.data, y64),
+    dx: relativeError(backward.dx.data, dx64),
+    dGamma: relativeError(backward.dGamma.data, dGamma64),
+    dBeta: relativeError(backward.dBeta.data, dBeta64),
+  };
+  for (const [name, error] of Object.entries(normErrors)) assert.ok(error < 1e-5, `LayerNorm ${name}: relative error ${error} against float64`);
+
+  const [batch, seq, heads, headDim] = [2, 600, 4, 32]; // 153600 floats: split over both threads, at token 600
+  const half = headDim / 2;
+  const xr = Tensor.from("float32", [batch, seq, heads, headDim], Array.from({ length: batch * seq * heads * headDim }, next));
+  const rotate = (sign) => {
+    const out = new Float64Array(xr.size);
+    for (let bi = 0; bi < batch; bi++)
+      for (let t = 0; t < seq; t++)
+        for (let i = 0; i < half; i++) {
+          const angle = sign * (3 + t) * 10000 ** ((-2 * i) / headDim);
+          for (let hi = 0; hi < heads; hi++) {
+            const o = ((bi * seq + t) * heads + hi) * headDim;
+            const [a, c] = [xr.data[o + i], xr.data[o + i + half]];
+            out[o + i] = a * Math.cos(angle) - c * Math.sin(angle);
+            out[o + i + half] = c * Math.cos(angle) + a * Math.sin(angle);
+          }
+        }
+    return out;
+  };
+  const ropeErrors = {
+    forward: relativeError((await ops.ropeForward(xr, 3)).data, rotate(1)),
+    backward: relativeError((await ops.ropeBackward(xr, 3)).data, rotate(-1)),
+  };
+  for (const [name, error] of Object.entries(ropeErrors)) assert.ok(error < 1e-5, `rope ${name}: relative error ${error} against float64`);
+  const worst = Math.max(...Object.values(normErrors), ...Object.values(ropeErrors));
+  console.log(`fused-attention: FusedOps LayerNorm and rope, 2 threads: max relative error vs float64 ${worst.toExponential(2)}`);
+} finally {
+  await cache.release();
 }

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { fusedAttentionStatus } from "@ulysses/fused-attention";
 
 const bin = (name) => path.resolve("node_modules", ".bin", name);
 const env = { ...process.env, ORT_DISABLE_TELEMETRY: "1" };
@@ -29,8 +30,12 @@ fs.rmSync(out, { recursive: true, force: true });
 const tiny = ["--steps", "20", "--seq", "64", "--hidden", "32", "--heads", "2", "--kv-heads", "2", "--layers", "1", "--batch", "2", "--threads", "1"];
 const trained = run("ulysses-train", [...tiny, "--out", out]);
 assert.equal(trained.status, 0, `ulysses-train failed (${trained.status}):\n${trained.stdout}\n${trained.stderr}`);
-// the addon was built at install, so the graphs ran through it (NativeSessionCache) with the fused kernel
+// the addon was built at install, so the graphs ran through it (NativeSessionCache) with the fused kernel, and on an AVX2 or AVX-512
+// processor GELU, LayerNorm and rope ran as its native kernels (FusedOps)
 assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\).*FusedAttention/);
+const addon = fusedAttentionStatus();
+if (addon.available && addon.info.cpuIsa !== "portable")
+  assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\) \+ native GELU, LayerNorm and rope \+/);
 for (const file of ["checkpoint.safetensors", "metrics.jsonl", "model.onnx", "config.json"]) {
   assert.ok(fs.statSync(path.join(out, file)).size > 0, `${file} is missing or empty`);
 }

@@ -268,7 +268,7 @@ async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: str
   const all: RunMetrics[][] = [await runTrainer(args, dir)];
   const wallSeconds = (performance.now() - started) / 1000;
   for (let i = 1; i < runs; i++) all.push(await runTrainer(args, dir));
-  const timed = all.map((steps) => (steps.length > row.untimed ? steps.slice(row.untimed) : steps));
+  const timed = all.map((steps) => steps.slice(row.untimed));
   const speed = (pick: (m: RunMetrics) => number) => median(timed.map((steps) => median(steps.map(pick))));
   return {
     ...row,

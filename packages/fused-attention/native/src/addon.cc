@@ -546,19 +546,23 @@ CpuIsa isa_argument(const Napi::Value& v, const std::string& signature) {
   return isa;
 }
 
-struct GeluArray {
+// A Float32Array argument and its element count.
+struct SizedArray {
   const char* name;
   float* data;
-  size_t length;
+  uint64_t length;
+  uintptr_t begin() const { return reinterpret_cast<uintptr_t>(data); }
+  uintptr_t end() const { return begin() + length * sizeof(float); }
+  bool overlaps(const SizedArray& o) const { return begin() < o.end() && o.begin() < end(); }
 };
 
 // Checks the GELU functions' arguments: `names.size()` Float32Arrays of one
 // length (the last is the output, which may be an input but not partly
 // overlap one), then an optional isa name.
-std::vector<GeluArray> gelu_arguments(const Napi::CallbackInfo& info, const std::string& signature,
-                                      const std::vector<const char*>& names, CpuIsa* isa) {
+std::vector<SizedArray> gelu_arguments(const Napi::CallbackInfo& info, const std::string& signature,
+                                       const std::vector<const char*>& names, CpuIsa* isa) {
   Napi::Env env = info.Env();
-  std::vector<GeluArray> arrays;
+  std::vector<SizedArray> arrays;
   for (size_t i = 0; i < names.size(); ++i) {
     Napi::Float32Array a = float32_argument(info[i], signature, names[i]);
     arrays.push_back({names[i], a.Data(), a.ElementLength()});
@@ -567,11 +571,9 @@ std::vector<GeluArray> gelu_arguments(const Napi::CallbackInfo& info, const std:
                                            " elements but " + names[0] + " has " + std::to_string(arrays[0].length));
     }
   }
-  const GeluArray& out = arrays.back();
-  const auto begin = reinterpret_cast<uintptr_t>(out.data), end = begin + out.length * sizeof(float);
+  const SizedArray& out = arrays.back();
   for (size_t i = 0; i + 1 < arrays.size(); ++i) {
-    const auto b = reinterpret_cast<uintptr_t>(arrays[i].data), e = b + arrays[i].length * sizeof(float);
-    if (b != begin && b < end && begin < e) {
+    if (arrays[i].data != out.data && out.overlaps(arrays[i])) {
       throw Napi::RangeError::New(env, signature + ": " + out.name + " partly overlaps " + arrays[i].name +
                                            " (the output may be an input array, or separate from it)");
     }
@@ -611,16 +613,6 @@ int64_t integer_argument(const Napi::Value& v, const std::string& signature, con
 int thread_count(const Napi::Value& v, const std::string& signature) {
   return static_cast<int>(std::min<int64_t>(integer_argument(v, signature, "threads", 1), 1024));
 }
-
-// A Float32Array argument with the element count its shape gives.
-struct SizedArray {
-  const char* name;
-  float* data;
-  uint64_t length;
-  uintptr_t begin() const { return reinterpret_cast<uintptr_t>(data); }
-  uintptr_t end() const { return begin() + length * sizeof(float); }
-  bool overlaps(const SizedArray& o) const { return begin() < o.end() && o.begin() < end(); }
-};
 
 // Argument `index` (named `name`) as a Float32Array of `need` elements (`shape` says why); a RangeError otherwise.
 SizedArray sized_argument(const Napi::CallbackInfo& info, size_t index, const std::string& signature, const char* name,
