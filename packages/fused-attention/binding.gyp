@@ -16,6 +16,7 @@
         "native/src/ort-api.cc",
         "native/src/custom-ops.cc",
         "native/src/cpu/dispatch.cc",
+        "native/src/cpu/adamw.cc",
         "native/src/cpu/kernels-avx512.cc",
         "native/src/cpu/kernels-avx2.cc",
         "native/src/cpu/kernels-portable.cc"

@@ -7,6 +7,7 @@
  * Linear weights are stored [in, out] (y = x @ w + b).
  */
 import { Rng, Tensor } from "@ulysses/tensors";
+import type { BlockOps } from "@ulysses/kernels";
 import type { ResolvedBlockConfig } from "./block-config.js";
 import { BlockError } from "./errors.js";
 
@@ -100,12 +101,21 @@ export class FlatTensors {
     });
   }
 
-  /** Adds `value` into the named view (the views start at zero: one gradient, or the sum of partial ones such as row tiles'). */
-  add(name: string, value: F32): void {
+  /**
+   * Adds `value` into the named view (the views start at zero: one gradient,
+   * or the sum of partial ones such as row tiles'), with `ops`' native
+   * addInto when it has one.
+   */
+  add(name: string, value: F32, ops: Pick<BlockOps, "addInto"> = {}): void {
     const t = this.tensors[name];
     if (t === undefined || t.size !== value.size) throw new BlockError(`FlatTensors: no slot '${name}' of ${value.size} elements`);
-    addInto(t, value);
+    addWith(ops, t, value);
   }
+}
+
+/** target += each term with `ops`' native addInto when it has one (the same bits), else addInto. */
+export function addWith(ops: Pick<BlockOps, "addInto">, target: Tensor<"float32">, ...terms: Tensor<"float32">[]): Tensor<"float32"> {
+  return ops.addInto !== undefined ? ops.addInto(target, ...terms) : addInto(target, ...terms);
 }
 
 /** target += each term, elementwise (same sizes); returns target. */

@@ -23,7 +23,7 @@ import type { AttentionDocuments, BlockOps, RopePositions } from "@ulysses/kerne
 import { narrow, Tensor } from "@ulysses/tensors";
 import type { BlockAttention } from "./block-attention.js";
 import type { ResolvedBlockConfig } from "./block-config.js";
-import { addInto, type BlockWeights, type FlatTensors } from "./block-weights.js";
+import { addWith, type BlockWeights, type FlatTensors } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 import { inRowTiles, rowsOf } from "./row-tiles.js";
 
@@ -155,7 +155,7 @@ export async function groupedAttentionForward(c: HeadGroupsCall, groups: number,
     const wo = rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth);
     const bias = config.bias && g === 0 ? weights["attn.o.b"] : undefined;
     await inRowTiles(c.batch * c.seq, c.tileRows, async (start, count) =>
-      addInto(rowsOf(x2, start, count), await ops.linearForward(rowsOf(outRows, start, count), wo, bias)),
+      addWith(ops, rowsOf(x2, start, count), await ops.linearForward(rowsOf(outRows, start, count), wo, bias)),
     );
     c.attention.release(context, out);
   }
@@ -208,7 +208,7 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
     // row tile by row tile, so the group's [rows, hidden] term of dh1 exists for one tile at a time
     await inRowTiles(rowCount, c.tileRows, async (start, count) => {
       const r = await ops.linearBackward(rowsOf(h1, start, count), wqkv, rowsOf(dqkv, start, count), config.bias);
-      addInto(rowsOf(dh1, start, count), r.dx);
+      addWith(ops, rowsOf(dh1, start, count), r.dx);
       let at = 0;
       for (const p of parts) {
         addBlock(grads, `${p.name}.w`, narrow(r.dw, 1, at, p.width), 0, p.start);

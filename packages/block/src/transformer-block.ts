@@ -39,7 +39,7 @@ import { Tensor } from "@ulysses/tensors";
 import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext } from "./block-attention.js";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
 import { attentionHalf, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
-import { addInto, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
+import { addWith, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 import { inRowTiles, rowsOf } from "./row-tiles.js";
 import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, headGroupTileRowsOf, type HeadGroupsCall } from "./head-groups.js";
@@ -301,7 +301,7 @@ class Recorder implements BlockMath<F32> {
   }
 
   async residual(a: F32, b: F32): Promise<F32> {
-    return addInto(a, b);
+    return addWith(this.ops, a, b);
   }
 
   gelu(x: F32): Promise<F32> {
@@ -470,7 +470,7 @@ export class TransformerBlock {
     const a = new Activations();
     const h1 = await new Recorder(this, this.ops, a, geometry).norm(x, "norm1");
     const dh1 = await groupedAttentionBackward(this.headGroupsCall(geometry), this.attentionHeadGroups, h1, dx2, grads);
-    return addInto(await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
+    return addWith(this.ops, await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
   }
 
   private headGroupsCall({ batch, seq, call }: Geometry): HeadGroupsCall {
@@ -518,7 +518,7 @@ export class TransformerBlock {
     // each stage's result goes straight into the next (no local holds it): dAct dies in activationBackward, dUp and dGate in upBackward
     const dh2 = await this.upBackward(a, await this.activationBackward(a, await this.linearBackward(a.takeInput("mlp.down"), "mlp.down", dy, grads)), grads);
     const dNorm = await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads);
-    return into ? addInto(dy, dNorm) : addInto(dNorm, dy);
+    return into ? addWith(this.ops, dy, dNorm) : addWith(this.ops, dNorm, dy);
   }
 
   /** dAct -> the gradients of up (and gate). */
@@ -534,14 +534,14 @@ export class TransformerBlock {
   private async upBackward(a: Activations, d: MlpGradients, grads: FlatTensors): Promise<F32> {
     const dh2 = await this.linearBackward(a.takeInput("mlp.up"), "mlp.up", takeGradient(d, "dUp"), grads);
     if (this.config.mlp !== "swiglu") return dh2;
-    return addInto(dh2, await this.linearBackward(a.takeInput("mlp.gate"), "mlp.gate", takeGradient(d, "dGate"), grads));
+    return addWith(this.ops, dh2, await this.linearBackward(a.takeInput("mlp.gate"), "mlp.gate", takeGradient(d, "dGate"), grads));
   }
 
   /** Attention: x2 = x + o @ Wo; dx2 -> dx, the residual term included. */
   private async attentionBackward(a: Activations, dx2: F32, shape: [number, number], positions: RopePositions, grads: FlatTensors): Promise<F32> {
     // the attention's gradients go straight into qkvBackward, which hands them back
     const dh1 = await this.qkvBackward(a, await this.outputBackward(a, dx2, shape, grads), positions, grads);
-    return addInto(await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
+    return addWith(this.ops, await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
   }
 
   /** attn.o and the attention: dx2 -> dq, dk, dv. */
@@ -563,14 +563,14 @@ export class TransformerBlock {
     const dv = await this.linearBackward(a.takeInput("attn.v"), "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads);
     // The attention's buffers are spent: hand them back for the next step.
     a.releaseAttention(this.attention, g.dq, g.dk, g.dv);
-    return addInto(dq, dk, dv);
+    return addWith(this.ops, dq, dk, dv);
   }
 
   /** Adds dW and db into `grads` (its views start at zero); returns dx. */
   private async linearBackward(x: F32, name: LinearName, dy: F32, grads: FlatTensors): Promise<F32> {
     const r = await this.ops.linearBackward(x, this.weights[`${name}.w`]!, dy, this.config.bias);
-    grads.add(`${name}.w`, r.dw);
-    if (this.config.bias) grads.add(`${name}.b`, r.db!);
+    grads.add(`${name}.w`, r.dw, this.ops);
+    if (this.config.bias) grads.add(`${name}.b`, r.db!, this.ops);
     return r.dx;
   }
 
@@ -578,12 +578,12 @@ export class TransformerBlock {
     const gamma = this.weights[`${name}.gamma`]!;
     if (this.config.norm === "rmsnorm") {
       const r = await this.ops.rmsNormBackward(x, gamma, saved.rstd, dy);
-      grads.add(`${name}.gamma`, r.dGamma);
+      grads.add(`${name}.gamma`, r.dGamma, this.ops);
       return r.dx;
     }
     const r = await this.ops.layerNormBackward(x, gamma, saved as LayerNormSaved, dy);
-    grads.add(`${name}.gamma`, r.dGamma);
-    grads.add(`${name}.beta`, r.dBeta);
+    grads.add(`${name}.gamma`, r.dGamma, this.ops);
+    grads.add(`${name}.beta`, r.dBeta, this.ops);
     return r.dx;
   }
 }

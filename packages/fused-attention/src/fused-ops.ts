@@ -11,17 +11,22 @@
  * tensors, whose bytes are told to the SessionCache's garbage collector as
  * its own outputs are. Rope uses OrtOps' cos and sin tables.
  *
+ * addInto (residual and gradient sums) is one vectorized pass per term, and
+ * adamwUpdate the optimizer's float64 loop in C++: the same bits as the
+ * JavaScript they replace.
+ *
  * linearWeightGradientInto adds x^T dy into an existing gradient in place
  * with the addon's register-tiled matrix product (the attention kernels'),
  * on the SessionCache's intra-op thread count: the tiled LM head adds each
  * loss tile's [hidden, vocab] weight gradient this way, with no temporary of
  * that size and no pass over it in JavaScript.
  */
-import { DEFAULT_ROPE_BASE, OrtOps, type BlockOps, type LayerNormSaved, type RopePositions, type SessionCache } from "@ulysses/kernels";
+import { DEFAULT_ROPE_BASE, OrtOps, type AdamWUpdate, type BlockOps, type LayerNormSaved, type RopePositions, type SessionCache } from "@ulysses/kernels";
 import { formatShape, Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import type { CpuIsa } from "./fused-attention.js";
 import { loadNative, type NativeBinding } from "./native.js";
+import { unfilled } from "./unfilled.js";
 
 type F32 = Tensor<"float32">;
 
@@ -57,9 +62,20 @@ export class FusedOps extends OrtOps {
     this.isa = isa;
   }
 
-  /** The bytes of a fresh output, counted as SessionCache.run counts its outputs'. */
+  /**
+   * A fresh output, not zero-filled (every native op here writes each
+   * element of its outputs), its bytes counted as SessionCache.run counts its
+   * outputs'.
+   */
   private output(shape: readonly number[]): F32 {
-    const t = new Tensor("float32", shape);
+    const t = new Tensor(
+      "float32",
+      shape,
+      unfilled(
+        "float32",
+        shape.reduce((a, b) => a * b, 1),
+      ) as Float32Array,
+    );
     this.cache.collector?.allocated(t.data.byteLength);
     return t;
   }
@@ -69,6 +85,25 @@ export class FusedOps extends OrtOps {
     const y = this.output(x.shape);
     this.binding.geluForward(x.data, y.data, this.isa);
     return y;
+  }
+
+  /** target += each term, elementwise in place (a term may be target itself); the bits of the float32 sums in JavaScript. */
+  addInto(target: F32, ...terms: F32[]): F32 {
+    checkFloat32("addInto", "target", target);
+    for (const term of terms) {
+      checkFloat32("addInto", "term", term);
+      if (term.size !== target.size)
+        throw new FusedAttentionError(
+          `addInto: term ${formatShape(term.shape)} has ${term.size} elements, target ${formatShape(target.shape)} has ${target.size}`,
+        );
+      this.binding.addInto(term.data, target.data, this.isa);
+    }
+    return target;
+  }
+
+  /** One AdamW update in place, natively (BlockOps.adamwUpdate: the bits of AdamW.update's JavaScript). */
+  adamwUpdate(u: AdamWUpdate): void {
+    this.binding.adamwUpdate(u.params, u.grads, u.m, u.v, u.decayMask, u.beta1, u.beta2, u.eps, u.lr, u.decay, u.c1, u.c2);
   }
 
   async linearWeightGradientInto(x: F32, dy: F32, into: F32): Promise<void> {

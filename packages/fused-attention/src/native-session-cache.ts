@@ -22,6 +22,7 @@ import { SessionCache, type RuntimeOptions } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import { loadNative, type NativeBinding, type NativeRuntime, type NativeSession } from "./native.js";
+import { unfilled } from "./unfilled.js";
 
 type NativeDType = "float32" | "int32";
 
@@ -54,13 +55,6 @@ function fits(plan: Plan, feeds: Record<string, Tensor>): boolean {
     const want = plan.inputs[i]!;
     return t !== undefined && t.dtype === want.dtype && t.shape.length === want.shape.length && t.shape.every((d, j) => d === want.shape[j]);
   });
-}
-
-/** An array of `count` elements on a fresh ArrayBuffer that is not zero-filled: for outputs ONNX Runtime writes whole. */
-function unfilled(dtype: NativeDType, count: number): Float32Array | Int32Array {
-  if (count === 0) return dtype === "float32" ? new Float32Array(0) : new Int32Array(0);
-  const buffer = Buffer.allocUnsafeSlow(count * 4).buffer;
-  return dtype === "float32" ? new Float32Array(buffer, 0, count) : new Int32Array(buffer, 0, count);
 }
 
 export class NativeSessionCache extends SessionCache {

@@ -59,6 +59,27 @@ export interface NativeBinding {
   /** dx = dy * gelu'(x), as geluForward. */
   geluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array, isa?: string): void;
   /**
+   * One AdamW update in place (params, m, v) from grads, decayMask null or one byte per element (1: decay), in float64 per
+   * element as @ulysses/training's AdamW.update: the same bits. Throws TypeError / RangeError for arrays of other lengths or
+   * types, outputs overlapping inputs or each other, or a number that is not finite.
+   */
+  adamwUpdate(
+    params: Float32Array,
+    grads: Float32Array,
+    m: Float32Array,
+    v: Float32Array,
+    decayMask: Uint8Array | null,
+    beta1: number,
+    beta2: number,
+    eps: number,
+    lr: number,
+    decay: number,
+    c1: number,
+    c2: number,
+  ): void;
+  /** target += term elementwise in place (target may be term), float32 additions with the bits of JavaScript's; as geluForward. */
+  addInto(term: Float32Array, target: Float32Array, isa?: string): void;
+  /**
    * into [in, out] += x [rows, in]^T dy [rows, out] in place (row major),
    * synchronously on this thread and threads - 1 more (each owns a range of
    * columns). Throws TypeError / RangeError for arrays that are not

@@ -14,7 +14,7 @@ export {
 export { GarbageCollector, setHeapGrowingPercent, MAX_HEAP_GROWING_PERCENT } from "./runtime/garbage-collector.js";
 export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeOptions, type ExecutionProvider } from "./runtime/session-cache.js";
 export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
-export type { BlockOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";
+export type { AdamWUpdate, BlockOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";
 export { ReferenceAttention, referenceForward64, referenceBackward64, type Forward64, type Gradients64 } from "./reference/attention.js";
 export { StatsReferenceAttention } from "./reference/stats-attention.js";
 export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionErrorFactory } from "./attention/shapes.js";

@@ -343,7 +343,7 @@ export class Gpt {
     for (let layer = this.blocks.length - 1; layer >= 0; layer--) {
       // popped first: once the block's backward returns nothing holds its activations; dy is ours to overwrite (the block's dx2 reuses it)
       const g = await this.blocks[layer]!.backward(context.blocks.pop()!, dy, { overwriteDy: true });
-      this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat);
+      this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat, this.ops);
       dy = g.dx;
     }
     // [b, s, hidden] -> [rows, hidden]

@@ -6,6 +6,7 @@
  * SP degree starts from the same weights.
  */
 import { Rng, Tensor } from "@ulysses/tensors";
+import type { BlockOps } from "@ulysses/kernels";
 import { ModelError } from "./errors.js";
 import type { ParamSpec } from "./gpt-config.js";
 
@@ -105,11 +106,20 @@ export class ParameterStore {
     for (let i = 0; i < a; i++) for (let j = 0; j < c; j++) g[offset + (firstRow + j) * a + i] += v[i * c + j]!;
   }
 
-  /** Adds a run of consecutive parameters' gradients starting at `first` (the layout of a block's flat gradient). */
-  accumulateRun(first: string, values: Float32Array): void {
+  /**
+   * Adds a run of consecutive parameters' gradients starting at `first` (the
+   * layout of a block's flat gradient), with `ops`' native addInto when it
+   * has one (the same bits).
+   */
+  accumulateRun(first: string, values: Float32Array, ops: Pick<BlockOps, "addInto"> = {}): void {
     const { offset } = this.slot(first);
     if (offset + values.length > this.size) throw new ModelError(`gradient run from '${first}' (${values.length} values) overruns the ${this.size} parameters`);
     const g = this.grads;
+    if (ops.addInto !== undefined) {
+      const n = values.length;
+      ops.addInto(new Tensor("float32", [n], g.subarray(offset, offset + n)), new Tensor("float32", [n], values));
+      return;
+    }
     for (let i = 0; i < values.length; i++) g[offset + i] += values[i]!;
   }
 

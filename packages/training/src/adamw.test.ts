@@ -1,4 +1,6 @@
-import { describe, expect, it } from "vitest";
+import { createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { SessionCache } from "@ulysses/kernels";
+import { afterAll, describe, expect, it } from "vitest";
 import { AdamW } from "./adamw.js";
 import { learningRateAt } from "./lr-schedule.js";
 import { clipGradNorm } from "./grad-clip.js";
@@ -87,4 +89,58 @@ describe("gradient clipping", () => {
     expect([...small]).toEqual([Math.fround(0.3), Math.fround(0.4)]);
     await expect(clipGradNorm(new Float32Array([NaN]), 1)).rejects.toThrow(/NaN/);
   });
+});
+
+/**
+ * BlockOps.adamwUpdate (FusedOps: the addon's float64 loop) against this
+ * package's JavaScript loop: the same bits for every element of params, m
+ * and v after each of 6 steps, with a decay mask and without, on a whole
+ * vector and on a ZeRO-1 slice, including zeros, tiny and huge gradients.
+ * Skipped, with the reason in the suite's name, when the addon is not built.
+ */
+const native = fusedAttentionStatus();
+describe(native.available ? "AdamW with FusedOps' native update" : `AdamW with FusedOps' native update (skipped: ${native.reason})`, () => {
+  const cache = new SessionCache({ intraOpThreads: 1 });
+  afterAll(() => cache.release());
+
+  function data(n: number, seed: number, scale: number): Float32Array {
+    let s = seed;
+    return Float32Array.from({ length: n }, (_, i) => {
+      s = (s * 1103515245 + 12345) % 2147483648;
+      const u = s / 2147483648 - 0.5;
+      return i % 97 === 0 ? 0 : i % 89 === 0 ? u * 1e-30 : i % 83 === 0 ? u * 1e30 : u * scale;
+    });
+  }
+
+  for (const [name, withMask, sliceOnly] of [
+    ["whole vector, decay mask", true, false],
+    ["whole vector, decay everywhere", false, false],
+    ["ZeRO-1 slice", true, true],
+  ] as const) {
+    it.skipIf(!native.available)(`bit-identical to the JavaScript loop: ${name}`, () => {
+      const ops = createFusedOps(cache);
+      expect(ops.adamwUpdate).toBeTypeOf("function");
+      const n = 1037;
+      const offset = 300;
+      const length = sliceOnly ? 500 : n;
+      const mask = withMask ? Uint8Array.from({ length }, (_, i) => (i % 3 === 0 ? 0 : 1)) : null;
+      const options = { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 };
+      const slice = { offset: sliceOnly ? offset : 0, length, decayMask: mask };
+      const js = new AdamW(slice, options);
+      const fast = new AdamW(slice, options);
+      const p0 = data(sliceOnly ? length : n, 7, 4);
+      const pJs = p0.slice();
+      const pFast = p0.slice();
+      for (let step = 0; step < 6; step++) {
+        const g = data(sliceOnly ? length : n, 100 + step, 2);
+        const lr = 1e-3 * (step + 1);
+        js.update(pJs, g, lr, sliceOnly);
+        fast.update(pFast, g, lr, sliceOnly, (u) => ops.adamwUpdate!(u));
+        expect(Buffer.from(pFast.buffer).equals(Buffer.from(pJs.buffer)), `params after step ${step + 1}`).toBe(true);
+        expect(Buffer.from(fast.m.buffer).equals(Buffer.from(js.m.buffer)), `m after step ${step + 1}`).toBe(true);
+        expect(Buffer.from(fast.v.buffer).equals(Buffer.from(js.v.buffer)), `v after step ${step + 1}`).toBe(true);
+      }
+      expect(fast.step).toBe(6);
+    });
+  }
 });

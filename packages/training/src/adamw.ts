@@ -10,6 +10,7 @@
  *   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
  *   p <- p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
  */
+import type { AdamWUpdate } from "@ulysses/kernels";
 import { TrainingError } from "./errors.js";
 
 export interface AdamWOptions {
@@ -59,8 +60,10 @@ export class AdamW {
   /**
    * One update of params[offset, offset + length) from grads indexed the same
    * way (both full flat vectors, or both exactly the slice when `sliceOnly`).
+   * `kernel` (BlockOps.adamwUpdate) runs the loop below natively with the
+   * same arithmetic: the same bits.
    */
-  update(params: Float32Array, grads: Float32Array, lr: number, sliceOnly = false): void {
+  update(params: Float32Array, grads: Float32Array, lr: number, sliceOnly = false, kernel?: (update: AdamWUpdate) => void): void {
     const base = sliceOnly ? 0 : this.offset;
     if (params.length < base + this.length || grads.length < base + this.length) {
       throw new TrainingError(`AdamW slice [${this.offset}, ${this.offset + this.length}) does not fit params (${params.length}) and grads (${grads.length})`);
@@ -70,6 +73,11 @@ export class AdamW {
     const c1 = 1 - beta1 ** this.step;
     const c2 = 1 - beta2 ** this.step;
     const decay = lr * this.weightDecay;
+    if (kernel !== undefined) {
+      const end = base + this.length;
+      kernel({ params: params.subarray(base, end), grads: grads.subarray(base, end), m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2 });
+      return;
+    }
     for (let i = 0; i < this.length; i++) {
       const g = grads[base + i]!;
       let p = params[base + i]!;

@@ -9,7 +9,7 @@
  * (lossAndGradients), so the full [rows, vocab] logits never exist.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
-import type { BlockOps } from "@ulysses/kernels";
+import type { AdamWUpdate, BlockOps } from "@ulysses/kernels";
 import { EXCHANGE_CHUNK_BYTES, ParallelGpt, type Batch } from "@ulysses/parallel";
 import { Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { AdamW, type AdamWOptions } from "./adamw.js";
@@ -60,6 +60,12 @@ export class Trainer {
   }
 
   /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */
+  /** The ops' native AdamW loop, when they have one. */
+  private get adamwKernel(): ((update: AdamWUpdate) => void) | undefined {
+    const ops = this.options.ops;
+    return ops.adamwUpdate === undefined ? undefined : (update) => ops.adamwUpdate!(update);
+  }
+
   async trainStep(batch: Batch, lr: number): Promise<StepResult> {
     const { params } = this.model;
     const { zero1, gradClip } = this.options;
@@ -72,12 +78,12 @@ export class Trainer {
       const grads = await reduceScatterInChunks(group, params.grads, this.sliceSizes);
       gradNorm = await clipGradNorm(grads, gradClip, { begin: 0, end: length }, group);
       const slice = params.values.slice(offset, offset + length);
-      this.optimizer.update(slice, grads, lr, true);
+      this.optimizer.update(slice, grads, lr, true, this.adamwKernel);
       await allGatherInChunks(group, slice, params.values, this.sliceSizes);
     } else {
       if (group !== null && group.size > 1) await allReduceInChunks(group, params.grads);
       gradNorm = await clipGradNorm(params.grads, gradClip);
-      this.optimizer.update(params.values, params.grads, lr);
+      this.optimizer.update(params.values, params.grads, lr, false, this.adamwKernel);
     }
     return { ...result, gradNorm };
   }

@@ -41,6 +41,7 @@
 #include <malloc.h>
 #endif
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -556,10 +557,10 @@ struct SizedArray {
   bool overlaps(const SizedArray& o) const { return begin() < o.end() && o.begin() < end(); }
 };
 
-// Checks the GELU functions' arguments: `names.size()` Float32Arrays of one
+// Checks the elementwise functions' arguments (GELU, addInto): `names.size()` Float32Arrays of one
 // length (the last is the output, which may be an input but not partly
 // overlap one), then an optional isa name.
-std::vector<SizedArray> gelu_arguments(const Napi::CallbackInfo& info, const std::string& signature,
+std::vector<SizedArray> elementwise_arguments(const Napi::CallbackInfo& info, const std::string& signature,
                                        const std::vector<const char*>& names, CpuIsa* isa) {
   Napi::Env env = info.Env();
   std::vector<SizedArray> arrays;
@@ -584,15 +585,24 @@ std::vector<SizedArray> gelu_arguments(const Napi::CallbackInfo& info, const std
 
 Napi::Value GeluForward(const Napi::CallbackInfo& info) {
   CpuIsa isa;
-  const auto a = gelu_arguments(info, "geluForward(x, y, isa?)", {"x", "y"}, &isa);
+  const auto a = elementwise_arguments(info, "geluForward(x, y, isa?)", {"x", "y"}, &isa);
   gelu_forward_cpu(a[0].data, a[1].data, static_cast<int64_t>(a[0].length), isa);
   return info.Env().Undefined();
 }
 
 Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
   CpuIsa isa;
-  const auto a = gelu_arguments(info, "geluBackward(x, dy, dx, isa?)", {"x", "dy", "dx"}, &isa);
+  const auto a = elementwise_arguments(info, "geluBackward(x, dy, dx, isa?)", {"x", "dy", "dx"}, &isa);
   gelu_backward_cpu(a[0].data, a[1].data, a[2].data, static_cast<int64_t>(a[0].length), isa);
+  return info.Env().Undefined();
+}
+
+// addInto(term, target, isa?): target += term elementwise, in place (target
+// may be term itself), synchronously on the calling thread.
+Napi::Value AddInto(const Napi::CallbackInfo& info) {
+  CpuIsa isa;
+  const auto a = elementwise_arguments(info, "addInto(term, target, isa?)", {"term", "target"}, &isa);
+  add_into_cpu(a[1].data, a[0].data, static_cast<int64_t>(a[0].length), isa);
   return info.Env().Undefined();
 }
 
@@ -660,6 +670,55 @@ Napi::Value WeightGradient(const Napi::CallbackInfo& info) {
   expect_disjoint(env, signature, {into}, {x, dy});
   const CpuIsa isa = isa_argument(info[7], signature);
   weight_gradient_cpu(x.data, dy.data, into.data, rows, in, out, threads, isa);
+  return env.Undefined();
+}
+
+// Argument `name` of `signature` as a finite number; a TypeError naming what it is otherwise.
+double finite_argument(const Napi::Value& v, const std::string& signature, const char* name) {
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : NAN;
+  if (!std::isfinite(d)) {
+    throw Napi::TypeError::New(v.Env(), signature + ": " + name + " must be a finite number, got " +
+                                            (v.IsNumber() ? std::to_string(d) : describe(v)));
+  }
+  return d;
+}
+
+// adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2):
+// one AdamW update of n elements in place (params, m, v; Float32Arrays of one
+// length n, grads too, decayMask a Uint8Array of n or null), in float64 per
+// element as @ulysses/training's AdamW.update (see cpu/adamw.cc),
+// synchronously on the calling thread.
+Napi::Value AdamWUpdate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string signature = "adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2)";
+  const uint64_t n = float32_argument(info[0], signature, "params").ElementLength();
+  const SizedArray params = sized_argument(info, 0, signature, "params", n, "params' length");
+  const SizedArray grads = sized_argument(info, 1, signature, "grads", n, "params' length");
+  const SizedArray m = sized_argument(info, 2, signature, "m", n, "params' length");
+  const SizedArray v = sized_argument(info, 3, signature, "v", n, "params' length");
+  expect_disjoint(env, signature, {params, m, v}, {grads});
+  const uint8_t* mask = nullptr;
+  if (!info[4].IsNull()) {
+    if (!info[4].IsTypedArray() || info[4].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+      throw Napi::TypeError::New(env, signature + ": decayMask must be a Uint8Array or null, got " + describe(info[4]));
+    }
+    Napi::Uint8Array a = info[4].As<Napi::Uint8Array>();
+    if (a.ElementLength() != n) {
+      throw Napi::RangeError::New(env, signature + ": decayMask has " + std::to_string(a.ElementLength()) +
+                                           " elements, params' length = " + std::to_string(n));
+    }
+    mask = a.Data();
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(mask), end = begin + n;
+    for (const SizedArray& out : {params, m, v}) {
+      if (begin < out.end() && out.begin() < end) throw Napi::RangeError::New(env, signature + ": " + out.name + " overlaps decayMask");
+    }
+  }
+  AdamWArgs args{params.data, grads.data, m.data, v.data, mask, static_cast<int64_t>(n),
+                 finite_argument(info[5], signature, "beta1"), finite_argument(info[6], signature, "beta2"),
+                 finite_argument(info[7], signature, "eps"), finite_argument(info[8], signature, "lr"),
+                 finite_argument(info[9], signature, "decay"), finite_argument(info[10], signature, "c1"),
+                 finite_argument(info[11], signature, "c2")};
+  adamw_update_cpu(args);
   return env.Undefined();
 }
 
@@ -763,6 +822,8 @@ Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("setTrimThreshold", Napi::Function::New(env, SetTrimThreshold, "setTrimThreshold"));
   exports.Set("geluForward", Napi::Function::New(env, GeluForward, "geluForward"));
   exports.Set("geluBackward", Napi::Function::New(env, GeluBackward, "geluBackward"));
+  exports.Set("adamwUpdate", Napi::Function::New(env, AdamWUpdate, "adamwUpdate"));
+  exports.Set("addInto", Napi::Function::New(env, AddInto, "addInto"));
   exports.Set("weightGradient", Napi::Function::New(env, WeightGradient, "weightGradient"));
   exports.Set("rope", Napi::Function::New(env, Rope, "rope"));
   exports.Set("layerNormForward", Napi::Function::New(env, LayerNormForward, "layerNormForward"));

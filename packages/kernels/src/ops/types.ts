@@ -25,6 +25,25 @@ export interface CrossEntropyResult {
   count: number;
 }
 
+/** One AdamW update of a slice (see BlockOps.adamwUpdate and @ulysses/training's AdamW). */
+export interface AdamWUpdate {
+  params: Float32Array;
+  grads: Float32Array;
+  m: Float32Array;
+  v: Float32Array;
+  /** One byte per element, 1 where weight decay applies; null: everywhere. */
+  decayMask: Uint8Array | null;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  lr: number;
+  /** lr * weight decay. */
+  decay: number;
+  /** Bias corrections 1 - beta1^t and 1 - beta2^t. */
+  c1: number;
+  c2: number;
+}
+
 export interface BlockOps {
   /** y[rows, out] = x[rows, in] @ w[in, out] (+ b[out]) */
   linearForward(x: F32, w: F32, b?: F32): Promise<F32>;
@@ -41,6 +60,21 @@ export interface BlockOps {
    * linearWeightGradient and add.
    */
   linearWeightGradientInto?(x: F32, dy: F32, into: F32): Promise<void>;
+  /**
+   * target += each term, elementwise in place (same sizes; a term may be
+   * target itself); returns target. Optional: without it the block adds in
+   * JavaScript. An implementation must give the same bits (one float32
+   * addition per element and term, in order).
+   */
+  addInto?(target: F32, ...terms: F32[]): F32;
+  /**
+   * One AdamW update in place (params, m and v, one slice of the same
+   * length as grads), with the arithmetic of @ulysses/training's
+   * AdamW.update: float64 per element, the same operations in the same
+   * order, so the same bits. Optional: without it the optimizer runs in
+   * JavaScript.
+   */
+  adamwUpdate?(update: AdamWUpdate): void;
 
   /** x, y: [rows, hidden]; gamma, beta: [hidden] */
   layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved>;

@@ -85,6 +85,27 @@ void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa = 
 void gelu_forward_cpu(const float* x, float* y, int64_t n, CpuIsa isa = CpuIsa::Auto);
 void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, CpuIsa isa = CpuIsa::Auto);
 
+// One AdamW update of n elements (see adamw.cc): params, m and v in place,
+// from grads; decay_mask null (decay everywhere) or one byte per element (1:
+// decay). c1 and c2 are the bias corrections 1 - beta^step, decay is lr *
+// weight decay. The arrays must not overlap.
+struct AdamWArgs {
+  float* params;
+  const float* grads;
+  float* m;
+  float* v;
+  const uint8_t* decay_mask;
+  int64_t n;
+  double beta1, beta2, eps, lr, decay, c1, c2;
+};
+void adamw_update_cpu(const AdamWArgs& args);
+
+// target[i] += term[i] over n floats, in place on the calling thread, with
+// the bits of float32 additions one element at a time (JavaScript's
+// `t[i] += d[i]` on Float32Arrays). term may be target, but must not partly
+// overlap it.
+void add_into_cpu(float* target, const float* term, int64_t n, CpuIsa isa = CpuIsa::Auto);
+
 // The weight gradient of y = x w added in place: into[i][o] += sum over r of
 // x[r][i] dy[r][o], with x [rows][in], dy [rows][out] and into [in][out] row
 // major; into must not overlap x or dy. The columns are split over `threads`

@@ -180,6 +180,10 @@ void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, Cp
   if (n > 0) table(isa).gelu_backward(x, dy, dx, n);
 }
 
+void add_into_cpu(float* target, const float* term, int64_t n, CpuIsa isa) {
+  if (n > 0) table(isa).add_into(target, term, n);
+}
+
 void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int threads,
                          CpuIsa isa) {
   const KernelTable& t = table(isa);

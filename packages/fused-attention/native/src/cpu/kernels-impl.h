@@ -151,8 +151,17 @@ void forward_item(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb, float*
     if (p.causal && j0 + nk - 1 > i0 + offset) mask_causal<I>(st, nk, nqp, j0, i0, offset);
     if (docq && !one_document(docq, nq, dock + j0, nk)) mask_documents(st, nk, nq, nqp, docq, dock + j0);
     for (int64_t v0 = 0; v0 < nqp; v0 += W) {
-      V mx = I::load(m + v0);
-      for (int64_t j = 0; j < nk; ++j) mx = I::max(mx, I::load(st + j * nqp + v0));
+      // four running maxima: one chain would wait out max's latency each row
+      V mx0 = I::load(m + v0), mx1 = mx0, mx2 = mx0, mx3 = mx0;
+      int64_t j = 0;
+      for (; j + 4 <= nk; j += 4) {
+        mx0 = I::max(mx0, I::load(st + j * nqp + v0));
+        mx1 = I::max(mx1, I::load(st + (j + 1) * nqp + v0));
+        mx2 = I::max(mx2, I::load(st + (j + 2) * nqp + v0));
+        mx3 = I::max(mx3, I::load(st + (j + 3) * nqp + v0));
+      }
+      for (; j < nk; ++j) mx0 = I::max(mx0, I::load(st + j * nqp + v0));
+      const V mx = I::max(I::max(mx0, mx1), I::max(mx2, mx3));
       V sum = I::zero();
       for (int64_t j = 0; j < nk; ++j) {
         V e = I::exp2(I::sub(I::load(st + j * nqp + v0), mx));
@@ -405,6 +414,27 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   }
 }
 
+// target[i] += term[i] for i in [0, n): one float32 addition per element,
+// correctly rounded, so the same bits as JavaScript's `t[i] += d[i]` on
+// Float32Arrays (a float64 sum of two floats rounded to float32 is the float32
+// sum). term may be target itself.
+template <class I>
+void add_into(float* target, const float* term, int64_t n) {
+  constexpr int64_t W = I::W;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    const typename I::V a0 = I::add(I::load(target + i), I::load(term + i));
+    const typename I::V a1 = I::add(I::load(target + i + W), I::load(term + i + W));
+    const typename I::V a2 = I::add(I::load(target + i + 2 * W), I::load(term + i + 2 * W));
+    const typename I::V a3 = I::add(I::load(target + i + 3 * W), I::load(term + i + 3 * W));
+    I::store(target + i, a0);
+    I::store(target + i + W, a1);
+    I::store(target + i + 2 * W, a2);
+    I::store(target + i + 3 * W, a3);
+  }
+  for (; i < n; ++i) target[i] += term[i];
+}
+
 // Rows of x and dy per pass of the weight gradient's gemm: the gemm keeps a
 // panel of dy (these rows x its tile's columns) in cache for every row tile of
 // the result.
@@ -570,6 +600,7 @@ KernelTable make_table(const char* name) {
   t.gelu_forward = &gelu_forward<I>;
   t.gelu_backward = &gelu_backward<I>;
   t.weight_gradient = &weight_gradient<I>;
+  t.add_into = &add_into<I>;
   t.rope = &rope<I>;
   t.layer_norm_forward = &layer_norm_forward<I>;
   t.layer_norm_backward = &layer_norm_backward<I>;

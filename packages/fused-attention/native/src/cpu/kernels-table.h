@@ -28,6 +28,8 @@ struct KernelTable {
   // GELU (tanh approximation) over n floats, single pass (see gelu_forward_cpu).
   void (*gelu_forward)(const float* x, float* y, int64_t n) = nullptr;
   void (*gelu_backward)(const float* x, const float* dy, float* dx, int64_t n) = nullptr;
+  // target[i] += term[i] over n floats (see add_into_cpu).
+  void (*add_into)(float* target, const float* term, int64_t n) = nullptr;
   // into[i][o] += sum_r x[r][i] dy[r][o] for columns o in [o0, o1) (see weight_gradient_cpu).
   void (*weight_gradient)(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int64_t o0,
                           int64_t o1) = nullptr;

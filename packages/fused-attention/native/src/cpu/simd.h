@@ -71,10 +71,10 @@ struct Avx512 {
     __mmask16 m = n >= W ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
     _mm512_mask_storeu_ps(p, m, _mm512_set1_ps(-INFINITY));
   }
-  // exp2(x), exactly 0 where x < kExp2Min or x is NaN.
+  // exp2(x), exactly 0 where x < kExp2Min or x is NaN; +inf where 2^x
+  // overflows (scalef saturates, so x needs no upper clamp here).
   static V exp2(V x) {
     __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExp2Min), _CMP_GE_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(127.0f));
     V n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     V f = _mm512_sub_ps(x, n);
     V p = _mm512_set1_ps(kExp2C6);
