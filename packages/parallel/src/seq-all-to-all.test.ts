@@ -129,6 +129,7 @@ describe("seqToHeads / headsToSeq", () => {
 
   it("chunkBytes bounds the send and receive areas: 6 all-to-alls of at most 6 tokens each instead of one of 32", async () => {
     // 2 ranks, 64 tokens, 4 heads of 4 floats: q, k, v of one rank are 32 tokens x 12 heads x 16 B = 6144 B either way; 1024 B -> 6 chunks
+    // (counted on whole tensors; half of each travels)
     const [ranks, seq, heads, d] = [2, 64, 4, 4];
     const q = numbered([1, seq, heads, d], 1);
     const k = numbered([1, seq, heads, d], 1 + q.size);
@@ -151,9 +152,10 @@ describe("seqToHeads / headsToSeq", () => {
       expect(r.chunked.data).toEqual(r.whole.data);
       expect(r.whole.calls).toBe(1);
       expect(r.chunked.calls).toBe(6);
-      expect(r.whole.bytes).toBe(2 * 6144);
-      // windows of floor(32 c / 6): 5 or 6 tokens, 192 B a token
-      expect(r.chunked.bytes).toBe(2 * 6 * 192);
+      // send and receive areas hold only the other rank's half of the heads (the own half is copied directly)
+      expect(r.whole.bytes).toBe(2 * 3072);
+      // windows of floor(32 c / 6): 5 or 6 tokens, 96 B a token for the other rank
+      expect(r.chunked.bytes).toBe(2 * 6 * 96);
     }
   });
 
@@ -211,6 +213,12 @@ describe("seqAllToAll errors", () => {
         /group of 2 ranks, head routing for 4, sequence shards for 2/,
       );
       await expect(seqToHeads(exchange, [])).rejects.toThrow(ParallelError);
+      // an input handed back to the exchange's pool before the call would come back as its output
+      const pool = new TensorPool();
+      const input = pool.take([1, 3, 4, 2], false);
+      input.data.set(q.data);
+      pool.give(input);
+      await expect(seqToHeads({ ...exchange, pool }, [{ tensor: input, heads: "q" }])).rejects.toThrow(/an output shares memory with an input/);
       for (const bad of [0, 2.5, Number.NaN]) {
         await expect(seqToHeads({ ...exchange, chunkBytes: bad }, [{ tensor: q, heads: "q" }])).rejects.toThrow(
           `seqAllToAll chunkBytes: the exchange chunk size must be a positive integer of bytes, got ${bad}`,

@@ -23,7 +23,9 @@
  * replicated kv head.
  *
  * Wire layout: per destination rank, the tensors' blocks back to back in
- * the order given, each block token-major (`head-exchange.ts`). Send and
+ * the order given, each block token-major (`head-exchange.ts`). A rank's own
+ * block (its tokens of its heads) does not travel: it is copied straight
+ * from the input to the output. Send and
  * receive floats live in reused ScratchBuffers; outputs come from a
  * TensorPool (zeroed only where they accumulate). With `chunkBytes` the
  * exchange runs as several all-to-alls, each over a window of every rank's
@@ -113,6 +115,36 @@ interface Layout {
   rows(part: PartPlan, j: number, b: number, w: Windows): number;
   pack(part: PartPlan, tensor: F32, j: number, dst: Float32Array, offset: number, w: Windows): number;
   unpack(part: PartPlan, src: Float32Array, offset: number, tensor: F32, j: number, w: Windows): number;
+}
+
+/** Batch row i of [b, ...] as a [1, ...] view of the same memory. */
+function batchRow(t: F32, i: number): F32 {
+  const per = t.size / t.shape[0]!;
+  return new Tensor("float32", [1, ...t.shape.slice(1)], t.data.subarray(i * per, (i + 1) * per));
+}
+
+/**
+ * The block this rank keeps (its own tokens of its own heads, the windows'
+ * share), moved straight from the source tensor into the output: one copy,
+ * where the send buffer, the backend and the receive buffer would take three.
+ * `sequence` is the tensor in the sequence layout [b, s_r, Hx, D], `heads`
+ * the one in the heads layout [b, N, hx_r, D]; `toHeads` says which is the
+ * output. Per batch row, the heads side's rows of this rank's window are one
+ * run, as gatherHeads writes and scatterHeads reads a send or receive block.
+ */
+function moveOwnBlock(part: PartPlan, sequence: F32, heads: F32, toHeads: boolean, rank: number, shards: SequenceShards, w: Windows): void {
+  const [b, n, hr, d] = heads.shape as unknown as [number, number, number, number];
+  const window = w[rank]!;
+  for (let i = 0; i < b; i++) {
+    const offset = (i * n + shards.starts[rank]! + window.first) * hr * d;
+    if (toHeads) gatherHeads(batchRow(sequence, i), part.headsOf[rank]!, heads.data, offset, window);
+    else scatterHeads(heads.data, offset, batchRow(sequence, i), part.headsOf[rank]!, part.accumulate, window);
+  }
+}
+
+/** Whether two arrays share any bytes. */
+function overlap(a: Float32Array, b: Float32Array): boolean {
+  return a.buffer === b.buffer && a.byteOffset < b.byteOffset + b.byteLength && b.byteOffset < a.byteOffset + a.byteLength;
 }
 
 /** [b, s_r, Hx, D]: the block for rank j holds rank j's heads of this rank's tokens (its window), [b, w_r, hx_j, D]. */
@@ -241,26 +273,39 @@ export async function seqAllToAll<const T extends readonly SeqAllToAllPart[]>(
   const ranks = Array.from({ length: group.size }, (_, j) => j);
   const chunks = chunkCount(exchange, plans, b, d);
   const outputs = plans.map((p) => pool.take(to.shape(p, b, d), p.accumulate));
+  // the own block is copied from the inputs after others have been written to the outputs
+  for (const out of outputs) {
+    if (plans.some((p) => overlap(p.tensor.data, out.data))) throw new ParallelError(`seqAllToAll(${direction}): an output shares memory with an input`);
+  }
+  const toHeads = direction === "sequence-to-heads";
   for (let c = 0; c < chunks; c++) {
     const w = chunkWindows(shards, c, chunks);
     // Rows per peer j: what this rank sends j in the source layout is what j receives from it in the target layout.
-    const inputSplits = ranks.map((j) => sum(plans.map((p) => from.rows(p, j, b, w))));
-    const outputSplits = ranks.map((j) => sum(plans.map((p) => to.rows(p, j, b, w))));
+    // None to itself: its own block moves straight from input to output (moveOwnBlock).
+    const rowsTo = (layout: Layout, j: number) => (j === group.rank ? 0 : sum(plans.map((p) => layout.rows(p, j, b, w))));
+    const inputSplits = ranks.map((j) => rowsTo(from, j));
+    const outputSplits = ranks.map((j) => rowsTo(to, j));
 
     // Per peer j, each part's block back to back: [rows_j, D].
     const send = scratch.get("send", sum(inputSplits) * d);
     let o = 0;
-    for (const j of ranks) for (const p of plans) o = from.pack(p, p.tensor, j, send, o, w);
+    for (const j of ranks) if (j !== group.rank) for (const p of plans) o = from.pack(p, p.tensor, j, send, o, w);
 
     const rows = sum(outputSplits);
     const output = new Tensor("float32", [rows, d], scratch.get("recv", rows * d));
     const input = new Tensor("float32", [sum(inputSplits), d], send);
     const received = (await group.allToAll(input, { inputSplits, outputSplits, output })).data as Float32Array;
 
-    // Per source j, each part's block -> its place in the target-layout output.
+    // Per source j, each part's block -> its place in the target-layout output (in rank order, the order
+    // replicated heads' copies are summed in).
     o = 0;
     for (const j of ranks) {
-      for (let i = 0; i < plans.length; i++) o = to.unpack(plans[i]!, received, o, outputs[i]!, j, w);
+      for (let i = 0; i < plans.length; i++) {
+        const p = plans[i]!;
+        if (j !== group.rank) o = to.unpack(p, received, o, outputs[i]!, j, w);
+        else if (toHeads) moveOwnBlock(p, p.tensor, outputs[i]!, true, j, shards, w);
+        else moveOwnBlock(p, outputs[i]!, p.tensor, false, j, shards, w);
+      }
     }
   }
   return outputs as unknown as SeqAllToAllOutputs<T>;
