@@ -58,7 +58,7 @@ const HELP: Record<keyof TrainConfig, string> = {
   checkpointEvery: "steps between checkpoints (0: only at the end)",
   activationCheckpointing: "recompute block activations in backward to save memory (only each block's input is kept)",
   tileMlp:
-    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto, the default: tiles of at most 4 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
+    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto, the default: tiles of at most 8 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
   tileLoss:
     "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 4 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
   tileAttention:

@@ -85,16 +85,18 @@ describe("validation before any rank starts", () => {
     expect(() => parse(["--tile-loss", "most"])).toThrow(/--tile-loss needs a number or auto, got 'most'/);
   });
 
-  it("sizes auto tiles to at most 4 MiB, in multiples of 64 rows, and leaves a shard untiled when its buffer fits", () => {
+  it("sizes auto tiles to at most 4 MiB of logits or 8 MiB of MLP activations, in multiples of 64 rows, and leaves a shard untiled when its buffer fits", () => {
     const rows = (over: Partial<TrainConfig>) => tileRowsOf({ ...DEFAULTS, tileMlp: "auto", tileLoss: "auto", ...over });
     // 4 MiB / (4 bytes x 32768) = 32 rows of logits -> the 64-row floor; a 16384-token sequence over 2 ranks has 8192 rows per rank
     expect(rows({ task: "recall", vocab: 32768, seq: 16384, sp: 2, batch: 1 }).loss).toBe(64);
     // 4 MiB / (4 x 1000) = 1048.6 rows -> 1024 (16 x 64)
     expect(rows({ task: "recall", vocab: 1000, seq: 16384, sp: 1, batch: 1 }).loss).toBe(1024);
-    // hidden 256, GELU x4: an MLP row is 1024 floats -> 1024 rows, below the 8192 rows of a rank
-    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 16384, sp: 2, batch: 1 }).mlp).toBe(1024);
-    // the whole shard fits: untiled (1024 rows per rank, 1024-row tiles)
-    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 2048, sp: 2, batch: 1 }).mlp).toBe(0);
+    // hidden 256, GELU x4: an MLP row is 1024 floats, 8 MiB of them -> 2048 rows, below the 8192 rows of a rank
+    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 16384, sp: 2, batch: 1 }).mlp).toBe(2048);
+    // the whole shard fits: untiled (2048 rows per rank, 2048-row tiles)
+    expect(rows({ hidden: 256, heads: 8, kvHeads: 8, seq: 4096, sp: 2, batch: 1 }).mlp).toBe(0);
+    // hidden 512: an MLP row is 2048 floats -> 1024 rows
+    expect(rows({ hidden: 512, heads: 8, kvHeads: 8, seq: 8192, sp: 1, batch: 1 }).mlp).toBe(1024);
     // the default recall run (vocab 73, 1024 rows per rank): untiled; a number is taken as given
     expect(rows({})).toEqual({ mlp: 0, loss: 0 });
     expect(rows({ tileMlp: 24, tileLoss: 0 })).toEqual({ mlp: 24, loss: 0 });
