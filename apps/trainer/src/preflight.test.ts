@@ -31,13 +31,14 @@ describe("memory estimate", () => {
   });
 
   it("counts Ulysses' exchange scratch in chunks: at most 4 MiB a send and a receive area per rank; pipelined Ulysses' whole", () => {
-    // q, k, v of 256 floats a token each, sent and received: 6 KiB a token per rank, 2 ranks; past 1365 tokens per rank, 8 MiB
+    // q, k, v of 256 floats a token each, sent and received, the other rank's half of each (a rank's own block is copied
+    // straight across): 3 KiB a token per rank, 2 ranks; past 1365 tokens per rank, chunks of 4 MiB of whole tensors, half travels
     const scratch = (seq: number, ulyssesHeadGroups = 1) => exchangeTerm(estimateMemory({ ...MODEL, seq, ulyssesHeadGroups }));
-    expect(scratch(1024)).toBe(2 * 512 * 6 * 1024);
-    expect(scratch(2048)).toBe(2 * 1024 * 6 * 1024);
-    expect(scratch(4096)).toBe(2 * 8 * MiB);
-    expect(scratch(65536)).toBe(2 * 8 * MiB);
-    expect(scratch(65536, 2)).toBe(2 * 32768 * 6 * 1024);
+    expect(scratch(1024)).toBe(2 * 512 * 3 * 1024);
+    expect(scratch(2048)).toBe(2 * 1024 * 3 * 1024);
+    expect(scratch(4096)).toBe(2 * 4 * MiB);
+    expect(scratch(65536)).toBe(2 * 4 * MiB);
+    expect(scratch(65536, 2)).toBe(2 * 32768 * 3 * 1024);
   });
 
   it("counts the backward's two phases, the loss and final norm's and one block's, as the larger of them, not their sum", () => {

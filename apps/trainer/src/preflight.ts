@@ -126,6 +126,8 @@ export interface LayerFloats {
   backward: number;
   /** Floats per token of the exchange scratch (0 without exchanges). */
   exchange: number;
+  /** The share of an exchanged tensor that travels (the rest, a rank's own block, is copied straight across). */
+  travels: number;
   /** Floats per row of one MLP tile's working set (tiled MLP). */
   mlpTile: number;
 }
@@ -174,9 +176,12 @@ export function layerFloatsPerToken(
   const attentionBackward = hidden + qWidth + qWidth + 2 * kvWidth + qWidth + kvWidth;
   const backward = tiledMlp ? attentionBackward : Math.max(mlpBackward, attentionBackward);
   // (a tiled MLP's backward works on one tile at a time, before the attention's gradients exist: see mlpTile)
-  const exchange = moved && kind !== "allgather" ? 2 * (qWidth + 2 * kvWidth) : 0; // send and receive areas of q, k, v (reused for out and the gradients)
+  // send and receive areas of q, k, v (reused for out and the gradients); a rank's own block of an all-to-all does not
+  // travel (seqAllToAll copies it straight across), so they hold (u - 1) / u of the tensors, u the Ulysses group's size
+  const travels = kind === "ulysses" || kind === "hybrid" ? (ulyssesDegree - 1) / ulyssesDegree : 1;
+  const exchange = moved && kind !== "allgather" ? 2 * (qWidth + 2 * kvWidth) * travels : 0;
   const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
-  if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, mlpTile };
+  if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, travels, mlpTile };
   // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
   // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileRowsOf),
   // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
@@ -189,6 +194,7 @@ export function layerFloatsPerToken(
     recomputed: hidden + normStats,
     backward: tiledMlp ? groupedBackward : Math.max(mlpBackward, groupedBackward),
     exchange: exchange / headGroups,
+    travels,
     mlpTile,
   };
 }
@@ -287,7 +293,8 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
     },
     {
       name: `sequence-parallel exchange scratch (send and receive areas${headGroups > 1 ? ", one head group's" : ""}${chunkedExchange ? `, in chunks of at most ${EXCHANGE_CHUNK_BYTES / MiB} MiB` : ""})`,
-      bytes: all(chunkedExchange ? Math.min(exchangeBytes, 2 * EXCHANGE_CHUNK_BYTES) : exchangeBytes),
+      // chunks are sized on the whole tensors (seqAllToAll's chunkCount); the travelling share of one fills the areas
+      bytes: all(chunkedExchange ? Math.min(exchangeBytes, 2 * EXCHANGE_CHUNK_BYTES * perLayer.travels) : exchangeBytes),
     },
   ];
   if (config.memoryArena === false) {
