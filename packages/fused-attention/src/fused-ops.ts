@@ -26,7 +26,7 @@ import { formatShape, Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import type { CpuIsa } from "./fused-attention.js";
 import { loadNative, type NativeBinding } from "./native.js";
-import { unfilled } from "./unfilled.js";
+import { unfilledFloat32 } from "./unfilled.js";
 
 type F32 = Tensor<"float32">;
 
@@ -68,14 +68,7 @@ export class FusedOps extends OrtOps {
    * outputs'.
    */
   private output(shape: readonly number[]): F32 {
-    const t = new Tensor(
-      "float32",
-      shape,
-      unfilled(
-        "float32",
-        shape.reduce((a, b) => a * b, 1),
-      ) as Float32Array,
-    );
+    const t = new Tensor("float32", shape, unfilledFloat32(shape.reduce((a, b) => a * b, 1)));
     this.cache.collector?.allocated(t.data.byteLength);
     return t;
   }

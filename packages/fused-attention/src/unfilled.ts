@@ -12,3 +12,8 @@ export function unfilled(dtype: "float32" | "int32", count: number): Float32Arra
   const buffer = Buffer.allocUnsafeSlow(count * 4).buffer;
   return dtype === "float32" ? new Float32Array(buffer, 0, count) : new Int32Array(buffer, 0, count);
 }
+
+/** A Float32Array of `count` elements, not zero-filled (unfilled's float32 case). */
+export function unfilledFloat32(count: number): Float32Array {
+  return unfilled("float32", count) as Float32Array;
+}
