@@ -59,13 +59,13 @@ export class Trainer {
     return this.optimizer.step;
   }
 
-  /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */
   /** The ops' native AdamW loop, when they have one. */
   private get adamwKernel(): ((update: AdamWUpdate) => void) | undefined {
     const ops = this.options.ops;
     return ops.adamwUpdate === undefined ? undefined : (update) => ops.adamwUpdate!(update);
   }
 
+  /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */
   async trainStep(batch: Batch, lr: number): Promise<StepResult> {
     const { params } = this.model;
     const { zero1, gradClip } = this.options;
