@@ -25,8 +25,8 @@
  * Wire layout: per destination rank, the tensors' blocks back to back in
  * the order given, each block token-major (`head-exchange.ts`). A rank's own
  * block (its tokens of its heads) does not travel: it is copied straight
- * from the input to the output. Send and
- * receive floats live in reused ScratchBuffers; outputs come from a
+ * from the input to the output. Send and receive floats live in reused
+ * ScratchBuffers; outputs come from a
  * TensorPool (zeroed only where they accumulate). With `chunkBytes` the
  * exchange runs as several all-to-alls, each over a window of every rank's
  * tokens, so those buffers stay a few MiB at any sequence length.
