@@ -39,8 +39,8 @@ export function resolveKernel(kernel: TrainConfig["kernel"]): { kernel: "fused" 
 }
 
 /**
- * Whether a run with this --kernel setting uses FusedOps (GELU, LayerNorm and rope as the addon's native kernels): the fused kernel on
- * an AVX2 or AVX-512 processor. Their portable build is slower than ONNX Runtime's Gelu, so not there.
+ * Whether a run with this --kernel setting uses FusedOps (GELU, LayerNorm, rope, the block's sums and AdamW as the addon's native
+ * kernels): the fused kernel on an AVX2 or AVX-512 processor. Their portable build is slower than ONNX Runtime's Gelu, so not there.
  */
 export function usesNativeOps(kernel: TrainConfig["kernel"]): boolean {
   if (kernel === "ort") return false;

@@ -17,7 +17,7 @@ export {
 } from "./block-attention.js";
 export { blockForward, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
-export { blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
+export { addWith, blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
 export { headGroupTileRowsOf } from "./head-groups.js";
 export {
   TransformerBlock,

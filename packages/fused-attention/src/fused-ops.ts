@@ -189,7 +189,10 @@ export class FusedOps extends OrtOps {
   }
 }
 
-/** FusedOps on `cache` (GELU, LayerNorm and rope native, every other op OrtOps'); throws FusedAttentionError when the addon is not built. */
+/**
+ * FusedOps on `cache` (GELU, LayerNorm and rope native, with the optional addInto, adamwUpdate and linearWeightGradientInto; every
+ * other op OrtOps'); throws FusedAttentionError when the addon is not built.
+ */
 export function createFusedOps(cache: SessionCache, options: FusedOpsOptions = {}): BlockOps {
   return new FusedOps(cache, options);
 }

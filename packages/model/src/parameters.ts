@@ -6,6 +6,7 @@
  * SP degree starts from the same weights.
  */
 import { Rng, Tensor } from "@ulysses/tensors";
+import { addWith } from "@ulysses/block";
 import type { BlockOps } from "@ulysses/kernels";
 import { ModelError } from "./errors.js";
 import type { ParamSpec } from "./gpt-config.js";
@@ -114,13 +115,8 @@ export class ParameterStore {
   accumulateRun(first: string, values: Float32Array, ops: Pick<BlockOps, "addInto"> = {}): void {
     const { offset } = this.slot(first);
     if (offset + values.length > this.size) throw new ModelError(`gradient run from '${first}' (${values.length} values) overruns the ${this.size} parameters`);
-    const g = this.grads;
-    if (ops.addInto !== undefined) {
-      const n = values.length;
-      ops.addInto(new Tensor("float32", [n], g.subarray(offset, offset + n)), new Tensor("float32", [n], values));
-      return;
-    }
-    for (let i = 0; i < values.length; i++) g[offset + i] += values[i]!;
+    const n = values.length;
+    addWith(ops, new Tensor("float32", [n], this.grads.subarray(offset, offset + n)), new Tensor("float32", [n], values));
   }
 
   /** Seeded initialisation: parameter i draws from Rng(seed, i + 1). */

@@ -39,6 +39,8 @@ export class Trainer {
   readonly group: ProcessGroup | null;
   /** Flat-vector elements owned by each rank (ZeRO-1), else one slice of everything. */
   readonly sliceSizes: number[];
+  /** The ops' native AdamW loop, when they have one. */
+  private readonly adamwKernel: ((update: AdamWUpdate) => void) | undefined;
 
   constructor(model: TrainModel, options: TrainStepOptions) {
     this.model = model;
@@ -52,17 +54,12 @@ export class Trainer {
     const offset = this.sliceSizes.slice(0, rank).reduce((a, b) => a + b, 0);
     const length = this.sliceSizes[rank]!;
     this.optimizer = new AdamW({ offset, length, decayMask: model.params.decayMask(offset, length) }, options.adamw);
+    this.adamwKernel = options.ops.adamwUpdate?.bind(options.ops);
   }
 
   /** Steps taken so far. */
   get step(): number {
     return this.optimizer.step;
-  }
-
-  /** The ops' native AdamW loop, when they have one. */
-  private get adamwKernel(): ((update: AdamWUpdate) => void) | undefined {
-    const ops = this.options.ops;
-    return ops.adamwUpdate === undefined ? undefined : (update) => ops.adamwUpdate!(update);
   }
 
   /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */

@@ -15,6 +15,11 @@
 //                                    GELU (tanh approximation) on Float32Arrays
 //                                    of one length, synchronously on the JS
 //                                    thread: y = gelu(x), dx = dy * gelu'(x)
+//   addInto(term, target, isa?)      target += term on Float32Arrays of one
+//                                    length, synchronously on the JS thread
+//   adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2)
+//                                    one AdamW update in place, float64 per
+//                                    element as @ulysses/training's loop
 //   weightGradient(x, dy, into, rows, in, out, threads, isa?)
 //                                    into += x^T dy in place (a linear layer's
 //                                    weight gradient), on the calling thread
