@@ -2,7 +2,8 @@
 // @ulysses/tensors and @ulysses/kernels) built its addon at install time, and its forward and
 // backward match a float64 attention written here, causal and not (one case within one block,
 // one past the backward's 192-key blocks); FusedOps' native LayerNorm and rope match float64
-// ones written here too, each split over a 2-thread cache.
+// ones written here too, each split over a 2-thread cache; addInto and adamwUpdate give the bits of
+// the JavaScript loops they stand for, written here too.
 import assert from "node:assert/strict";
 import { relativeError } from "./compare.mjs";
 import fs from "node:fs";
@@ -173,4 +174,44 @@ try {
   console.log(`fused-attention: FusedOps LayerNorm and rope, 2 threads: max relative error vs float64 ${worst.toExponential(2)}`);
 } finally {
   await cache.release();
+}
+
+// FusedOps' addInto and adamwUpdate, as installed: the same bits as the JavaScript they stand for, written here
+// (a float32 sum per element; AdamW in float64 per element, rounded to float32 on store)
+{
+  const addCache = new SessionCache({ intraOpThreads: 1 });
+  try {
+    const ops = createFusedOps(addCache);
+    const n = 1003; // whole vectors and a tail
+    const target = Float32Array.from({ length: n }, () => 1e3 * next());
+    const term = Float32Array.from({ length: n }, () => 1e-3 * next());
+    const expected = Float32Array.from(target, (t, i) => t + term[i]);
+    ops.addInto(new Tensor("float32", [n], target), new Tensor("float32", [n], term));
+    assert.deepEqual(Buffer.from(target.buffer), Buffer.from(expected.buffer), "addInto: not the bits of a float32 sum per element");
+
+    const [beta1, beta2, eps, lr, weightDecay, step] = [0.9, 0.95, 1e-8, 3e-3, 0.1, 4];
+    const [c1, c2, decay] = [1 - beta1 ** step, 1 - beta2 ** step, lr * weightDecay];
+    const params = Float32Array.from({ length: n }, next);
+    const grads = Float32Array.from({ length: n }, next);
+    const m = Float32Array.from({ length: n }, () => 0.1 * next());
+    const v = Float32Array.from({ length: n }, () => 0.01 * (next() + 0.5));
+    const decayMask = Uint8Array.from({ length: n }, (_, i) => (i % 3 === 0 ? 0 : 1));
+    const want = { params: new Float32Array(n), m: new Float32Array(n), v: new Float32Array(n) };
+    for (let i = 0; i < n; i++) {
+      const g = grads[i];
+      let p = params[i];
+      if (decayMask[i] === 1) p -= decay * p;
+      const mi = beta1 * m[i] + (1 - beta1) * g;
+      const vi = beta2 * v[i] + (1 - beta2) * g * g;
+      want.m[i] = mi;
+      want.v[i] = vi;
+      want.params[i] = p - (lr * (mi / c1)) / (Math.sqrt(vi / c2) + eps);
+    }
+    ops.adamwUpdate({ params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2 });
+    for (const [name, got] of Object.entries({ params, m, v }))
+      assert.deepEqual(Buffer.from(got.buffer), Buffer.from(want[name].buffer), `adamwUpdate: ${name} not the bits of the float64 loop`);
+    console.log(`fused-attention: FusedOps addInto and adamwUpdate (${n} elements): bit for bit with the JavaScript loops`);
+  } finally {
+    await addCache.release();
+  }
 }
