@@ -515,26 +515,50 @@ export class TransformerBlock {
    * added into `grads` (a tiled MLP sums its tiles').
    */
   private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors, into: boolean): Promise<F32> {
-    // each stage's result goes straight into the next (no local holds it): dAct dies in activationBackward, dUp and dGate in upBackward
-    const dh2 = await this.upBackward(a, await this.activationBackward(a, await this.linearBackward(a.takeInput("mlp.down"), "mlp.down", dy, grads)), grads);
+    // Each stage's result goes straight into the next (no local holds it), and what a stage has read for the last time goes
+    // back to the ops (BlockOps.release) for later outputs of its size: dAct in activationBackward, dUp and dGate in upBackward.
+    const act = a.takeInput("mlp.down");
+    const dAct = await this.linearBackward(act, "mlp.down", dy, grads);
+    this.ops.release?.(act);
+    const dh2 = await this.upBackward(a, await this.activationBackward(a, dAct), grads);
     const dNorm = await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads);
-    return into ? addWith(this.ops, dy, dNorm) : addWith(this.ops, dNorm, dy);
+    this.ops.release?.(dh2);
+    if (!into) return addWith(this.ops, dNorm, dy);
+    addWith(this.ops, dy, dNorm);
+    this.ops.release?.(dNorm);
+    return dy;
   }
 
-  /** dAct -> the gradients of up (and gate). */
+  /** dAct -> the gradients of up (and gate); dAct and the saved inputs are released. */
   private async activationBackward(a: Activations, dAct: F32): Promise<MlpGradients> {
     if (this.config.mlp === "swiglu") {
-      const { dGate, dUp } = await this.ops.swigluBackward(a.takeMlp("gate"), a.takeMlp("up"), dAct);
+      const gate = a.takeMlp("gate");
+      const up = a.takeMlp("up");
+      const { dGate, dUp } = await this.ops.swigluBackward(gate, up, dAct);
+      this.ops.release?.(gate, up, dAct);
       return { dGate, dUp };
     }
-    return { dUp: await this.ops.geluBackward(a.takeMlp("geluInput"), dAct) };
+    const geluInput = a.takeMlp("geluInput");
+    const dUp = await this.ops.geluBackward(geluInput, dAct);
+    this.ops.release?.(geluInput, dAct);
+    return { dUp };
   }
 
-  /** up (and gate): their gradients -> dh2 (h2 feeds both). */
+  /** up (and gate): their gradients -> dh2 (h2 feeds both; released after the last). */
   private async upBackward(a: Activations, d: MlpGradients, grads: FlatTensors): Promise<F32> {
-    const dh2 = await this.linearBackward(a.takeInput("mlp.up"), "mlp.up", takeGradient(d, "dUp"), grads);
-    if (this.config.mlp !== "swiglu") return dh2;
-    return addWith(this.ops, dh2, await this.linearBackward(a.takeInput("mlp.gate"), "mlp.gate", takeGradient(d, "dGate"), grads));
+    const h2 = a.takeInput("mlp.up");
+    const dUp = takeGradient(d, "dUp");
+    const dh2 = await this.linearBackward(h2, "mlp.up", dUp, grads);
+    this.ops.release?.(dUp);
+    if (this.config.mlp !== "swiglu") {
+      this.ops.release?.(h2);
+      return dh2;
+    }
+    const gateInput = a.takeInput("mlp.gate");
+    const dGate = takeGradient(d, "dGate");
+    addWith(this.ops, dh2, await this.linearBackward(gateInput, "mlp.gate", dGate, grads));
+    this.ops.release?.(...new Set([h2, gateInput, dGate]));
+    return dh2;
   }
 
   /** Attention: x2 = x + o @ Wo; dx2 -> dx, the residual term included. */
@@ -558,19 +582,30 @@ export class TransformerBlock {
     const rows = g.dq.shape[0]! * g.dq.shape[1]!;
     // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
     const rotated = async (d: F32, width: number) => (await this.ops.ropeBackward(d, positions, ropeBase)).reshape([rows, width]);
-    const dq = await this.linearBackward(a.takeInput("attn.q"), "attn.q", await rotated(g.dq, heads * headDim), grads);
-    const dk = await this.linearBackward(a.takeInput("attn.k"), "attn.k", await rotated(g.dk, kvHeads * headDim), grads);
-    const dv = await this.linearBackward(a.takeInput("attn.v"), "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads);
-    // The attention's buffers are spent: hand them back for the next step.
+    const hq = a.takeInput("attn.q");
+    const dqRotated = await rotated(g.dq, heads * headDim);
+    const dq = await this.linearBackward(hq, "attn.q", dqRotated, grads);
+    const hk = a.takeInput("attn.k");
+    const dkRotated = await rotated(g.dk, kvHeads * headDim);
+    const dk = await this.linearBackward(hk, "attn.k", dkRotated, grads);
+    const hv = a.takeInput("attn.v");
+    const dv = await this.linearBackward(hv, "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads);
+    // The attention's buffers are spent: hand them back for the next step; the rest goes back to the ops (h1 feeds q, k and v).
     a.releaseAttention(this.attention, g.dq, g.dk, g.dv);
-    return addWith(this.ops, dq, dk, dv);
+    addWith(this.ops, dq, dk, dv);
+    this.ops.release?.(dqRotated, dkRotated, dk, dv, ...new Set([hq, hk, hv]));
+    return dq;
   }
 
   /** Adds dW and db into `grads` (its views start at zero); returns dx. */
   private async linearBackward(x: F32, name: LinearName, dy: F32, grads: FlatTensors): Promise<F32> {
     const r = await this.ops.linearBackward(x, this.weights[`${name}.w`]!, dy, this.config.bias);
     grads.add(`${name}.w`, r.dw, this.ops);
-    if (this.config.bias) grads.add(`${name}.b`, r.db!, this.ops);
+    this.ops.release?.(r.dw);
+    if (this.config.bias) {
+      grads.add(`${name}.b`, r.db!, this.ops);
+      this.ops.release?.(r.db!);
+    }
     return r.dx;
   }
 
@@ -579,11 +614,13 @@ export class TransformerBlock {
     if (this.config.norm === "rmsnorm") {
       const r = await this.ops.rmsNormBackward(x, gamma, saved.rstd, dy);
       grads.add(`${name}.gamma`, r.dGamma, this.ops);
+      this.ops.release?.(r.dGamma);
       return r.dx;
     }
     const r = await this.ops.layerNormBackward(x, gamma, saved as LayerNormSaved, dy);
     grads.add(`${name}.gamma`, r.dGamma, this.ops);
     grads.add(`${name}.beta`, r.dBeta, this.ops);
+    this.ops.release?.(r.dGamma, r.dBeta);
     return r.dx;
   }
 }

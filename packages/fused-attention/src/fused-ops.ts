@@ -26,7 +26,8 @@ import { formatShape, Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import type { CpuIsa } from "./fused-attention.js";
 import { loadNative, type NativeBinding } from "./native.js";
-import { unfilledFloat32 } from "./unfilled.js";
+import { NativeSessionCache } from "./native-session-cache.js";
+import { OutputPool } from "./unfilled.js";
 
 type F32 = Tensor<"float32">;
 
@@ -45,6 +46,8 @@ function checkFloat32(op: string, name: string, t: Tensor): void {
 export class FusedOps extends OrtOps {
   readonly isa: CpuIsa;
   private readonly binding: NativeBinding;
+  /** Where outputs come from and released ones go: the NativeSessionCache's pool, or none (every output fresh). */
+  private readonly pool: OutputPool;
 
   /** Throws FusedAttentionError (saying how to build it) when the addon is not built or fails to load, or when the processor lacks `isa`. */
   constructor(cache: SessionCache, options: FusedOpsOptions = {}) {
@@ -60,6 +63,7 @@ export class FusedOps extends OrtOps {
     }
     this.binding = native.binding;
     this.isa = isa;
+    this.pool = cache instanceof NativeSessionCache ? cache.outputs : new OutputPool({ maxBytes: 0 });
   }
 
   /**
@@ -68,7 +72,14 @@ export class FusedOps extends OrtOps {
    * outputs'.
    */
   private output(shape: readonly number[]): F32 {
-    const t = new Tensor("float32", shape, unfilledFloat32(shape.reduce((a, b) => a * b, 1)));
+    const t = new Tensor(
+      "float32",
+      shape,
+      this.pool.take(
+        "float32",
+        shape.reduce((a, b) => a * b, 1),
+      ) as Float32Array,
+    );
     this.cache.collector?.allocated(t.data.byteLength);
     return t;
   }
@@ -78,6 +89,15 @@ export class FusedOps extends OrtOps {
     const y = this.output(x.shape);
     this.binding.geluForward(x.data, y.data, this.isa);
     return y;
+  }
+
+  /**
+   * BlockOps.release: the tensors' buffers go back to the pool for later
+   * outputs of the same size (outputs of this object or its cache only;
+   * anything else is left alone).
+   */
+  release(...tensors: Tensor[]): void {
+    for (const t of tensors) if (t.dtype === "float32" || t.dtype === "int32") this.pool.give(t.data as Float32Array | Int32Array);
   }
 
   /** target += each term, elementwise in place (a term may be target itself); the bits of the float32 sums in JavaScript. */

@@ -22,7 +22,7 @@ import { SessionCache, type RuntimeOptions } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import { loadNative, type NativeBinding, type NativeRuntime, type NativeSession } from "./native.js";
-import { unfilled } from "./unfilled.js";
+import { OutputPool } from "./unfilled.js";
 
 type NativeDType = "float32" | "int32";
 
@@ -57,7 +57,23 @@ function fits(plan: Plan, feeds: Record<string, Tensor>): boolean {
   });
 }
 
+/** Default of NativeSessionCacheOptions.outputPoolBytes with memoryArena. */
+export const OUTPUT_POOL_BYTES = 64 * 1024 * 1024;
+
+export interface NativeSessionCacheOptions extends RuntimeOptions {
+  /**
+   * Bytes of given-back outputs (FusedOps.release) kept for the next outputs
+   * of the same size (default OUTPUT_POOL_BYTES with memoryArena, which keeps
+   * freed memory anyway; 0 without, where the collector frees it).
+   */
+  outputPoolBytes?: number;
+  /** Fill given-back outputs with NaN, so that a read after release shows (tests). */
+  poisonReleased?: boolean;
+}
+
 export class NativeSessionCache extends SessionCache {
+  /** Outputs given back by their users, handed out again by this cache's runs and by FusedOps on it. */
+  readonly outputs: OutputPool;
   private readonly binding: NativeBinding;
   private readonly runtime: NativeRuntime;
   /** Per key and requested outputs, once its first run started: the plan, or null (the graph stays on onnxruntime-node). */
@@ -67,8 +83,12 @@ export class NativeSessionCache extends SessionCache {
   /** Runs that went through the addon, for diagnostics and tests. */
   nativeRuns = 0;
 
-  constructor(options: RuntimeOptions = {}) {
+  constructor(options: NativeSessionCacheOptions = {}) {
     super(options);
+    this.outputs = new OutputPool({
+      maxBytes: options.outputPoolBytes ?? (this.memoryArena ? OUTPUT_POOL_BYTES : 0),
+      poison: options.poisonReleased ?? false,
+    });
     const native = loadNative();
     if (!native.ok) throw native.error;
     this.binding = native.binding;
@@ -138,7 +158,7 @@ export class NativeSessionCache extends SessionCache {
 
   private async runNative(key: string, plan: Plan, feeds: Record<string, Tensor>): Promise<Record<string, Tensor>> {
     this.collector?.willAllocate(plan.outputBytes);
-    const arrays = plan.outputs.map((s) => unfilled(s.dtype, s.bytes / 4));
+    const arrays = plan.outputs.map((s) => this.outputs.take(s.dtype, s.bytes / 4));
     try {
       plan.session.runSync(
         plan.inputNames,
@@ -167,6 +187,7 @@ export class NativeSessionCache extends SessionCache {
     this.plans.clear();
     for (const p of plans) if (p.status === "fulfilled") p.value?.session.release();
     this.runtime.release();
+    this.outputs.clear();
     await super.release();
   }
 }

@@ -8,7 +8,11 @@
  *
  *   p <- p - lr * weightDecay * decay[i] * p
  *   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
- *   p <- p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ *   p <- p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ *
+ * The last line is PyTorch's form of the bias-corrected step, with the
+ * division by sqrt(1 - b2^t) done as a multiplication by its reciprocal
+ * (computed once per step): one division and one square root per element.
  */
 import type { AdamWUpdate } from "@ulysses/kernels";
 import { TrainingError } from "./errors.js";
@@ -78,6 +82,8 @@ export class AdamW {
       kernel({ params: params.subarray(base, end), grads: grads.subarray(base, end), m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2 });
       return;
     }
+    const stepSize = lr / c1;
+    const invSqrtC2 = 1 / Math.sqrt(c2);
     for (let i = 0; i < this.length; i++) {
       const g = grads[base + i]!;
       let p = params[base + i]!;
@@ -86,7 +92,7 @@ export class AdamW {
       const vi = beta2 * v[i]! + (1 - beta2) * g * g;
       m[i] = mi;
       v[i] = vi;
-      params[base + i] = p - (lr * (mi / c1)) / (Math.sqrt(vi / c2) + eps);
+      params[base + i] = p - (stepSize * mi) / (Math.sqrt(vi) * invSqrtC2 + eps);
     }
   }
 }

@@ -75,6 +75,13 @@ export interface BlockOps {
    * JavaScript.
    */
   adamwUpdate?(update: AdamWUpdate): void;
+  /**
+   * The caller will neither read nor write these tensors again (nor any view
+   * of their data): an implementation may hand their memory out again as
+   * later outputs. Optional, and only a hint: without it, or for tensors it
+   * did not make, the garbage collector frees them.
+   */
+  release?(...tensors: Tensor[]): void;
 
   /** x, y: [rows, hidden]; gamma, beta: [hidden] */
   layerNormForward(x: F32, gamma: F32, beta: F32, eps: number): Promise<{ y: F32 } & LayerNormSaved>;

@@ -20,6 +20,8 @@ namespace ulysses {
 
 void adamw_update_cpu(const AdamWArgs& a) {
   const double b1 = a.beta1, b2 = a.beta2, one_b1 = 1 - a.beta1, one_b2 = 1 - a.beta2;
+  // per-step constants, computed as AdamW.update computes them
+  const double step_size = a.lr / a.c1, inv_sqrt_c2 = 1 / std::sqrt(a.c2);
   for (int64_t i = 0; i < a.n; ++i) {
     const double g = a.grads[i];
     double p = a.params[i];
@@ -28,7 +30,7 @@ void adamw_update_cpu(const AdamWArgs& a) {
     const double vi = b2 * a.v[i] + one_b2 * g * g;
     a.m[i] = static_cast<float>(mi);
     a.v[i] = static_cast<float>(vi);
-    a.params[i] = static_cast<float>(p - (a.lr * (mi / a.c1)) / (std::sqrt(vi / a.c2) + a.eps));
+    a.params[i] = static_cast<float>(p - (step_size * mi) / (std::sqrt(vi) * inv_sqrt_c2 + a.eps));
   }
 }
 
