@@ -268,6 +268,9 @@ class Recorder implements BlockMath<F32> {
       this.block.attention.release(this.pending.context, this.pending.out);
       this.pending = null;
     }
+    // Saving nothing, these inputs are read for the last time: h1 by attn.v (after q and k), h2 by mlp.up (after mlp.gate), the
+    // activation by mlp.down. (attn.o reads the attention's output, which goes back to the attention above.)
+    if (this.saved === null && (name === "attn.v" || name === "mlp.up" || name === "mlp.down")) this.ops.release?.(x);
     return y;
   }
 
@@ -283,8 +286,11 @@ class Recorder implements BlockMath<F32> {
     return x.reshape([batch * seq, x.shape[2]! * x.shape[3]!]);
   }
 
-  rope(x: F32): Promise<F32> {
-    return this.ops.ropeForward(x, this.where().call.positions, this.block.config.ropeBase);
+  /** x is q's or k's projection, which nothing else reads: it goes back to the ops once rotated. */
+  async rope(x: F32): Promise<F32> {
+    const y = await this.ops.ropeForward(x, this.where().call.positions, this.block.config.ropeBase);
+    if (y.data !== x.data) this.ops.release?.(x);
+    return y;
   }
 
   async attention(q: F32, k: F32, v: F32): Promise<F32> {
@@ -304,15 +310,23 @@ class Recorder implements BlockMath<F32> {
     return addWith(this.ops, a, b);
   }
 
-  gelu(x: F32): Promise<F32> {
-    this.saved?.mlp.set("geluInput", x);
+  async gelu(x: F32): Promise<F32> {
+    if (this.saved === null) return this.consumed(await this.ops.geluForward(x), x);
+    this.saved.mlp.set("geluInput", x);
     return this.ops.geluForward(x);
   }
 
-  swiglu(gate: F32, up: F32): Promise<F32> {
-    this.saved?.mlp.set("gate", gate);
-    this.saved?.mlp.set("up", up);
+  async swiglu(gate: F32, up: F32): Promise<F32> {
+    if (this.saved === null) return this.consumed(await this.ops.swigluForward(gate, up), gate, up);
+    this.saved.mlp.set("gate", gate);
+    this.saved.mlp.set("up", up);
     return this.ops.swigluForward(gate, up);
+  }
+
+  /** Returns y after giving `inputs` (read for the last time: up's and gate's projections, saving nothing) back to the ops. */
+  private consumed(y: F32, ...inputs: F32[]): F32 {
+    this.ops.release?.(...inputs.filter((t) => t.data !== y.data));
+    return y;
   }
 
   private where(): Geometry {
@@ -484,9 +498,11 @@ export class TransformerBlock {
     const [rows, hidden] = x2.shape as unknown as [number, number];
     const y = new Tensor("float32", [rows, hidden]);
     const math = new Recorder(this, this.ops, null, null);
-    await inRowTiles(rows, this.mlpTileRows, async (start, count) =>
-      y.data.set((await mlpHalf(this.config, math, rowsOf(x2, start, count))).data, start * hidden),
-    );
+    await inRowTiles(rows, this.mlpTileRows, async (start, count) => {
+      const tile = await mlpHalf(this.config, math, rowsOf(x2, start, count));
+      y.data.set(tile.data, start * hidden);
+      this.ops.release?.(tile);
+    });
     return y;
   }
 
@@ -497,7 +513,10 @@ export class TransformerBlock {
     await inRowTiles(rows, this.mlpTileRows, async (start, count) => {
       // a tile reads only its own rows of dy, so its dx2 may take their place
       const tile = await this.mlpTileBackward(rowsOf(x2, start, count), rowsOf(dy, start, count), grads, into);
-      if (!into) dx2.data.set(tile.data, start * hidden);
+      if (!into) {
+        dx2.data.set(tile.data, start * hidden);
+        this.ops.release?.(tile);
+      }
     });
     return dx2;
   }

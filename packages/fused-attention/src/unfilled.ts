@@ -26,7 +26,7 @@ export function unfilledFloat32(count: number): Float32Array {
 export interface OutputPoolOptions {
   /** Bytes of given-back buffers kept for reuse at most (0: none, every output is fresh). */
   maxBytes: number;
-  /** Buffers of one byte length kept at most (default 8). */
+  /** Buffers of one byte length kept at most (default 32). */
   perSize?: number;
   /** Fill each given-back buffer with NaN, so a read after release shows (for tests). */
   poison?: boolean;
@@ -54,7 +54,7 @@ export class OutputPool {
     if (!Number.isSafeInteger(options.maxBytes) || options.maxBytes < 0)
       throw new RangeError(`OutputPool: maxBytes must be a non-negative integer, got ${options.maxBytes}`);
     this.maxBytes = options.maxBytes;
-    this.perSize = options.perSize ?? 8;
+    this.perSize = options.perSize ?? 32;
     this.poison = options.poison ?? false;
   }
 
