@@ -6,7 +6,7 @@
  * the caller's (x, dy, a weight) or a result (y, dx, a gradient), and no
  * buffer may be given back twice in one step.
  */
-import { randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
+import { PoisoningOps, randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
 import type { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig } from "./block-config.js";
@@ -14,17 +14,6 @@ import { initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { TransformerBlock, type TransformerBlockOptions } from "./transformer-block.js";
 
 type F32 = Tensor<"float32">;
-
-/** ReferenceOps whose release poisons: NaN into every released tensor, which is recorded. */
-class PoisoningOps extends ReferenceOps {
-  readonly released: Tensor[] = [];
-  release(...tensors: Tensor[]): void {
-    for (const t of tensors) {
-      this.released.push(t);
-      (t.data as Float32Array).fill(Number.NaN);
-    }
-  }
-}
 
 const [batch, seq] = [2, 5];
 

@@ -446,7 +446,7 @@ export class TransformerBlock {
     const grads = new FlatTensors(blockWeightSpecs(this.config));
     const dOut = dy.reshape([b * s, hidden]);
     const into = options.overwriteDy === true;
-    const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads, into) : await this.mlpBackward(a, dOut, grads, into);
+    const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads, into) : await this.mlpBackward(a, dOut, grads, into, true);
     const dx =
       this.attentionHeadGroups > 1
         ? await this.groupedBackward(context.input.reshape([b * s, hidden]), dx2, { batch: b, seq: s, call: context.inputs }, grads)
@@ -518,6 +518,7 @@ export class TransformerBlock {
         this.ops.release?.(tile);
       }
     });
+    this.ops.release?.(x2);
     return dx2;
   }
 
@@ -525,23 +526,26 @@ export class TransformerBlock {
   private async mlpTileBackward(x2: F32, dy: F32, grads: FlatTensors, into: boolean): Promise<F32> {
     const a = new Activations();
     a.inputs.set("mlp.down", await mlpActivation(this.config, new Recorder(this, this.ops, a, null), x2));
-    return this.mlpBackward(a, dy, grads, into);
+    return this.mlpBackward(a, dy, grads, into, false);
   }
 
   /**
    * MLP: y = x2 + down(act(norm2(x2))); dy -> dx2, the residual term
    * included (added into dy itself when `into`); the weight gradients are
-   * added into `grads` (a tiled MLP sums its tiles').
+   * added into `grads` (a tiled MLP sums its tiles'). `releaseX2`: x2 goes
+   * back to the ops afterwards (the whole x2, not a tile's rows).
    */
-  private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors, into: boolean): Promise<F32> {
+  private async mlpBackward(a: Activations, dy: F32, grads: FlatTensors, into: boolean, releaseX2: boolean): Promise<F32> {
     // Each stage's result goes straight into the next (no local holds it), and what a stage has read for the last time goes
     // back to the ops (BlockOps.release) for later outputs of its size: dAct in activationBackward, dUp and dGate in upBackward.
     const act = a.takeInput("mlp.down");
     const dAct = await this.linearBackward(act, "mlp.down", dy, grads);
     this.ops.release?.(act);
     const dh2 = await this.upBackward(a, await this.activationBackward(a, dAct), grads);
-    const dNorm = await this.normBackward("norm2", a.takeNorm("norm2"), dh2, grads);
-    this.ops.release?.(dh2);
+    const norm2 = a.takeNorm("norm2");
+    const dNorm = await this.normBackward("norm2", norm2, dh2, grads);
+    // x2 too, read for the last time, unless it is a tile's rows (tiledMlpBackward releases the whole)
+    this.ops.release?.(dh2, ...(releaseX2 ? [norm2.x] : []));
     if (!into) return addWith(this.ops, dNorm, dy);
     addWith(this.ops, dy, dNorm);
     this.ops.release?.(dNorm);

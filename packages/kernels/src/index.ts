@@ -19,7 +19,7 @@ export { ReferenceAttention, referenceForward64, referenceBackward64, type Forwa
 export { StatsReferenceAttention } from "./reference/stats-attention.js";
 export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionErrorFactory } from "./attention/shapes.js";
 export { documentRanges, keySpan, tileVisibility, type KeyRanges, type KeySpan, type TileVisibility } from "./attention/documents.js";
-export { ReferenceOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";
+export { ReferenceOps, PoisoningOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";
 export { toFloat64, toFloat32, type Real, type F64 } from "./reference/float64.js";
 export { linearForward64, linearBackward64 } from "./reference/linear.js";
 export { layerNormForward64, layerNormBackward64, rmsNormForward64, rmsNormBackward64 } from "./reference/norms.js";

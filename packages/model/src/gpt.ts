@@ -324,13 +324,17 @@ export class Gpt {
     if ((this.config.norm ?? "layernorm") === "rmsnorm") {
       const r = await this.ops.rmsNormBackward(xFinal, gamma, (normSaved as { rstd: F32 }).rstd, dhFinal);
       this.params.accumulate("norm.gamma", r.dGamma.data);
+      this.ops.release?.(r.dGamma);
       dx = r.dx;
     } else {
       const r = await this.ops.layerNormBackward(xFinal, gamma, normSaved as LayerNormSaved, dhFinal);
       this.params.accumulate("norm.gamma", r.dGamma.data);
       this.params.accumulate("norm.beta", r.dBeta.data);
+      this.ops.release?.(r.dGamma, r.dBeta);
       dx = r.dx;
     }
+    // the last block's output, read for the last time (BlockOps.release: its memory may serve later outputs)
+    this.ops.release?.(xFinal);
     // [rows, hidden] -> [b, s, hidden]
     return dx.reshape([batch, seqLength, hidden]);
   }
@@ -342,8 +346,11 @@ export class Gpt {
     const firstName = blockWeightSpecs(this.blocks[0]?.config ?? blockConfigOf(this.config))[0]!.name;
     for (let layer = this.blocks.length - 1; layer >= 0; layer--) {
       // popped first: once the block's backward returns nothing holds its activations; dy is ours to overwrite (the block's dx2 reuses it)
-      const g = await this.blocks[layer]!.backward(context.blocks.pop()!, dy, { overwriteDy: true });
+      const blockContext = context.blocks.pop()!;
+      const g = await this.blocks[layer]!.backward(blockContext, dy, { overwriteDy: true });
       this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat, this.ops);
+      // dy (the final norm's or the later block's dx) and the block's input (the embedding's or the earlier block's output) are spent
+      this.ops.release?.(dy, blockContext.input);
       dy = g.dx;
     }
     // [b, s, hidden] -> [rows, hidden]

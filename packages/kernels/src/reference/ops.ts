@@ -105,3 +105,21 @@ export class ReferenceOps implements BlockOps {
     return toFloat32(crossEntropyBackward64(logits, labels, gradScale, ignoreIndex));
   }
 }
+
+/**
+ * ReferenceOps whose `release` overwrites every released float tensor with
+ * NaN on the spot and records every released tensor: for tests of code that
+ * calls BlockOps.release. A tensor read after its release then shows in the
+ * results (compare them with plain ReferenceOps'), and `released` tells what
+ * was given back.
+ */
+export class PoisoningOps extends ReferenceOps {
+  readonly released: Tensor[] = [];
+
+  release(...tensors: Tensor[]): void {
+    for (const t of tensors) {
+      this.released.push(t);
+      if (t.dtype === "float32" || t.dtype === "float64") (t.data as Float32Array | Float64Array).fill(Number.NaN);
+    }
+  }
+}

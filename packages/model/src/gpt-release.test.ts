@@ -1,0 +1,52 @@
+/**
+ * Gpt's and its blocks' BlockOps.release calls release only dead tensors: a
+ * whole step (forward, backward) on PoisoningOps (every released tensor
+ * overwritten with NaN on the spot) gives the parameter gradients of the same
+ * step on ReferenceOps bit for bit, and releases no parameter, no gradient
+ * and nothing twice.
+ */
+import { PoisoningOps, ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { Rng, Tensor } from "@ulysses/tensors";
+import { describe, expect, it } from "vitest";
+import { Gpt, type GptOptions } from "./gpt.js";
+import type { GptConfig } from "./gpt-config.js";
+
+const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 3, mlp: "gelu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
+const tokens = new Tensor(
+  "int32",
+  [2, 9],
+  Int32Array.from({ length: 18 }, (_, i) => (i * 7) % 32),
+);
+
+async function gradients(ops: ReferenceOps, tiedHead: boolean, options: Partial<GptOptions>): Promise<{ gpt: Gpt; grads: Float32Array }> {
+  const gpt = new Gpt({ ...config, tiedHead }, { ops, localAttention: new ReferenceAttention(), seed: 4, ...options });
+  const context = await gpt.forward(tokens);
+  const dLogits = new Tensor("float32", [18, config.vocab]);
+  new Rng(1, 2).fillNormal(dLogits.data, 0, 1);
+  await gpt.backward(context, dLogits);
+  return { gpt, grads: gpt.params.grads };
+}
+
+describe("Gpt releases only dead tensors", () => {
+  const modes: [string, Partial<GptOptions>][] = [
+    ["plain", {}],
+    ["activation checkpointing", { activationCheckpointing: true }],
+    ["MLP tiles of 4 rows", { mlpTileRows: 4 }],
+    ["both", { activationCheckpointing: true, mlpTileRows: 4 }],
+  ];
+  for (const tiedHead of [false, true]) {
+    for (const [mode, options] of modes) {
+      it(`${tiedHead ? "tied" : "untied"} head, ${mode}: the same gradients bit for bit, nothing live released`, async () => {
+        const want = await gradients(new ReferenceOps(), tiedHead, options);
+        const ops = new PoisoningOps();
+        const got = await gradients(ops, tiedHead, options);
+        expect(Array.from(got.grads)).toEqual(Array.from(want.grads));
+        expect(got.grads.some((g) => g !== 0)).toBe(true);
+        expect(ops.released.length).toBeGreaterThan(0);
+        const live = new Set([got.gpt.params.values.buffer, got.gpt.params.grads.buffer]);
+        for (const t of ops.released) expect(live.has(t.data.buffer), `released ${t} is a parameter or gradient view`).toBe(false);
+        expect(new Set(ops.released.map((t) => t.data.buffer)).size, "a buffer released twice").toBe(ops.released.length);
+      });
+    }
+  }
+});
