@@ -305,21 +305,25 @@ void backward_item(const BackwardArgs& a, const float* packed_in, int64_t b, int
       const ptrdiff_t rows_ld = L.rows_packed ? dp : qstride;
       const float* lse2 = L.lse2(packed, blk);
       const float* delta = L.delta(packed, blk);
-      gemm<I>(nk, nqp, d, kblock, kvstride, 1, L.qt(packed, blk), nqp, st, nqp, false);
-      if (p.causal && j0 + nk - 1 > i0 + offset) mask_causal<I>(st, nk, nqp, j0, i0, offset);
-      if (dock && !one_document(docq + i0, nq, dock, nk)) mask_documents(st, nk, nq, nqp, docq + i0, dock);
-      gemm<I>(nk, nqp, d, vblock, kvstride, 1, L.dot(packed, blk), nqp, dpt, nqp, false);
-      for (int64_t j = 0; j < nk; ++j) {
+      // Under causal masking no query of this block sees the keys past i0 + nq - 1 + offset: their P and dS would be
+      // exactly 0 and add nothing to dk, dv or dq, so the products stop at the last key the block sees.
+      const int64_t nkv = p.causal ? std::clamp<int64_t>(i0 + nq + offset - j0, 0, nk) : nk;
+      if (nkv == 0) continue;
+      gemm<I>(nkv, nqp, d, kblock, kvstride, 1, L.qt(packed, blk), nqp, st, nqp, false);
+      if (p.causal && j0 + nkv - 1 > i0 + offset) mask_causal<I>(st, nkv, nqp, j0, i0, offset);
+      if (dock && !one_document(docq + i0, nq, dock, nkv)) mask_documents(st, nkv, nq, nqp, docq + i0, dock);
+      gemm<I>(nkv, nqp, d, vblock, kvstride, 1, L.dot(packed, blk), nqp, dpt, nqp, false);
+      for (int64_t j = 0; j < nkv; ++j) {
         for (int64_t v0 = 0; v0 < nqp; v0 += W) {
           V pr = I::exp2(I::sub(I::load(st + j * nqp + v0), I::load(lse2 + v0)));
           I::store(st + j * nqp + v0, pr);
           I::store(dpt + j * nqp + v0, I::mul(pr, I::sub(I::load(dpt + j * nqp + v0), I::load(delta + v0))));
         }
       }
-      gemm<I>(nk, dp, nq, st, nqp, 1, dorows, rows_ld, dv, dp, true);
-      gemm<I>(nk, dp, nq, dpt, nqp, 1, qrows, rows_ld, dk, dp, true);
+      gemm<I>(nkv, dp, nq, st, nqp, 1, dorows, rows_ld, dv, dp, true);
+      gemm<I>(nkv, dp, nq, dpt, nqp, 1, qrows, rows_ld, dk, dp, true);
       float* dq = dq_acc + ((b * p.heads + h) * p.seq_q + i0) * dp;
-      gemm<I>(nq, dp, nk, dpt, 1, nqp, krows, dp, dq, dp, true);
+      gemm<I>(nq, dp, nkv, dpt, 1, nqp, krows, dp, dq, dp, true);
     }
   }
 
