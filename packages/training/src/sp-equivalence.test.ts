@@ -7,7 +7,7 @@
  * gradients of every step and final logits.
  */
 import { createLocalGroups } from "@ulysses/collectives";
-import { ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAttention } from "@ulysses/kernels";
+import { PoisoningOps, ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAttention } from "@ulysses/kernels";
 import { Gpt, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type ParallelDimsOptions, type SequenceParallelKind, type SequenceRun } from "@ulysses/parallel";
 import { Rng, Tensor } from "@ulysses/tensors";
@@ -33,12 +33,14 @@ interface Options {
   local?: () => LocalAttention;
   /** Keep every step's (reduced, clipped) gradients and the final logits in sequence order. */
   record?: boolean;
+  /** The ops every rank shares (default ReferenceOps). */
+  ops?: ReferenceOps;
 }
 
 /** Trains on one device (sp null) or on `sp` ranks of one local world; returns per-step losses and rank 0's final weights. */
 async function train(sp: number | null, options: Options = {}) {
   const steps = options.steps ?? 20;
-  const ops = new ReferenceOps();
+  const ops = options.ops ?? new ReferenceOps();
   const modelConfig = { ...config, tiedHead: options.tiedHead ?? false, kvHeads: options.kvHeads ?? config.kvHeads };
   const loop = async (trainer: Trainer) => {
     const data = new Rng(99, 1);
@@ -159,6 +161,34 @@ describe("ring and hybrid attention train like one rank (losses, every step's gr
         expect(maxRelative(got.logits!, single.logits!), `${c.name} logits`).toBeLessThanOrEqual(1e-5);
         expect(maxRelative(got.weights, single.weights), `${c.name} weights`).toBeLessThanOrEqual(2e-5);
       }
+    });
+  }
+});
+
+// BlockOps.release under every sequence-parallel attention: PoisoningOps overwrites each released tensor with NaN on the
+// spot, so a released tensor that something still reads (a rank's shard, a saved activation, an exchange's input) changes
+// the results; they must be ReferenceOps' bit for bit.
+describe("releases under sequence parallelism: PoisoningOps train as ReferenceOps, bit for bit", () => {
+  const stats = () => new StatsReferenceAttention();
+  const cases: { name: string; sp: number; options: Options }[] = [
+    { name: "Ulysses SP 2", sp: 2, options: {} },
+    { name: "Ulysses SP 2, checkpointing, ZeRO-1, tied head", sp: 2, options: { checkpointing: true, zero1: true, tiedHead: true } },
+    { name: "all-gather SP 2", sp: 2, options: { attention: "allgather" } },
+    { name: "ring P = 2", sp: 2, options: { attention: "ring", local: stats } },
+    {
+      name: "hybrid 2x2, checkpointing",
+      sp: 4,
+      options: { attention: "hybrid", local: stats, checkpointing: true, dims: { ulyssesDegree: 2, ringDegree: 2 } },
+    },
+  ];
+  for (const c of cases) {
+    it(c.name, async () => {
+      const want = await train(c.sp, { steps: 4, ...c.options });
+      const ops = new PoisoningOps();
+      const got = await train(c.sp, { steps: 4, ...c.options, ops });
+      expect(got.losses).toEqual(want.losses);
+      expect([...got.weights]).toEqual([...want.weights]);
+      expect(ops.released.length).toBeGreaterThan(0);
     });
   }
 });
