@@ -605,18 +605,23 @@ export class TransformerBlock {
     const rows = g.dq.shape[0]! * g.dq.shape[1]!;
     // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
     const rotated = async (d: F32, width: number) => (await this.ops.ropeBackward(d, positions, ropeBase)).reshape([rows, width]);
-    const hq = a.takeInput("attn.q");
-    const dqRotated = await rotated(g.dq, heads * headDim);
-    const dq = await this.linearBackward(hq, "attn.q", dqRotated, grads);
-    const hk = a.takeInput("attn.k");
-    const dkRotated = await rotated(g.dk, kvHeads * headDim);
-    const dk = await this.linearBackward(hk, "attn.k", dkRotated, grads);
-    const hv = a.takeInput("attn.v");
-    const dv = await this.linearBackward(hv, "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads);
-    // The attention's buffers are spent: hand them back for the next step; the rest goes back to the ops (h1 feeds q, k and v).
+    // each rotated gradient goes back to the ops as soon as its projection's backward has read it (unless the ops rotated in
+    // place: then it is the attention's)
+    const projectionBackward = async (x: F32, name: "attn.q" | "attn.k", d: F32, width: number) => {
+      const rotatedD = await rotated(d, width);
+      const dx = await this.linearBackward(x, name, rotatedD, grads);
+      if (rotatedD.data !== d.data) this.ops.release?.(rotatedD);
+      return dx;
+    };
+    const inputs = [a.takeInput("attn.q"), a.takeInput("attn.k"), a.takeInput("attn.v")] as const;
+    const dq = await projectionBackward(inputs[0], "attn.q", g.dq, heads * headDim);
+    const dk = await projectionBackward(inputs[1], "attn.k", g.dk, kvHeads * headDim);
+    const dv = await this.linearBackward(inputs[2], "attn.v", g.dv.reshape([rows, kvHeads * headDim]), grads);
+    // The attention's buffers are spent: hand them back for the next step; dk, dv (once summed) and the inputs (h1, which feeds
+    // q, k and v) go back to the ops.
     a.releaseAttention(this.attention, g.dq, g.dk, g.dv);
     addWith(this.ops, dq, dk, dv);
-    this.ops.release?.(dqRotated, dkRotated, dk, dv, ...new Set([hq, hk, hv]));
+    this.ops.release?.(dk, dv, ...new Set(inputs));
     return dq;
   }
 
