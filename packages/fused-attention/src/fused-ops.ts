@@ -21,13 +21,21 @@
  * loss tile's [hidden, vocab] weight gradient this way, with no temporary of
  * that size and no pass over it in JavaScript.
  */
-import { DEFAULT_ROPE_BASE, OrtOps, type AdamWUpdate, type BlockOps, type LayerNormSaved, type RopePositions, type SessionCache } from "@ulysses/kernels";
+import {
+  BufferPool,
+  DEFAULT_ROPE_BASE,
+  OrtOps,
+  type AdamWUpdate,
+  type BlockOps,
+  type LayerNormSaved,
+  type RopePositions,
+  type SessionCache,
+} from "@ulysses/kernels";
 import { formatShape, Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import type { CpuIsa } from "./fused-attention.js";
 import { loadNative, type NativeBinding } from "./native.js";
 import { NativeSessionCache } from "./native-session-cache.js";
-import { OutputPool } from "./unfilled.js";
 
 type F32 = Tensor<"float32">;
 
@@ -47,7 +55,7 @@ export class FusedOps extends OrtOps {
   readonly isa: CpuIsa;
   private readonly binding: NativeBinding;
   /** Where outputs come from and released ones go: the NativeSessionCache's pool, or none (every output fresh). */
-  private readonly pool: OutputPool;
+  private readonly pool: BufferPool;
 
   /** Throws FusedAttentionError (saying how to build it) when the addon is not built or fails to load, or when the processor lacks `isa`. */
   constructor(cache: SessionCache, options: FusedOpsOptions = {}) {
@@ -63,7 +71,7 @@ export class FusedOps extends OrtOps {
     }
     this.binding = native.binding;
     this.isa = isa;
-    this.pool = cache instanceof NativeSessionCache ? cache.outputs : new OutputPool({ maxBytes: 0 });
+    this.pool = cache instanceof NativeSessionCache ? cache.outputs : new BufferPool({ maxBytes: 0 });
   }
 
   /**

@@ -7,7 +7,6 @@ export { FusedAttentionError } from "./errors.js";
 export { FusedAttention, fusedAttentionStatus, type FusedAttentionOptions, type CpuIsa } from "./fused-attention.js";
 export { FusedOps, createFusedOps, type FusedOpsOptions } from "./fused-ops.js";
 export { NativeSessionCache, OUTPUT_POOL_BYTES, type NativeSessionCacheOptions } from "./native-session-cache.js";
-export { OutputPool, type OutputPoolOptions } from "./unfilled.js";
 export { registerFusedAttention, FUSED_ATTENTION_NAME } from "./register.js";
 export { attentionModel, CUSTOM_OP_DOMAIN, DOCUMENT_INPUTS, GRAPH_IO, type GraphKind } from "./model.js";
 export { setMallocMmapThreshold, setMallocTrimThreshold, MALLOC_MMAP_THRESHOLD_MAX, type NativeInfo } from "./native.js";

@@ -18,11 +18,10 @@
  * SharedArrayBuffer input, or the CUDA provider, stays on onnxruntime-node.
  * Either way the results are ONNX Runtime's own kernels' on the same inputs.
  */
-import { SessionCache, type RuntimeOptions } from "@ulysses/kernels";
+import { BufferPool, SessionCache, type RuntimeOptions } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import { loadNative, type NativeBinding, type NativeRuntime, type NativeSession } from "./native.js";
-import { OutputPool } from "./unfilled.js";
 
 type NativeDType = "float32" | "int32";
 
@@ -73,7 +72,7 @@ export interface NativeSessionCacheOptions extends RuntimeOptions {
 
 export class NativeSessionCache extends SessionCache {
   /** Outputs given back by their users, handed out again by this cache's runs and by FusedOps on it. */
-  readonly outputs: OutputPool;
+  readonly outputs: BufferPool;
   private readonly binding: NativeBinding;
   private readonly runtime: NativeRuntime;
   /** Per key and requested outputs, once its first run started: the plan, or null (the graph stays on onnxruntime-node). */
@@ -85,7 +84,7 @@ export class NativeSessionCache extends SessionCache {
 
   constructor(options: NativeSessionCacheOptions = {}) {
     super(options);
-    this.outputs = new OutputPool({
+    this.outputs = new BufferPool({
       maxBytes: options.outputPoolBytes ?? (this.memoryArena ? OUTPUT_POOL_BYTES : 0),
       poison: options.poisonReleased ?? false,
     });

@@ -3,11 +3,12 @@
 // backward match a float64 attention written here, causal and not (one case within one block,
 // one past the backward's 192-key blocks); FusedOps' native LayerNorm and rope match float64
 // ones written here too, each split over a 2-thread cache; addInto and adamwUpdate give the bits of
-// the JavaScript loops they stand for, written here too.
+// the JavaScript loops they stand for, written here too; an output given back with release comes
+// back as the next output of its size, native or ONNX Runtime's, with the values of a fresh one.
 import assert from "node:assert/strict";
 import { relativeError } from "./compare.mjs";
 import fs from "node:fs";
-import { FusedAttention, createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { FusedAttention, NativeSessionCache, createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
 import { SessionCache } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 
@@ -197,6 +198,8 @@ try {
     const v = Float32Array.from({ length: n }, () => 0.01 * (next() + 0.5));
     const decayMask = Uint8Array.from({ length: n }, (_, i) => (i % 3 === 0 ? 0 : 1));
     const want = { params: new Float32Array(n), m: new Float32Array(n), v: new Float32Array(n) };
+    // the step as @ulysses/training's AdamW computes it: (lr / c1) m / (sqrt(v) * (1 / sqrt(c2)) + eps)
+    const [stepSize, invSqrtC2] = [lr / c1, 1 / Math.sqrt(c2)];
     for (let i = 0; i < n; i++) {
       const g = grads[i];
       let p = params[i];
@@ -205,7 +208,7 @@ try {
       const vi = beta2 * v[i] + (1 - beta2) * g * g;
       want.m[i] = mi;
       want.v[i] = vi;
-      want.params[i] = p - (lr * (mi / c1)) / (Math.sqrt(vi / c2) + eps);
+      want.params[i] = p - (stepSize * mi) / (Math.sqrt(vi) * invSqrtC2 + eps);
     }
     ops.adamwUpdate({ params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2 });
     for (const [name, got] of Object.entries({ params, m, v }))
@@ -213,5 +216,32 @@ try {
     console.log(`fused-attention: FusedOps addInto and adamwUpdate (${n} elements): bit for bit with the JavaScript loops`);
   } finally {
     await addCache.release();
+  }
+}
+
+// FusedOps.release and NativeSessionCache's pool, as installed: a released output is the next output of
+// its size (a GELU's, then an ONNX Runtime MatMul's), and gives the values of a cache without a pool
+{
+  const pooled = new NativeSessionCache({ intraOpThreads: 1, memoryArena: true, poisonReleased: true });
+  const plain = new NativeSessionCache({ intraOpThreads: 1, memoryArena: true, outputPoolBytes: 0 });
+  try {
+    const ops = createFusedOps(pooled);
+    const fresh = createFusedOps(plain);
+    const x = new Tensor("float32", [16, 32], Float32Array.from({ length: 512 }, next));
+    const w = new Tensor("float32", [32, 32], Float32Array.from({ length: 1024 }, next));
+    for (const o of [ops, fresh]) await o.linearForward(x, w); // the first run of a graph goes through onnxruntime-node
+    const gelu = await ops.geluForward(x);
+    ops.release(gelu);
+    const y = await ops.linearForward(x, w);
+    assert.equal(y.data.buffer, gelu.data.buffer, "release: the next [16, 32] output did not reuse the released buffer");
+    assert.deepEqual(Array.from(y.data), Array.from((await fresh.linearForward(x, w)).data), "release: a reused output's values differ");
+    ops.release(y);
+    const again = await ops.geluForward(x);
+    assert.equal(again.data.buffer, gelu.data.buffer, "release: the native GELU did not reuse the released buffer");
+    assert.deepEqual(Array.from(again.data), Array.from((await fresh.geluForward(x)).data), "release: a reused GELU's values differ");
+    console.log("fused-attention: FusedOps.release hands outputs back to NativeSessionCache's pool, reused with fresh outputs' values");
+  } finally {
+    await pooled.release();
+    await plain.release();
   }
 }

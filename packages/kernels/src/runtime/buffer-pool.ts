@@ -1,14 +1,18 @@
 /**
  * Arrays on fresh ArrayBuffers that are not zero-filled (Buffer.allocUnsafeSlow:
  * not from Node's shared pool, so each has its own buffer at offset 0), for
- * outputs a kernel writes whole: ONNX Runtime's in NativeSessionCache, the
- * native ops' in FusedOps. Zero-filling a multi-megabyte output is one more
- * pass over memory that the kernel then overwrites.
+ * outputs a kernel writes whole (ONNX Runtime's in @ulysses/fused-attention's
+ * NativeSessionCache, its native ops' in FusedOps): zero-filling a
+ * multi-megabyte output is one more pass over memory that the kernel then
+ * overwrites.
  *
- * OutputPool hands such arrays out again once their user gives them back
- * (BlockOps.release): a step that allocated and dropped a few hundred MiB of
- * outputs per rank made V8 collect every 32 MiB of new ArrayBuffers, and run
- * a full collection about once a step.
+ * BufferPool hands such arrays out again once their user gives them back:
+ * the op outputs that BlockOps.release returns (a step that allocated and
+ * dropped a few hundred MiB of outputs per rank made V8 collect every 32 MiB
+ * of new ArrayBuffers, and run a full collection about once a step), and
+ * the exchange and ring buffers of @ulysses/parallel (TensorPool). Fresh
+ * pages cost ~2.2 us per 4 KiB on this project's VMs, far more under load;
+ * reused warm memory costs nothing.
  */
 
 /** An array of `count` elements whose values are whatever the allocator left there. */
@@ -18,14 +22,9 @@ export function unfilled(dtype: "float32" | "int32", count: number): Float32Arra
   return dtype === "float32" ? new Float32Array(buffer, 0, count) : new Int32Array(buffer, 0, count);
 }
 
-/** A Float32Array of `count` elements, not zero-filled (unfilled's float32 case). */
-export function unfilledFloat32(count: number): Float32Array {
-  return unfilled("float32", count) as Float32Array;
-}
-
-export interface OutputPoolOptions {
-  /** Bytes of given-back buffers kept for reuse at most (0: none, every output is fresh). */
-  maxBytes: number;
+export interface BufferPoolOptions {
+  /** Bytes of given-back buffers kept for reuse at most (0: none, every array is fresh; default: no limit but perSize). */
+  maxBytes?: number;
   /** Buffers of one byte length kept at most (default 32). */
   perSize?: number;
   /** Fill each given-back buffer with NaN, so a read after release shows (for tests). */
@@ -33,12 +32,12 @@ export interface OutputPoolOptions {
 }
 
 /**
- * Output buffers handed back for reuse. Only buffers this pool handed out
+ * Float32 and int32 buffers handed back for reuse. Only buffers this pool handed out
  * are taken back (whole: a view of part of one, or an array of the caller's,
  * is ignored), each at most once until handed out again; the pool keeps at
  * most maxBytes, and the rest is left to the garbage collector.
  */
-export class OutputPool {
+export class BufferPool {
   private readonly maxBytes: number;
   private readonly perSize: number;
   private readonly poison: boolean;
@@ -47,13 +46,13 @@ export class OutputPool {
   /** Buffers handed out and not given back: the ones give() accepts. */
   private readonly lent = new WeakSet<ArrayBuffer>();
   private keptBytes = 0;
-  /** Outputs served from given-back buffers, for diagnostics and tests. */
+  /** Arrays served from given-back buffers, for diagnostics and tests. */
   reused = 0;
 
-  constructor(options: OutputPoolOptions) {
-    if (!Number.isSafeInteger(options.maxBytes) || options.maxBytes < 0)
-      throw new RangeError(`OutputPool: maxBytes must be a non-negative integer, got ${options.maxBytes}`);
-    this.maxBytes = options.maxBytes;
+  constructor(options: BufferPoolOptions = {}) {
+    const maxBytes = options.maxBytes ?? Number.MAX_SAFE_INTEGER;
+    if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) throw new RangeError(`BufferPool: maxBytes must be a non-negative integer, got ${maxBytes}`);
+    this.maxBytes = maxBytes;
     this.perSize = options.perSize ?? 32;
     this.poison = options.poison ?? false;
   }
