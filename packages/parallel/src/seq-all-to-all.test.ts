@@ -159,6 +159,28 @@ describe("seqToHeads / headsToSeq", () => {
     }
   });
 
+  for (const name of ["uneven heads 6 on 4", "GQA 8/2 on 4 (each kv head on 2 ranks)"])
+    it(`${name}: accumulate onto pooled outputs that hold NaN (each head once: written over; replicated: summed from zero)`, async () => {
+      const c = cases.find((x) => x.name === name)!;
+      const k = numbered([c.batch, c.seq, c.kvHeads, c.headDim], 1);
+      const sizes = evenSplitSizes(c.seq, c.ranks);
+      const routing = headRouting(c.heads, c.kvHeads, c.ranks);
+      const perRank = await runRanks(c.ranks, async (group, rank) => {
+        const shards = sequenceShards(sizes[rank]!, rank, c.ranks, { seqLength: c.seq });
+        const pool = new TensorPool();
+        const exchange: SeqExchange = { group, routing, shards, scratch: new ScratchBuffers(), pool };
+        const [kh] = await seqToHeads(exchange, [{ tensor: shardOf(k, sizes, rank), heads: "kv" }]);
+        // the next output of the sequence layout's size comes from these buffers
+        const stale = [pool.take([c.batch, sizes[rank]!, c.kvHeads, c.headDim], false), pool.take([c.batch, sizes[rank]!, c.kvHeads, c.headDim], false)];
+        for (const t of stale) t.data.fill(Number.NaN);
+        pool.give(...stale);
+        const [back] = await headsToSeq(exchange, [{ tensor: kh, heads: "kv", accumulate: true }]);
+        return { back, reused: stale.some((t) => t.data.buffer === back.data.buffer) };
+      });
+      for (const r of perRank) expect(r.reused).toBe(true);
+      expect(Array.from(joinShards(perRank.map((r) => r.back)).data)).toEqual(Array.from(scaleHeads(k, copiesOf(routing)).data));
+    });
+
   it("reused scratch and pool give bit-identical results, and one exchange sends exactly the blocks for other ranks", async () => {
     const c = cases[5]!;
     const p = c.ranks;

@@ -61,9 +61,10 @@ memory.md.
   --memory-seq LIST   the two sequence lengths of the memory rows' slopes (default 8192,16384)
   --vocab-seq LIST    the two sequence lengths of the vocabulary rows' slopes (default 8192,32768)
   --speed-seq LIST    sequence lengths of the speed rows (default 4096,8192,16384)
-  --speed-steps N     steps of a speed row (default 8)
-  --speed-warmup N    its first steps, not timed (default 3: step 1 builds every graph, step 2
-                      creates the addon's sessions, and the heap grows for a few steps)
+  --speed-steps N     steps of a speed row (default 10)
+  --speed-warmup N    its first steps, not timed (default 5: step 1 builds every graph, step 2
+                      creates the addon's sessions, and the heap and buffer pools grow through
+                      about step 6)
   --repeat N          runs of each memory and vocabulary row; its peak is their median (default 3)
   --speed-repeat N    runs of each speed row; its tokens/s and MFU are their medians (default 3)
   --rows LIST         which groups of rows to run: memory, vocab, speed (default all three);
@@ -116,10 +117,10 @@ function readFlags(argv: readonly string[]): Flags | null {
     if (lengths.length !== 2 || lengths[0]! >= lengths[1]!) throw new UsageError(`--${flag}: expected two increasing lengths, got '${v[flag]}'`);
     return [lengths[0]!, lengths[1]!];
   };
-  const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "8")[0]!;
-  const speedWarmup = positiveIntegers("--speed-warmup", v["speed-warmup"] ?? "3")[0]!;
+  const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "10")[0]!;
+  const speedWarmup = positiveIntegers("--speed-warmup", v["speed-warmup"] ?? "5")[0]!;
   if (speedSteps <= speedWarmup)
-    throw new UsageError(`--speed-steps: more than --speed-warmup (${speedWarmup}) so that a step is timed, got '${v["speed-steps"] ?? "8"}'`);
+    throw new UsageError(`--speed-steps: more than --speed-warmup (${speedWarmup}) so that a step is timed, got '${v["speed-steps"] ?? "10"}'`);
   return {
     memorySeq: pair("memory-seq", "8192,16384"),
     vocabSeq: pair("vocab-seq", "8192,32768"),
