@@ -117,10 +117,10 @@ function readFlags(argv: readonly string[]): Flags | null {
     if (lengths.length !== 2 || lengths[0]! >= lengths[1]!) throw new UsageError(`--${flag}: expected two increasing lengths, got '${v[flag]}'`);
     return [lengths[0]!, lengths[1]!];
   };
-  const speedSteps = positiveIntegers("--speed-steps", v["speed-steps"] ?? "10")[0]!;
+  const stepsText = v["speed-steps"] ?? "10";
+  const speedSteps = positiveIntegers("--speed-steps", stepsText)[0]!;
   const speedWarmup = positiveIntegers("--speed-warmup", v["speed-warmup"] ?? "5")[0]!;
-  if (speedSteps <= speedWarmup)
-    throw new UsageError(`--speed-steps: more than --speed-warmup (${speedWarmup}) so that a step is timed, got '${v["speed-steps"] ?? "10"}'`);
+  if (speedSteps <= speedWarmup) throw new UsageError(`--speed-steps: more than --speed-warmup (${speedWarmup}) so that a step is timed, got '${stepsText}'`);
   return {
     memorySeq: pair("memory-seq", "8192,16384"),
     vocabSeq: pair("vocab-seq", "8192,32768"),
