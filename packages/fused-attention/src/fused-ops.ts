@@ -31,7 +31,7 @@ import {
   type RopePositions,
   type SessionCache,
 } from "@ulysses/kernels";
-import { formatShape, Tensor } from "@ulysses/tensors";
+import { formatShape, numel, Tensor } from "@ulysses/tensors";
 import { FusedAttentionError } from "./errors.js";
 import type { CpuIsa } from "./fused-attention.js";
 import { loadNative, type NativeBinding } from "./native.js";
@@ -80,14 +80,7 @@ export class FusedOps extends OrtOps {
    * outputs'.
    */
   private output(shape: readonly number[]): F32 {
-    const t = new Tensor(
-      "float32",
-      shape,
-      this.pool.take(
-        "float32",
-        shape.reduce((a, b) => a * b, 1),
-      ) as Float32Array,
-    );
+    const t = new Tensor("float32", shape, this.pool.take("float32", numel(shape)) as Float32Array);
     this.cache.collector?.allocated(t.data.byteLength);
     return t;
   }

@@ -7,7 +7,7 @@
  * is ignored), so callers can pass whatever they hold.
  */
 import { BufferPool } from "@ulysses/kernels";
-import { Tensor } from "@ulysses/tensors";
+import { numel, Tensor } from "@ulysses/tensors";
 
 type F32 = Tensor<"float32">;
 
@@ -21,10 +21,7 @@ export class TensorPool {
 
   /** A tensor of `shape`; zero-filled when `zero`, otherwise with arbitrary contents. */
   take(shape: readonly number[], zero: boolean): F32 {
-    const data = this.buffers.take(
-      "float32",
-      shape.reduce((a, b) => a * b, 1),
-    ) as Float32Array;
+    const data = this.buffers.take("float32", numel(shape)) as Float32Array;
     if (zero) data.fill(0);
     return new Tensor("float32", shape, data);
   }
