@@ -3,8 +3,9 @@
  * @ulysses/measure from the GPT's dimensions (2 FLOPs per matrix weight per
  * token, causal attention over its N(N+1)/2 pairs, training = 3 forwards),
  * against the MatMul rate @ulysses/measure's `measureMatmulRate` finds at
- * start-up with all cores (on a loaded machine that rate is low and the MFU
- * optimistic).
+ * start-up with all cores: the fastest of 4 rounds of at least 100 ms, the
+ * rate the machine sustains for about as long as a step (on a loaded machine
+ * that rate is low and the MFU optimistic).
  */
 import { gptTrainingFlops, type GptDimensions } from "@ulysses/measure";
 import { blockConfigOf, type GptConfig } from "@ulysses/model";

@@ -11,13 +11,27 @@ describe("fastestRound", () => {
       clock += durations[call++]!;
     };
     // rounds of 2 calls: (30 + 10) / 2, (20 + 40) / 2, (5 + 5) / 2 ms
-    expect(await fastestRound(run, 3, 2, () => clock)).toBe(0.005);
+    expect(await fastestRound(run, 3, 2, { now: () => clock })).toBe(0.005);
     expect(call).toBe(6);
+  });
+
+  it("adds calls to a round until it has lasted minRoundMs, and averages over all of them", async () => {
+    // calls of 10, 30, 20, 20 ms, then 5 ms each
+    const durations = [10, 30, 20, 20];
+    let clock = 0;
+    let call = 0;
+    const run = async () => {
+      clock += durations[call++] ?? 5;
+    };
+    // minRoundMs 45: round 1 = 10 + 30 + 20 (60 ms, 3 calls, mean 20); round 2 = 20 + 5 + 5 + 5 + 5 + 5 (45 ms, 6 calls, mean 7.5)
+    expect(await fastestRound(run, 2, 2, { now: () => clock, minRoundMs: 45 })).toBe(0.0075);
+    expect(call).toBe(9);
   });
 
   it("names a bad count", async () => {
     await expect(fastestRound(async () => {}, 0, 1)).rejects.toThrow("rounds must be a positive integer, got 0");
     await expect(fastestRound(async () => {}, 1, 1.5)).rejects.toThrow("repeats must be a positive integer, got 1.5");
+    await expect(fastestRound(async () => {}, 1, 1, { minRoundMs: -1 })).rejects.toThrow("minRoundMs must be a finite number >= 0, got -1");
   });
 });
 
@@ -25,11 +39,17 @@ describe("measureMatmulRate", () => {
   it("is at least 2n³ FLOPs x the timed runs over the whole call's wall time", async () => {
     const n = 128;
     const started = performance.now();
-    const rate = await measureMatmulRate({ threads: 1, size: n, rounds: 3, repeats: 2 });
+    const rate = await measureMatmulRate({ threads: 1, size: n, rounds: 3, repeats: 2, minRoundMs: 0 });
     const seconds = (performance.now() - started) / 1000;
     expect(Number.isFinite(rate)).toBe(true);
     // 6 timed runs (plus the warm-up and the session) fit in `seconds`, so the fastest round's mean is below seconds / 6
     expect(rate).toBeGreaterThanOrEqual((2 * n ** 3 * 6) / seconds);
+  });
+
+  it("times rounds of at least 100 ms by default", async () => {
+    const started = performance.now();
+    await measureMatmulRate({ threads: 1, size: 32, rounds: 2 });
+    expect(performance.now() - started).toBeGreaterThanOrEqual(200);
   });
 
   it("names bad options", async () => {
