@@ -32,7 +32,11 @@ export interface HeadRouting {
   readonly q: readonly HeadRange[];
   /** Global kv head indices each rank receives, in local order (may repeat across ranks). */
   readonly kv: readonly (readonly number[])[];
-  /** True when some kv head lives on more than one rank. */
+  /**
+   * True when some kv head has more than one copy: on two ranks, or twice on
+   * one (a rank with one kv copy per query head). False: every kv head is held
+   * exactly once, so its gradient has one copy to send back and nothing to sum.
+   */
   readonly replicatedKv: boolean;
 }
 
@@ -92,6 +96,6 @@ function makeRouting(heads: number, kvHeads: number, worldSize: number): HeadRou
   }
   const kv = q.map((range) => kvForRange(range, group));
   const owners = new Array<number>(kvHeads).fill(0);
-  for (const list of kv) for (const h of new Set(list)) owners[h]!++;
+  for (const list of kv) for (const h of list) owners[h]!++;
   return { heads, kvHeads, worldSize, q, kv, replicatedKv: owners.some((n) => n > 1) };
 }

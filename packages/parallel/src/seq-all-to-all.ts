@@ -208,20 +208,6 @@ function headLists(routing: HeadRouting, heads: HeadSet): readonly (readonly num
   return routing.q.map((range) => Array.from({ length: range.count }, (_, i) => range.start + i));
 }
 
-/** Whether the lists hold every head of [0, total) exactly once between them (none repeated on two ranks or within one). */
-function eachHeadOnce(headsOf: readonly (readonly number[])[], total: number): boolean {
-  const seen = new Uint8Array(total);
-  let count = 0;
-  for (const heads of headsOf) {
-    for (const h of heads) {
-      if (seen[h] === 1) return false;
-      seen[h] = 1;
-      count++;
-    }
-  }
-  return count === total;
-}
-
 function shapeText(shape: readonly number[]): string {
   return `[${shape.join(", ")}]`;
 }
@@ -249,14 +235,13 @@ function plan(direction: SeqAllToAllDirection, exchange: SeqExchange, parts: rea
     if (part.accumulate === true && direction === "sequence-to-heads") {
       throw new ParallelError(`${who}: part ${index} asks to accumulate, which only heads-to-sequence does (sequence-to-heads never receives a head twice)`);
     }
-    const headsOf = headLists(routing, part.heads);
-    const totalHeads = part.heads === "q" ? routing.heads : routing.kvHeads;
     const planned: PartPlan = {
       tensor: part.tensor,
-      // each head held once: every output float is written by exactly one copy, so no zeroed output and no sums
-      accumulate: part.accumulate === true && !eachHeadOnce(headsOf, totalHeads),
-      headsOf,
-      totalHeads,
+      // query heads are never replicated, kv heads only where the routing says so: where each head is held once, every
+      // output float is written by exactly one copy, so no zeroed output and no sums
+      accumulate: part.accumulate === true && part.heads === "kv" && routing.replicatedKv,
+      headsOf: headLists(routing, part.heads),
+      totalHeads: part.heads === "q" ? routing.heads : routing.kvHeads,
     };
     const expected = from.shape(planned, b, d);
     const shape = part.tensor.shape;
