@@ -1,13 +1,16 @@
 // Consumer check: the installed `ulysses-train` bin (plain node, no tsx)
 // prints its version, trains 20 steps and writes the checkpoint, the metrics
-// and model.onnx; `ulysses-generate` answers from that model. The memory
-// flags (--tile-mlp, --tile-loss, --activation-checkpointing) train the same
-// losses, and `@ulysses/trainer/memory` estimates the run from the package.
+// and model.onnx (every step with a positive MFU); `ulysses-generate` answers
+// from that model; `@ulysses/measure`'s MatMul rate runs rounds of at least
+// minRoundMs. The memory flags (--tile-mlp, --tile-loss,
+// --activation-checkpointing) train the same losses, and
+// `@ulysses/trainer/memory` estimates the run from the package.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fusedAttentionStatus } from "@ulysses/fused-attention";
+import { measureMatmulRate } from "@ulysses/measure";
 
 const bin = (name) => path.resolve("node_modules", ".bin", name);
 const env = { ...process.env, ORT_DISABLE_TELEMETRY: "1" };
@@ -52,6 +55,18 @@ assert.ok(
   rows.every((r) => Number.isFinite(r.loss) && !Number.isNaN(Date.parse(r.time))),
   "every metrics row has a finite loss and an ISO time",
 );
+// the MFU is against the MatMul rate the installed @ulysses/measure found at start-up
+assert.ok(
+  rows.every((r) => Number.isFinite(r.mfu) && r.mfu > 0),
+  `every metrics row has a positive MFU, got ${rows.map((r) => r.mfu).join(", ")}`,
+);
+
+// @ulysses/measure as installed: rounds of at least minRoundMs (2 rounds of 50 ms: at least 100 ms), a positive rate
+const rateStarted = performance.now();
+const rate = await measureMatmulRate({ threads: 1, size: 64, rounds: 2, minRoundMs: 50 });
+const rateMs = performance.now() - rateStarted;
+assert.ok(Number.isFinite(rate) && rate > 0, `measureMatmulRate: a positive rate, got ${rate}`);
+assert.ok(rateMs >= 100, `measureMatmulRate: 2 rounds of at least 50 ms took ${rateMs.toFixed(1)} ms`);
 
 // the memory modes, as installed: the same 20 losses as the plain run
 const leanOut = path.resolve("trained-run-lean");

@@ -4,6 +4,7 @@ import { ParallelDims, UlyssesAttention, parallelize, type ShardedAttention } fr
 import { CollectiveError, launch, type LaunchedWorld, type ProcessGroup } from "@ulysses/collectives";
 import { runConformance, type CheckResult } from "@ulysses/collectives/testing";
 import { FusedAttention, type FusedAttentionOptions } from "@ulysses/fused-attention";
+import { fastestRound, measureMatmulRate, type MatmulRateOptions, type RoundOptions } from "@ulysses/measure";
 import { GraphBuilder, OrtAttention, SessionCache, createOrtOps, type LocalAttention } from "@ulysses/kernels";
 import * as model from "@ulysses/model";
 import { Trainer, type TrainModel } from "@ulysses/training";
@@ -32,6 +33,13 @@ export async function trainer(world: ProcessGroup, config: model.GptConfig): Pro
   const dims = await ParallelDims.create(world, { sp: world.size }, { heads: config.heads, kvHeads: config.kvHeads, seqLength: config.maxSeq });
   const parallel: TrainModel = parallelize(new model.Gpt(config, { ops, localAttention: local, seed: 0 }), dims);
   return new Trainer(parallel, { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: false });
+}
+
+/** The MatMul rate over sustained rounds, and a kernel timed by the same rule. */
+export async function rates(kernel: () => Promise<unknown>): Promise<{ flops: number; seconds: number }> {
+  const rateOptions: MatmulRateOptions = { threads: 1, rounds: 2, minRoundMs: 100 };
+  const rounds: RoundOptions = { minRoundMs: rateOptions.minRoundMs ?? 0, now: () => performance.now() };
+  return { flops: await measureMatmulRate(rateOptions), seconds: await fastestRound(kernel, 2, 1, rounds) };
 }
 
 export const used = [half, options, GraphBuilder, FusedAttention, Object.keys(model).length];
