@@ -85,8 +85,10 @@ export class LocalBlockAttention implements BlockAttention<SavedLocalAttention> 
   }
 
   async forward(q: F32, k: F32, v: F32, options: AttentionOptions): Promise<BlockAttentionForward<SavedLocalAttention>> {
-    const { out, logSumExp } = await this.local.forward(q, k, v, options);
-    return { out, context: new SavedLocalAttention(this, null, { ...options }, q, k, v, out, logSumExp) };
+    // nothing of ours is in flight around the kernel (its backward reuses these options): it may run on this thread
+    const localOptions: AttentionOptions = { ...options, onCallerThread: options.onCallerThread ?? true };
+    const { out, logSumExp } = await this.local.forward(q, k, v, localOptions);
+    return { out, context: new SavedLocalAttention(this, null, localOptions, q, k, v, out, logSumExp) };
   }
 
   async backward(context: SavedLocalAttention, dOut: F32): Promise<AttentionGradients> {

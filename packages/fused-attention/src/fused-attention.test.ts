@@ -174,6 +174,40 @@ describe.skipIf(!status.available)(suite, () => {
     for (const key of ["dq", "dk", "dv"] as const) expect(Buffer.compare(Buffer.from(g1[key].data.buffer), Buffer.from(g2[key].data.buffer))).toBe(0);
   });
 
+  it("runs on the calling thread with onCallerThread: the same bits as on the pool, and no event-loop turn meanwhile", async () => {
+    const c: Case = { batch: 1, seqQ: 1024, seqK: 1024, heads: 4, kvHeads: 2, headDim: 32, causal: true };
+    const { q, k, v, dOut } = inputs(c, 13);
+    const fused = withThreads(2);
+    // an immediate runs at the event loop's next check phase: before a pool run's completion can arrive, never inside a blocking call
+    const turns = async <T>(run: () => Promise<T>): Promise<{ result: T; turned: boolean }> => {
+      let turned = false;
+      setImmediate(() => {
+        turned = true;
+      });
+      const result = await run();
+      return { result, turned };
+    };
+    const pool = await turns(() => fused.forward(q, k, v, { causal: true }));
+    const caller = await turns(() => fused.forward(q, k, v, { causal: true, onCallerThread: true }));
+    expect(pool.turned).toBe(true);
+    expect(caller.turned).toBe(false);
+    for (const key of ["out", "logSumExp"] as const)
+      expect(Buffer.compare(Buffer.from(pool.result[key].data.buffer), Buffer.from(caller.result[key].data.buffer))).toBe(0);
+    const out = caller.result.out;
+    const lse = caller.result.logSumExp;
+    const poolGrad = await turns(() => fused.backward(q, k, v, out, dOut, lse, { causal: true }));
+    const callerGrad = await turns(() => fused.backward(q, k, v, out, dOut, lse, { causal: true, onCallerThread: true }));
+    expect(poolGrad.turned).toBe(true);
+    expect(callerGrad.turned).toBe(false);
+    for (const key of ["dq", "dk", "dv"] as const)
+      expect(Buffer.compare(Buffer.from(poolGrad.result[key].data.buffer), Buffer.from(callerGrad.result[key].data.buffer))).toBe(0);
+    // a kernel error on the calling thread rejects the call with the same message as on the pool
+    const none = new Tensor("float32", [1, 0, 2, 4]);
+    await expect(fused.forward(none, none, none, { causal: true, onCallerThread: "yes" as never })).rejects.toThrow(
+      /onCallerThread must be a boolean, got yes/,
+    );
+  });
+
   it("runs on SharedArrayBuffer-backed tensors", async () => {
     const c: Case = { batch: 1, seqQ: 40, seqK: 40, heads: 2, kvHeads: 2, headDim: 16, causal: true };
     const { q, k, v } = inputs(c, 5);

@@ -74,7 +74,8 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
       const vAll = this.pool.take([b, keys, kvHeads, d], false);
       splitKV(gathered.data as Float32Array, kAll, vAll, keys);
       // queries: this rank's tokens; keys: the gathered ones [0, keys)
-      const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale };
+      // the gather is done before the kernel (its backward reuses these options): it may run on this thread
+      const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale, onCallerThread: true };
       if (queryIds !== null && keyIds !== null) localOptions.documents = { query: queryIds, key: keyIds };
       const local = await this.local.forward(q, kAll, vAll, localOptions);
       const context: AllGatherKVContext = new SavedLocalAttention(this, { shards }, localOptions, q, kAll, vAll, local.out, local.logSumExp);

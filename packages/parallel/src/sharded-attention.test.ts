@@ -1,4 +1,12 @@
-import { maxRelativeError, randomTensor, ReferenceAttention, seededRandom, StatsReferenceAttention } from "@ulysses/kernels";
+import {
+  maxRelativeError,
+  randomTensor,
+  ReferenceAttention,
+  seededRandom,
+  StatsReferenceAttention,
+  type AttentionOptions,
+  type LocalAttention,
+} from "@ulysses/kernels";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
@@ -9,6 +17,7 @@ import type { ShardedAttention } from "./sharded-attention.js";
 import { joinShards, runRanks, shardOf } from "./testing-fixtures/test-support.js";
 import { attentionInputs } from "./testing-fixtures/test-support.js";
 import { headRouting } from "./head-routing.js";
+import { PipelinedUlyssesAttention } from "./pipelined-ulysses.js";
 import { allGatherKVBytes, ulyssesBytes } from "./scheme-bytes.js";
 import { UlyssesAttention } from "./ulysses-attention.js";
 
@@ -80,6 +89,45 @@ describe.each(["ulysses", "ulysses-chunked", "allgather", "ring"] as const)("%s 
       }
     });
   }
+});
+
+describe("which local calls may block the calling thread (AttentionOptions.onCallerThread)", () => {
+  /** Delegates to `inner`, recording each call's onCallerThread. */
+  const recording = (inner: LocalAttention, seen: string[]): LocalAttention => ({
+    name: inner.name,
+    forward: (q, k, v, options: AttentionOptions) => {
+      seen.push(`forward ${String(options.onCallerThread)}`);
+      return inner.forward(q, k, v, options);
+    },
+    backward: (q, k, v, out, dOut, lse, options: AttentionOptions) => {
+      seen.push(`backward ${String(options.onCallerThread)}`);
+      return inner.backward(q, k, v, out, dOut, lse, options);
+    },
+    release: () => inner.release(),
+  });
+  const c: Case = { name: "", batch: 1, seq: 16, heads: 4, kvHeads: 4, headDim: 4, causal: true, ranks: [] };
+  const x = inputs(c, 5);
+  const calls = (make: (local: LocalAttention, group: ProcessGroup) => ShardedAttention, local: LocalAttention) =>
+    runRanks(2, async (group, rank) => {
+      const seen: string[] = [];
+      const attention = make(recording(local, seen), group);
+      const shard = (t: F32) => shardOf(t, evenSplitSizes(c.seq, 2), rank);
+      const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true, seqLength: c.seq });
+      await attention.backward(context, shard(x.dOut));
+      return [...new Set(seen)];
+    });
+
+  it("Ulysses and all-gather-KV, whose exchanges are done before the kernel starts, say it may; ring and pipelined Ulysses, which overlap it, do not", async () => {
+    for (const ranks of [await calls((l, g) => new UlyssesAttention(l, g), reference), await calls((l, g) => new AllGatherKVAttention(l, g), reference)]) {
+      for (const seen of ranks) expect(seen).toEqual(["forward true", "backward true"]);
+    }
+    for (const ranks of [
+      await calls((l, g) => new RingAttention(l, g), stats),
+      await calls((l, g) => new PipelinedUlyssesAttention(l, g, { headGroups: 2 }), reference),
+    ]) {
+      for (const seen of ranks) expect(seen).toEqual(["forward undefined", "backward undefined"]);
+    }
+  });
 });
 
 describe("communication accounting", () => {

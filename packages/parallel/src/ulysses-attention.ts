@@ -80,7 +80,8 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     // every rank holds the whole sequence now: the documents are the whole sequence's
     const ids = documentSlice(options.sequenceDocuments, b, shards.length, 0, shards.length, this.name);
     return exclusive(this, async () => {
-      const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale };
+      // the exchanges are done before the kernel and start after it (its backward reuses these options): it may run on this thread
+      const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale, onCallerThread: true };
       if (ids !== null) localOptions.documents = { query: ids, key: ids };
       return aroundHeads(this.exchange(routing, shards), q, k, v, async (qh, kh, vh) => {
         const local = await this.local.forward(qh, kh, vh, localOptions);

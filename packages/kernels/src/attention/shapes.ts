@@ -76,6 +76,9 @@ export function attentionDims(
   }
   const scale = options.scale ?? 1 / Math.sqrt(headDim);
   if (!Number.isFinite(scale)) throw error(`${who}: scale must be finite, got ${options.scale}`);
+  if (options.onCallerThread !== undefined && typeof options.onCallerThread !== "boolean") {
+    throw error(`${who}: onCallerThread must be a boolean, got ${String(options.onCallerThread)}`);
+  }
   const dims: AttentionDims = { batch, seqQ, seqK, heads, kvHeads, headDim, group: heads / kvHeads, scale, causal: options.causal, offset: seqK - seqQ };
   if (options.documents !== undefined) {
     checkDocuments(options.documents, batch, seqQ, seqK, who, error);

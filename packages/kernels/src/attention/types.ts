@@ -45,6 +45,14 @@ export interface AttentionOptions {
   scale?: number;
   /** Document masking of packed sequences; absent: one document per row. */
   documents?: AttentionDocuments;
+  /**
+   * The caller has nothing to progress while this call runs (no exchange posted before it that should move meanwhile), so an
+   * implementation may compute on the calling thread and block it, saving the hand-off to a pool thread and back. The results
+   * are the same either way. Default false: an implementation that can leave the calling thread free does (FusedAttention
+   * computes on libuv's pool). One-device attention and Ulysses (unpipelined) set it; ring and pipelined Ulysses, whose
+   * transfers overlap the kernel, do not. Implementations that always run one way ignore it.
+   */
+  onCallerThread?: boolean;
 }
 
 export interface AttentionForwardResult {
