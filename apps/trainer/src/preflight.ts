@@ -90,9 +90,18 @@ export const NATIVE_OPS_ARENA_SLACK = 0.5;
  * MLP, loss and head-group tiles, the exchange chunks). Measured on the
  * speed rows of bench:memory (2026-12-02, default tiles): the account
  * without it was 70-80 MiB per rank under the peak at N = 4K.
+ *
+ * With the native ops: 50 MiB, measured on the speed rows of two
+ * bench:memory runs at 2ba2505 (2026-12-04, 4K to 16K tokens, SP 1 and 2,
+ * 36 runs), where every one of those runs was within 11.4% of the account
+ * (the medians within 9%); with the 80 MiB fitted before, up to 19% over.
+ * It fell when the attention kernel moved onto the rank's own thread
+ * (AttentionOptions.onCallerThread): its buffers now come from that
+ * thread's heap, which the other ops reuse, instead of from the glibc
+ * arenas of libuv's pool threads, each keeping its own high-water mark.
  */
 export const ARENA_FLOOR_BYTES = 64 * MiB;
-export const NATIVE_OPS_ARENA_FLOOR_BYTES = 80 * MiB;
+export const NATIVE_OPS_ARENA_FLOOR_BYTES = 50 * MiB;
 /**
  * With --memory-arena, freed tensors that wait longer for V8's full collection once V8's heap grows 10x between them
  * (ARENA_HEAP_GROWING_PERCENT of the config), per rank. Measured on the speed rows of bench:memory (2026-12-03, SP 2, 3 runs each, one step of
