@@ -70,12 +70,15 @@ const F32 = 4;
 
 /**
  * Measured baselines (peak RSS of 64-token runs from source with tsx, 2
- * layers, hidden 256, less the terms below: 195 MiB at SP 1 on the local
- * backend, 364 MiB at SP 2 on threads): one process with its first rank's
- * sessions, and each worker thread of the threads backend.
+ * layers, hidden 256, --no-memory-arena, less the terms below; medians of 3
+ * runs, 2026-12-04 at 2ba2505: 213 MiB at SP 1 on the local backend, 449 MiB
+ * at SP 2 on threads): one process with its first rank's sessions, and each
+ * worker thread of the threads backend (64 MiB when first measured, at 364
+ * MiB for SP 2; the account then fell 60-100 MiB short of the SP 2 memory
+ * rows of bench:memory at N = 8192).
  */
 export const PROCESS_BASELINE_BYTES = 150 * MiB;
-export const WORKER_BASELINE_BYTES = 64 * MiB;
+export const WORKER_BASELINE_BYTES = 88 * MiB;
 /**
  * With --memory-arena, what the per-session arenas and glibc's heap keep, per byte of the per-token terms, with every op an ONNX
  * Runtime graph (measured: 2570 vs 1338 MiB at N = 16384, SP 2) and with LayerNorm, rope and GELU native (FusedOps: their
@@ -91,17 +94,18 @@ export const NATIVE_OPS_ARENA_SLACK = 0.5;
  * speed rows of bench:memory (2026-12-02, default tiles): the account
  * without it was 70-80 MiB per rank under the peak at N = 4K.
  *
- * With the native ops: 50 MiB, measured on the speed rows of two
- * bench:memory runs at 2ba2505 (2026-12-04, 4K to 16K tokens, SP 1 and 2,
- * 36 runs), where every one of those runs was within 11.4% of the account
- * (the medians within 9%); with the 80 MiB fitted before, up to 19% over.
+ * With the native ops: 40 MiB, measured on the speed rows of three
+ * bench:memory runs at 2ba2505 and 1585ce4 (2026-12-04, 4K to 16K tokens,
+ * SP 1 and 2, 54 runs), where with the worker baseline above every row's
+ * median was within 9.5% of the account and every run within 15.1%; with
+ * the 80 MiB fitted before, runs were up to 19% over.
  * It fell when the attention kernel moved onto the rank's own thread
  * (AttentionOptions.onCallerThread): its buffers now come from that
  * thread's heap, which the other ops reuse, instead of from the glibc
  * arenas of libuv's pool threads, each keeping its own high-water mark.
  */
 export const ARENA_FLOOR_BYTES = 64 * MiB;
-export const NATIVE_OPS_ARENA_FLOOR_BYTES = 50 * MiB;
+export const NATIVE_OPS_ARENA_FLOOR_BYTES = 40 * MiB;
 /**
  * With --memory-arena, freed tensors that wait longer for V8's full collection once V8's heap grows 10x between them
  * (ARENA_HEAP_GROWING_PERCENT of the config), per rank. Measured on the speed rows of bench:memory (2026-12-03, SP 2, 3 runs each, one step of
