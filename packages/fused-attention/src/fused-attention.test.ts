@@ -201,6 +201,20 @@ describe.skipIf(!status.available)(suite, () => {
     expect(callerGrad.turned).toBe(false);
     for (const key of ["dq", "dk", "dv"] as const)
       expect(Buffer.compare(Buffer.from(poolGrad.result[key].data.buffer), Buffer.from(callerGrad.result[key].data.buffer))).toBe(0);
+    // past callerThreadMaxPairs (here 1024 x 1024 / 2 x 4 heads = 2^21 pairs against 2^21 - 1) the call goes to the pool anyway
+    const capped = new FusedAttention({ threads: 2, callerThreadMaxPairs: 2 ** 21 - 1 });
+    const atCap = new FusedAttention({ threads: 2, callerThreadMaxPairs: 2 ** 21 });
+    try {
+      const over = await turns(() => capped.forward(q, k, v, { causal: true, onCallerThread: true }));
+      const at = await turns(() => atCap.forward(q, k, v, { causal: true, onCallerThread: true }));
+      expect(over.turned).toBe(true);
+      expect(at.turned).toBe(false);
+      expect(Buffer.compare(Buffer.from(over.result.out.data.buffer), Buffer.from(pool.result.out.data.buffer))).toBe(0);
+    } finally {
+      capped.release();
+      atCap.release();
+    }
+    expect(() => new FusedAttention({ callerThreadMaxPairs: Number.NaN })).toThrow(/callerThreadMaxPairs must be a number >= 0, got NaN/);
     // a kernel error on the calling thread rejects the call with the same message as on the pool
     const none = new Tensor("float32", [1, 0, 2, 4]);
     await expect(fused.forward(none, none, none, { causal: true, onCallerThread: "yes" as never })).rejects.toThrow(

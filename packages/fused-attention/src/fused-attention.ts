@@ -7,7 +7,8 @@
  * created on first use: calls with `options.documents` run the graphs'
  * document variant, which passes the ids as two extra int32 inputs. Runs take the tensors' memory as is (no copies) and happen off
  * the JS thread, on libuv's pool, unless `options.onCallerThread` says the caller has nothing to progress meanwhile: then on the
- * calling thread, which saves the hand-off (2-7% of a training step on a 2-core VM, SP 1 and 2, N = 4096). The kernels
+ * calling thread, which saves the hand-off (2-7% of a training step on a 2-core VM, SP 1 and 2, N = 4096), for calls of at most
+ * `callerThreadMaxPairs` query-key pairs (longer ones would hold up the thread's signals and timers). The kernels
  * themselves live in native/src/cpu (and cuda).
  */
 import { availableParallelism } from "node:os";
@@ -48,7 +49,23 @@ export interface FusedAttentionOptions {
    * collected on the same schedule as the other ops'). Default: none.
    */
   collector?: { allocated(bytes: number): void } | null;
+  /**
+   * The most query-key pairs (batch x heads x seqQ x seqK, halved when
+   * causal) a call with `onCallerThread` runs on the calling thread; a larger
+   * one runs on libuv's pool anyway (default CALLER_THREAD_MAX_PAIRS).
+   */
+  callerThreadMaxPairs?: number;
 }
+
+/**
+ * Default of FusedAttentionOptions.callerThreadMaxPairs: 2^30 pairs, about
+ * a second of the backward on 2 threads of this project's 2-core VM (N =
+ * 16384, 8 heads, causal). A call on the calling thread blocks it, and with
+ * it the signals and timers of that thread (the trainer's second Ctrl-C on a
+ * rank that runs on the main thread); what it saves, the hand-off to the
+ * pool and back, is the same for any size, so past this it is not worth it.
+ */
+export const CALLER_THREAD_MAX_PAIRS = 2 ** 30;
 
 /** What the loaded addon reports, or why it is unavailable. */
 export function fusedAttentionStatus(): { available: true; info: NativeInfo; path: string } | { available: false; reason: string } {
@@ -66,6 +83,7 @@ export class FusedAttention implements LocalAttention {
   private runtime: NativeRuntime | undefined;
   private readonly sessions = new Map<string, NativeSession>();
   private readonly collector: { allocated(bytes: number): void } | null;
+  private readonly callerThreadMaxPairs: number;
 
   /** Throws FusedAttentionError (saying how to build it) when the addon is not built or fails to load. */
   constructor(options: FusedAttentionOptions = {}) {
@@ -81,6 +99,9 @@ export class FusedAttention implements LocalAttention {
     }
     this.threads = threads;
     this.collector = options.collector ?? null;
+    const maxPairs = options.callerThreadMaxPairs ?? CALLER_THREAD_MAX_PAIRS;
+    if (!(maxPairs >= 0)) throw new FusedAttentionError(`FusedAttention: callerThreadMaxPairs must be a number >= 0, got ${String(maxPairs)}`);
+    this.callerThreadMaxPairs = maxPairs;
     this.binding = native.binding;
     try {
       this.runtime = new native.binding.Runtime({ threads, isa: options.isa ?? "auto", cuda });
@@ -153,7 +174,8 @@ export class FusedAttention implements LocalAttention {
     }
     const args = [names, data, dims, io.outputs, outputs.map((t) => t.data), outputs.map((t) => t.shape)] as const;
     try {
-      if (options.onCallerThread === true) session.runSync(...args);
+      const pairs = (s.batch * s.heads * s.seqQ * s.seqK) / (s.causal ? 2 : 1);
+      if (options.onCallerThread === true && pairs <= this.callerThreadMaxPairs) session.runSync(...args);
       else await session.run(...args);
     } catch (error) {
       throw new FusedAttentionError(

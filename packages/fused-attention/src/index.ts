@@ -4,7 +4,7 @@
  * Importing the package registers FusedAttention in @ulysses/kernels as attention implementation "fused".
  */
 export { FusedAttentionError } from "./errors.js";
-export { FusedAttention, fusedAttentionStatus, type FusedAttentionOptions, type CpuIsa } from "./fused-attention.js";
+export { CALLER_THREAD_MAX_PAIRS, FusedAttention, fusedAttentionStatus, type FusedAttentionOptions, type CpuIsa } from "./fused-attention.js";
 export { FusedOps, createFusedOps, type FusedOpsOptions } from "./fused-ops.js";
 export { NativeSessionCache, OUTPUT_POOL_BYTES, type NativeSessionCacheOptions } from "./native-session-cache.js";
 export { registerFusedAttention, FUSED_ATTENTION_NAME } from "./register.js";
