@@ -215,7 +215,7 @@ describe.skipIf(!status.available)(suite, () => {
       atCap.release();
     }
     expect(() => new FusedAttention({ callerThreadMaxPairs: Number.NaN })).toThrow(/callerThreadMaxPairs must be a number >= 0, got NaN/);
-    // a kernel error on the calling thread rejects the call with the same message as on the pool
+    // an onCallerThread that is not a boolean is refused, naming the value
     const none = new Tensor("float32", [1, 0, 2, 4]);
     await expect(fused.forward(none, none, none, { causal: true, onCallerThread: "yes" as never })).rejects.toThrow(
       /onCallerThread must be a boolean, got yes/,
