@@ -201,6 +201,12 @@ describe.skipIf(!status.available)(suite, () => {
     expect(callerGrad.turned).toBe(false);
     for (const key of ["dq", "dk", "dv"] as const)
       expect(Buffer.compare(Buffer.from(poolGrad.result[key].data.buffer), Buffer.from(callerGrad.result[key].data.buffer))).toBe(0);
+    // and the caller-thread results against the float64 reference, not only against the pool's
+    const ref = referenceForward64(f64(q), f64(k), f64(v), dimsOf(c));
+    const refGrad = referenceBackward64(f64(q), f64(k), f64(v), f64(dOut), dimsOf(c));
+    expect(relativeError(out, ref.out)).toBeLessThanOrEqual(TOLERANCE);
+    expectLogSumExp(lse, ref.logSumExp);
+    for (const key of ["dq", "dk", "dv"] as const) expect(relativeError(callerGrad.result[key], refGrad[key]), key).toBeLessThanOrEqual(TOLERANCE);
     // past callerThreadMaxPairs (here 1024 x 1024 / 2 x 4 heads = 2^21 pairs against 2^21 - 1) the call goes to the pool anyway
     const capped = new FusedAttention({ threads: 2, callerThreadMaxPairs: 2 ** 21 - 1 });
     const atCap = new FusedAttention({ threads: 2, callerThreadMaxPairs: 2 ** 21 });
