@@ -5,10 +5,12 @@
 // ones written here too, each split over a 2-thread cache; addInto and adamwUpdate give the bits of
 // the JavaScript loops they stand for, written here too; an output given back with release comes
 // back as the next output of its size, native or ONNX Runtime's, with the values of a fresh one.
+// With onCallerThread the attention gives the same bits on the calling thread, which no event-loop
+// turn interrupts, unless the call is past callerThreadMaxPairs.
 import assert from "node:assert/strict";
 import { relativeError } from "./compare.mjs";
 import fs from "node:fs";
-import { FusedAttention, NativeSessionCache, createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { CALLER_THREAD_MAX_PAIRS, FusedAttention, NativeSessionCache, createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
 import { SessionCache } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 
@@ -97,6 +99,21 @@ try {
       };
       for (const [name, error] of Object.entries(errors))
         assert.ok(error < 1e-4, `[${dims}] causal ${causal}: ${name} relative error ${error} against float64`);
+      // on the calling thread: the bits of the pool's run, checked above against float64
+      const here = await attention.forward(q, k, v, { causal, onCallerThread: true });
+      const hereGrads = await attention.backward(q, k, v, here.out, dOut, here.logSumExp, { causal, onCallerThread: true });
+      for (const [name, a, b] of [
+        ["out", here.out, out],
+        ["logSumExp", here.logSumExp, logSumExp],
+        ["dq", hereGrads.dq, grads.dq],
+        ["dk", hereGrads.dk, grads.dk],
+        ["dv", hereGrads.dv, grads.dv],
+      ])
+        assert.deepEqual(
+          Buffer.from(a.data.buffer),
+          Buffer.from(b.data.buffer),
+          `[${dims}] causal ${causal}: ${name} on the calling thread differs from the pool's`,
+        );
       console.log(
         `fused-attention: installed alone, built at install; [${dims}] causal ${causal}: max relative error vs float64 ${Math.max(...Object.values(errors)).toExponential(2)}`,
       );
@@ -104,6 +121,36 @@ try {
   }
 } finally {
   attention.release();
+}
+
+// Where the calls run: an immediate set before a call runs at the event loop's next check phase, before a pool
+// run of 1024 tokens can complete, and never inside a call that blocks the calling thread
+{
+  assert.equal(CALLER_THREAD_MAX_PAIRS, 2 ** 30, "CALLER_THREAD_MAX_PAIRS");
+  const [b, n, h, g, d] = [1, 1024, 4, 2, 32];
+  const make = (heads) => Tensor.from("float32", [b, n, heads, d], Array.from({ length: b * n * heads * d }, next));
+  const [q, k, v] = [make(h), make(g), make(g)];
+  const turned = async (fused, options) => {
+    let turn = false;
+    setImmediate(() => {
+      turn = true;
+    });
+    await fused.forward(q, k, v, options);
+    return turn;
+  };
+  const fused = new FusedAttention({ threads: 2 });
+  const capped = new FusedAttention({ threads: 2, callerThreadMaxPairs: (h * n * n) / 2 - 1 }); // one pair short of this call
+  try {
+    assert.equal(await turned(fused, { causal: true }), true, "a pool run let the event loop turn");
+    assert.equal(await turned(fused, { causal: true, onCallerThread: true }), false, "an onCallerThread run let the event loop turn");
+    assert.equal(await turned(capped, { causal: true, onCallerThread: true }), true, "a run past callerThreadMaxPairs did not go to the pool");
+  } finally {
+    fused.release();
+    capped.release();
+  }
+  console.log(
+    "fused-attention: onCallerThread runs block the calling thread (no event-loop turn), the same bits as the pool's; past callerThreadMaxPairs they go to the pool",
+  );
 }
 
 // FusedOps: LayerNorm over rows of 256 and rope ("rotate half", positions from 3) against float64 written here

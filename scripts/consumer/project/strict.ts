@@ -3,9 +3,9 @@
 import { ParallelDims, UlyssesAttention, parallelize, type ShardedAttention } from "@ulysses/parallel";
 import { CollectiveError, launch, type LaunchedWorld, type ProcessGroup } from "@ulysses/collectives";
 import { runConformance, type CheckResult } from "@ulysses/collectives/testing";
-import { FusedAttention, type FusedAttentionOptions } from "@ulysses/fused-attention";
+import { CALLER_THREAD_MAX_PAIRS, FusedAttention, type FusedAttentionOptions } from "@ulysses/fused-attention";
 import { fastestRound, measureMatmulRate, type MatmulRateOptions, type RoundOptions } from "@ulysses/measure";
-import { GraphBuilder, OrtAttention, SessionCache, createOrtOps, type LocalAttention } from "@ulysses/kernels";
+import { GraphBuilder, OrtAttention, SessionCache, createOrtOps, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
 import * as model from "@ulysses/model";
 import { Trainer, type TrainModel } from "@ulysses/training";
 import { Tensor, narrow, type DType } from "@ulysses/tensors";
@@ -15,7 +15,8 @@ const x: Tensor<"float32"> = Tensor.zeros(dtype as "float32", [2, 4]);
 const half: Tensor<"float32"> = narrow(x, 1, 0, 2);
 const cache = new SessionCache({ intraOpThreads: 1 });
 const local: LocalAttention = new OrtAttention({ cache });
-const options: FusedAttentionOptions = { threads: 1 };
+const options: FusedAttentionOptions = { threads: 1, callerThreadMaxPairs: CALLER_THREAD_MAX_PAIRS };
+const onThisThread: AttentionOptions = { causal: true, onCallerThread: true };
 
 export async function wrap(group: ProcessGroup): Promise<ShardedAttention> {
   const results: CheckResult[] = await runConformance(group);
@@ -42,4 +43,4 @@ export async function rates(kernel: () => Promise<unknown>): Promise<{ flops: nu
   return { flops: await measureMatmulRate(rateOptions), seconds: await fastestRound(kernel, 2, 1, rounds) };
 }
 
-export const used = [half, options, GraphBuilder, FusedAttention, Object.keys(model).length];
+export const used = [half, options, onThisThread, GraphBuilder, FusedAttention, Object.keys(model).length];
