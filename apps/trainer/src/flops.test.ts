@@ -31,3 +31,36 @@ describe("model FLOPs", () => {
     for (const c of configs) expect(gptMatrixWeights(gptDimensionsOf(c))).toBe(matrixWeightsOfSpecs(c));
   });
 });
+
+describe("the MFU's MatMul rate", () => {
+  it("is measured on the addon's path when the addon loads (ONNX Runtime's kernel, each output reused), else through onnxruntime-node", async () => {
+    const { matmulRateCache } = await import("./kernels.js");
+    const { fusedAttentionStatus, NativeSessionCache } = await import("@ulysses/fused-attention");
+    const { measureMatmulRate } = await import("@ulysses/measure");
+    const chosen = matmulRateCache();
+    if (!fusedAttentionStatus().available) {
+      expect(chosen.cache).toBeUndefined();
+      expect(chosen.path).toMatch(/through onnxruntime-node/);
+      return;
+    }
+    expect(chosen.path).toBe("on the addon's path");
+    let made: InstanceType<typeof NativeSessionCache> | undefined;
+    const rate = await measureMatmulRate({
+      threads: 1,
+      size: 32,
+      rounds: 2,
+      repeats: 2,
+      minRoundMs: 0,
+      cache: (settings) => {
+        const given = chosen.cache!(settings);
+        made = given.cache as InstanceType<typeof NativeSessionCache>;
+        return given;
+      },
+    });
+    expect(rate).toBeGreaterThan(0);
+    expect(made).toBeInstanceOf(NativeSessionCache);
+    // 6 runs: the first through onnxruntime-node (it plans the graph), the other 5 natively, each after the first of them on the output the run before gave back
+    expect(made!.nativeRuns).toBe(5);
+    expect(made!.outputs.reused).toBe(4);
+  });
+});

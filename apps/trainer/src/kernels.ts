@@ -18,6 +18,7 @@ import {
   setMallocTrimThreshold,
 } from "@ulysses/fused-attention";
 import { SessionCache, createAttention, createOrtOps, setHeapGrowingPercent, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+import type { MatmulRateOptions } from "@ulysses/measure";
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
@@ -46,6 +47,24 @@ export function usesNativeOps(kernel: TrainConfig["kernel"]): boolean {
   if (kernel === "ort") return false;
   const status = fusedAttentionStatus();
   return status.available && status.info.cpuIsa !== "portable";
+}
+
+/**
+ * Where the trainer measures the MatMul rate, its MFU's denominator: ONNX Runtime's MatMul kernel on the addon's path (a
+ * NativeSessionCache, outputs reused) whenever the addon loads, whatever kernels the run itself uses; else onnxruntime-node, whose
+ * per-run output allocation and copy count in the rate (lower by about a fifth on the 2-core VM of docs/results/memory), so the MFU
+ * reads high. `path` says which, for the run header.
+ */
+export function matmulRateCache(): { cache: MatmulRateOptions["cache"]; path: string } {
+  const status = fusedAttentionStatus();
+  if (!status.available) return { cache: undefined, path: "through onnxruntime-node, whose output copies count: the MFU reads high" };
+  return {
+    cache: (settings) => {
+      const cache = new NativeSessionCache({ ...settings, memoryArena: true });
+      return { cache, recycle: (output) => cache.outputs.give(output.data as Float32Array) };
+    },
+    path: "on the addon's path",
+  };
 }
 
 /** glibc's mmap threshold the trainer sets (128 KiB, glibc's own starting value, kept fixed): see setMallocMmapThreshold. */

@@ -29,6 +29,7 @@ import {
 } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
+import { matmulRateCache } from "./kernels.js";
 import { modelFlopsPerStep } from "./flops.js";
 import { lossPlotSvg } from "./loss-plot.js";
 import { MetricsLog, readMetrics, type StepMetrics } from "./metrics.js";
@@ -132,7 +133,8 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
   };
   // the machine's MatMul rate (the MFU's denominator), measured before the ranks start: their allocator settings
   // (--no-memory-arena fixes glibc's mmap threshold for the whole process) would slow the measurement itself
-  const matmulRate = (launcherRank(process.env) ?? 0) === 0 ? await measureMatmulRate() : 1;
+  const ratePath = matmulRateCache();
+  const matmulRate = (launcherRank(process.env) ?? 0) === 0 ? await measureMatmulRate({ cache: ratePath.cache }) : 1;
   let pool: RankPool;
   try {
     pool = await options.startPool();
@@ -154,7 +156,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         `ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` +
           `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${schemeText(config, gpt.kvHeads)}`,
       );
-      log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s; run directory ${outDir}`);
+      log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s (${ratePath.path}); run directory ${outDir}`);
       const tiles = tileRowsOf(config);
       const lean = [
         config.activationCheckpointing ? "activation checkpointing (each block keeps its input only)" : "",

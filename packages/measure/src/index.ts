@@ -18,7 +18,7 @@ export {
   type GptDimensions,
   type SequenceFlops,
 } from "./gpt-flops.js";
-export { fastestRound, measureMatmulRate, type MatmulRateOptions, type RoundOptions } from "./matmul-rate.js";
+export { fastestRound, measureMatmulRate, type MatmulRateOptions, type RateCache, type RoundOptions } from "./matmul-rate.js";
 export { commDelta, commSnapshot, type CommDelta } from "./comm-delta.js";
 export { niceRange, niceStep, niceTicks } from "./nice-ticks.js";
 export { lineChart, type ChartOptions, type ChartPoint, type RightAxis, type Series } from "./line-chart.js";

@@ -1,3 +1,4 @@
+import type { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { fastestRound, measureMatmulRate } from "./matmul-rate.js";
 
@@ -50,6 +51,66 @@ describe("measureMatmulRate", () => {
     const started = performance.now();
     await measureMatmulRate({ threads: 1, size: 32, rounds: 2 });
     expect(performance.now() - started).toBeGreaterThanOrEqual(200);
+  });
+
+  it("runs on the cache the option gives, with its settings, gives every output back, and releases the cache", async () => {
+    const { SessionCache } = await import("@ulysses/kernels");
+    const seen: { settings?: object; runs: number; recycled: Tensor[]; outputs: Tensor[]; released: number } = {
+      runs: 0,
+      recycled: [],
+      outputs: [],
+      released: 0,
+    };
+    class CountingCache extends SessionCache {
+      override async run(key: string, build: () => Uint8Array, feeds: Record<string, Tensor>, outputs?: readonly string[]) {
+        seen.runs++;
+        const result = await super.run(key, build, feeds, outputs);
+        seen.outputs.push(result.c!);
+        return result;
+      }
+      override async release() {
+        seen.released++;
+        await super.release();
+      }
+    }
+    const n = 16;
+    const rate = await measureMatmulRate({
+      threads: 1,
+      size: n,
+      rounds: 3,
+      repeats: 2,
+      minRoundMs: 0,
+      spin: false,
+      cache: (settings) => {
+        seen.settings = settings;
+        return { cache: new CountingCache(settings), recycle: (output) => seen.recycled.push(output) };
+      },
+    });
+    expect(Number.isFinite(rate) && rate > 0).toBe(true);
+    expect(seen.settings).toEqual({ intraOpThreads: 1, allowSpinning: false });
+    // two untimed runs, then 3 rounds of 2
+    expect(seen.runs).toBe(8);
+    expect(seen.recycled).toEqual(seen.outputs);
+    expect(seen.recycled[0]!.shape).toEqual([n, n]);
+    expect(seen.released).toBe(1);
+  });
+
+  it("releases the given cache when a run fails, and names a run without the product", async () => {
+    const { SessionCache } = await import("@ulysses/kernels");
+    let released = 0;
+    class Broken extends SessionCache {
+      override async run() {
+        return {};
+      }
+      override async release() {
+        released++;
+        await super.release();
+      }
+    }
+    await expect(measureMatmulRate({ threads: 1, size: 8, cache: (settings) => ({ cache: new Broken(settings) }) })).rejects.toThrow(
+      "MatMul rate: the cache's run of 'matmul-rate-8' returned no output 'c'",
+    );
+    expect(released).toBe(1);
   });
 
   it("names bad options", async () => {

@@ -1,25 +1,32 @@
 /**
  * The MatMul rate of this machine: FLOP/s of an n × n × n float32 MatMul in
- * ONNX Runtime (@ulysses/kernels' SessionCache), the denominator of the
- * trainer's MFU and the reference of the kernel benchmarks. One untimed run
- * creates the session; then `rounds` rounds of back-to-back runs are timed,
- * each at least `repeats` runs and `minRoundMs` long, and the fastest round's
- * mean counts (on a shared machine other work only ever slows a round down).
+ * ONNX Runtime, the denominator of the trainer's MFU and the reference of
+ * the kernel benchmarks. Two untimed runs create the session (and, on a
+ * cache that runs graphs natively after their first run, the native plan);
+ * then `rounds` rounds of back-to-back runs are timed, each at least
+ * `repeats` runs and `minRoundMs` long, and the fastest round's mean counts
+ * (on a shared machine other work only ever slows a round down).
  *
- * Rounds last at least 100 ms by default because the rate a machine holds
- * depends on how long it is asked to: on the 2-core AVX-512 VM of
- * docs/results/memory (2026-12-04, n = 1024, 2 threads, four alternations),
- * the fastest of 8 rounds of 4 runs (about 28 ms each) gave 320-325 GFLOP/s,
- * while rounds of 112 ms gave 290-302, of 450 ms 294-299 and of 900 ms
- * 288-296: a short round catches a burst (a clock boost, or the luckiest of
- * many noisy samples) that no 100 ms of work sees again. A training step
- * runs for hundreds of ms, so its MFU is taken against the rate the machine
- * sustains for that long, not against the burst. onnxruntime-node is loaded
- * on the first call, not on import, so the package's arithmetic needs no
- * ONNX Runtime.
+ * What runs the MatMul matters. By default it is @ulysses/kernels'
+ * SessionCache, that is onnxruntime-node, which allocates every output and
+ * copies it into a fresh zero-filled ArrayBuffer: on the 2-core AVX-512 VM of
+ * docs/results/memory (2026-12-04, n = 1024, 2 threads) that path measured
+ * 250-320 GFLOP/s (the lowest as a process's first measurement), while ONNX
+ * Runtime's same kernel on the caller's arrays, outputs reused
+ * (@ulysses/fused-attention's NativeSessionCache through the `cache` option),
+ * measured 353-381 in every process. A rate that counts the binding's copies
+ * understates the machine and overstates every MFU taken against it (by
+ * about a fifth there), so the trainer measures on the addon's path whenever
+ * the addon loads.
+ *
+ * Rounds last at least 100 ms by default: a step runs for hundreds of ms, so
+ * its MFU is taken against the rate the machine sustains for that long, not
+ * against a burst a few ms long. onnxruntime-node is loaded on the first
+ * call, not on import, so the package's arithmetic needs no ONNX Runtime.
  */
 import os from "node:os";
-import { randomUniform } from "@ulysses/tensors";
+import type { SessionCache } from "@ulysses/kernels";
+import { randomUniform, type Tensor } from "@ulysses/tensors";
 import { MeasureError } from "./errors.js";
 
 export interface MatmulRateOptions {
@@ -35,6 +42,18 @@ export interface MatmulRateOptions {
   repeats?: number;
   /** Milliseconds a round lasts, at least: it adds runs past `repeats` until then (default 100; 0: exactly `repeats` runs). */
   minRoundMs?: number;
+  /**
+   * What the MatMul runs on (default: a @ulysses/kernels SessionCache, onnxruntime-node's path, with `threads` and `spin`): a
+   * function given those settings that returns a session cache, released after the measurement, and optionally how a run's output
+   * goes back to it for the next run to reuse (e.g. NativeSessionCache's `outputs.give`), so that no timed run faults in a fresh buffer.
+   */
+  cache?: (settings: { intraOpThreads: number; allowSpinning: boolean }) => RateCache;
+}
+
+/** A session cache for measureMatmulRate, and how an output goes back to it. */
+export interface RateCache {
+  cache: SessionCache;
+  recycle?: (output: Tensor) => void;
 }
 
 /** How fastestRound times its rounds. */
@@ -79,7 +98,8 @@ export async function measureMatmulRate(options: MatmulRateOptions = {}): Promis
   if (!Number.isInteger(threads) || threads < 1) throw new MeasureError(`MatMul rate: threads must be a positive integer, got ${threads}`);
   if (!Number.isInteger(n) || n < 1) throw new MeasureError(`MatMul rate: size must be a positive integer, got ${n}`);
   const { GraphBuilder, SessionCache } = await import("@ulysses/kernels");
-  const cache = new SessionCache({ intraOpThreads: threads, allowSpinning: options.spin ?? true });
+  const settings = { intraOpThreads: threads, allowSpinning: options.spin ?? true };
+  const { cache, recycle } = options.cache?.(settings) ?? { cache: new SessionCache(settings) };
   try {
     const key = `matmul-rate-${n}`;
     const build = () => {
@@ -90,7 +110,13 @@ export async function measureMatmulRate(options: MatmulRateOptions = {}): Promis
       return g.encode();
     };
     const feeds = { a: randomUniform([n, n], { seed: 1, low: -1, high: 1 }), b: randomUniform([n, n], { seed: 2, low: -1, high: 1 }) };
-    const run = () => cache.run(key, build, feeds);
+    const run = async () => {
+      const { c } = await cache.run(key, build, feeds);
+      if (c === undefined) throw new MeasureError(`MatMul rate: the cache's run of '${key}' returned no output 'c'`);
+      recycle?.(c);
+    };
+    // the first run creates the session; the second is the first on a native cache's own path
+    await run();
     await run();
     const seconds = await fastestRound(run, options.rounds ?? 4, options.repeats ?? 4, { minRoundMs: options.minRoundMs ?? 100 });
     return (2 * n ** 3) / seconds;
