@@ -14,6 +14,7 @@ import {
   fusedAttentionStatus,
   MALLOC_MMAP_THRESHOLD_MAX,
   NativeSessionCache,
+  nativeRateCache,
   setMallocMmapThreshold,
   setMallocTrimThreshold,
 } from "@ulysses/fused-attention";
@@ -58,13 +59,7 @@ export function usesNativeOps(kernel: TrainConfig["kernel"]): boolean {
 export function matmulRateCache(): { cache: MatmulRateOptions["cache"]; path: string } {
   const status = fusedAttentionStatus();
   if (!status.available) return { cache: undefined, path: "through onnxruntime-node, whose output copies count: the MFU reads high" };
-  return {
-    cache: (settings) => {
-      const cache = new NativeSessionCache({ ...settings, memoryArena: true });
-      return { cache, recycle: (output) => cache.outputs.give(output.data as Float32Array) };
-    },
-    path: "on the addon's path",
-  };
+  return { cache: nativeRateCache, path: "on the addon's path" };
 }
 
 /** glibc's mmap threshold the trainer sets (128 KiB, glibc's own starting value, kept fixed): see setMallocMmapThreshold. */

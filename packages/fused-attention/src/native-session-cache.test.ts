@@ -8,7 +8,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { GraphBuilder, SessionCache, createOrtOps, randomTensor, seededRandom, type BlockOps } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
-import { NativeSessionCache, fusedAttentionStatus } from "./index.js";
+import { NativeSessionCache, fusedAttentionStatus, nativeRateCache } from "./index.js";
 
 const status = fusedAttentionStatus();
 const suite = status.available ? "NativeSessionCache" : `NativeSessionCache (skipped: ${status.reason})`;
@@ -165,5 +165,21 @@ describe.skipIf(!status.available)(suite, () => {
     const first = await native.run("retry", build, feeds);
     expectSame(await native.run("retry", build, feeds), first);
     expect(native.nativeRuns).toBe(1);
+  });
+
+  it("nativeRateCache: arenas on, the given settings, and a recycled output serves the next native run", async () => {
+    const { cache, recycle } = nativeRateCache({ intraOpThreads: 1, allowSpinning: false });
+    make(cache);
+    expect([cache.memoryArena, cache.intraOpThreads, cache.allowSpinning]).toEqual([true, 1, false]);
+    const build = twoOutputs("rate", 64, "float32");
+    const feeds = { a: rand([64], 41), b: rand([64], 42) };
+    await cache.run("rate", build, feeds); // through onnxruntime-node: plans the graph
+    const first = await cache.run("rate", build, feeds); // native, fresh outputs
+    const sum = first.sum!.data.buffer;
+    recycle(first.sum!);
+    const second = await cache.run("rate", build, feeds);
+    expect(cache.outputs.reused).toBe(1);
+    expect([second.sum!.data.buffer, second.product!.data.buffer]).toContain(sum);
+    expect(Array.from(second.sum!.data as Float32Array)).toEqual(Array.from(feeds.a.data, (v, i) => Math.fround(v + feeds.b.data[i]!)));
   });
 });

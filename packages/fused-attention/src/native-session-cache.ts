@@ -190,3 +190,16 @@ export class NativeSessionCache extends SessionCache {
     await super.release();
   }
 }
+
+/**
+ * A NativeSessionCache for @ulysses/measure's measureMatmulRate (its `cache`
+ * option): ONNX Runtime's MatMul kernel on the caller's arrays, each output
+ * given back for the next run, so the rate is the kernel's alone, without
+ * onnxruntime-node's per-run output allocation and copy or the page faults
+ * of fresh buffers. Arenas on: the rate is the machine's, not a run's
+ * allocation setting's.
+ */
+export function nativeRateCache(settings: RuntimeOptions): { cache: NativeSessionCache; recycle: (output: Tensor) => void } {
+  const cache = new NativeSessionCache({ ...settings, memoryArena: true });
+  return { cache, recycle: (output) => cache.outputs.give(output.data as Float32Array | Int32Array) };
+}

@@ -7,12 +7,14 @@
  * FLOP convention ("useful" FLOPs, no recomputation counted; @ulysses/measure's
  * attentionFlops): forward 4·b·h·pairs·d, backward 8·b·h·pairs·d, where pairs
  * = the (query, key) pairs attended (seq² non-causal, seq(seq+1)/2 causal).
- * The MatMul rate is @ulysses/measure's measureMatmulRate (best of 5 single runs here, like the kernels' times).
+ * The MatMul rate is @ulysses/measure's measureMatmulRate (best of 5 single runs here, like the kernels' times), on
+ * the fused-attention addon's NativeSessionCache with its output reused when the addon loads: ONNX Runtime's
+ * kernel alone, as the trainer's MFU takes it, without onnxruntime-node's per-run output copy.
  */
 import { type Tensor, randomUniform } from "@ulysses/tensors";
 import { SessionCache, createAttention, type AttentionImplementation } from "@ulysses/kernels";
 import { attentionFlops, fastestRound, measureMatmulRate } from "@ulysses/measure";
-import "@ulysses/fused-attention"; // registers attention implementation "fused"
+import { fusedAttentionStatus, nativeRateCache } from "@ulysses/fused-attention"; // also registers attention implementation "fused"
 
 export interface MatMulCase {
   kind: "matmul";
@@ -58,7 +60,8 @@ function cpuSeconds(): number {
 /** The MatMul rate; the added RSS includes the two inputs. */
 async function matmul(c: MatMulCase): Promise<CaseResult> {
   const baseline = process.memoryUsage().rss;
-  const flopsPerSecond = await measureMatmulRate({ threads: c.threads, size: c.size, spin: c.spin, rounds: 5, repeats: 1, minRoundMs: 0 });
+  const cache = fusedAttentionStatus().available ? nativeRateCache : undefined;
+  const flopsPerSecond = await measureMatmulRate({ threads: c.threads, size: c.size, spin: c.spin, rounds: 5, repeats: 1, minRoundMs: 0, cache });
   const peakRss = process.resourceUsage().maxRSS * 1024;
   return { forwardSeconds: (2 * c.size ** 3) / flopsPerSecond, forwardGflops: flopsPerSecond / 1e9, peakRss, addedRss: peakRss - baseline };
 }
