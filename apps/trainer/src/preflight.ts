@@ -71,12 +71,14 @@ const F32 = 4;
 /**
  * Measured baselines (peak RSS of 64-token runs from source with tsx, 2
  * layers, hidden 256, --no-memory-arena, less the terms below; medians of 3
- * runs, 2026-12-04 at 2da7894: 203 MiB at SP 1 on the local backend, 409 MiB
- * at SP 2 on threads): one process with its first rank's sessions, and each
- * worker thread of the threads backend. They fell from 150 and 88 MiB (213
- * and 449 MiB measured at 2ba2505) when the driver's MatMul rate moved onto
- * the addon's path (2da7894): through onnxruntime-node, each of its ~70 runs
- * left a 4 MiB output for V8 to collect.
+ * runs on a 2-core AMD EPYC VM, 2026-12-04 at 2da7894: 203 MiB at SP 1 on
+ * the local backend, 409 MiB at SP 2 on threads): one process with its first
+ * rank's sessions, and each worker thread of the threads backend. They were
+ * 150 and 88 MiB, fitted on an Intel Xeon VM at 2ba2505 (213 and 449 MiB).
+ * On the EPYC VM, 4af5cc3 against 2da7894, alternated, 3 runs each: 204 / 201
+ * MiB at SP 1, 473 / 421 at SP 2. The driver's MatMul rate had run through
+ * onnxruntime-node, whose ~70 runs each left a 4 MiB output for V8 to
+ * collect; on the addon's path (2da7894) the outputs are reused.
  */
 export const PROCESS_BASELINE_BYTES = 140 * MiB;
 export const WORKER_BASELINE_BYTES = 72 * MiB;
