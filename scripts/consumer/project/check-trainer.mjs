@@ -2,14 +2,15 @@
 // prints its version, trains 20 steps and writes the checkpoint, the metrics
 // and model.onnx (every step with a positive MFU); `ulysses-generate` answers
 // from that model; `@ulysses/measure`'s MatMul rate runs rounds of at least
-// minRoundMs. The memory flags (--tile-mlp, --tile-loss,
+// minRoundMs, and with the addon, on its NativeSessionCache (nativeRateCache),
+// as the trainer's header says. The memory flags (--tile-mlp, --tile-loss,
 // --activation-checkpointing) train the same losses, and
 // `@ulysses/trainer/memory` estimates the run from the package.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { fusedAttentionStatus } from "@ulysses/fused-attention";
+import { fusedAttentionStatus, nativeRateCache } from "@ulysses/fused-attention";
 import { measureMatmulRate } from "@ulysses/measure";
 
 const bin = (name) => path.resolve("node_modules", ".bin", name);
@@ -39,6 +40,11 @@ assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\).*Fused
 const addon = fusedAttentionStatus();
 if (addon.available && addon.info.cpuIsa !== "portable")
   assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\) \+ native GELU, LayerNorm and rope \+/);
+// the MFU's MatMul rate: ONNX Runtime's kernel on the addon's path, not onnxruntime-node's (whose output copies count)
+assert.match(
+  trained.stdout,
+  addon.available ? /ORT MatMul rate [\d.]+ GFLOP\/s \(on the addon's path\)/ : /ORT MatMul rate [\d.]+ GFLOP\/s \(through onnxruntime-node/,
+);
 for (const file of ["checkpoint.safetensors", "metrics.jsonl", "model.onnx", "config.json"]) {
   assert.ok(fs.statSync(path.join(out, file)).size > 0, `${file} is missing or empty`);
 }
@@ -67,6 +73,34 @@ const rate = await measureMatmulRate({ threads: 1, size: 64, rounds: 2, minRound
 const rateMs = performance.now() - rateStarted;
 assert.ok(Number.isFinite(rate) && rate > 0, `measureMatmulRate: a positive rate, got ${rate}`);
 assert.ok(rateMs >= 100, `measureMatmulRate: 2 rounds of at least 50 ms took ${rateMs.toFixed(1)} ms`);
+if (addon.available) {
+  // on the installed addon's cache: the first run plans the graph through onnxruntime-node, the other 5 run natively, each after
+  // the first on the output the run before gave back
+  let made;
+  let recycled = 0;
+  const native = await measureMatmulRate({
+    threads: 1,
+    size: 64,
+    rounds: 2,
+    repeats: 2,
+    minRoundMs: 0,
+    cache: (settings) => {
+      const given = nativeRateCache(settings);
+      made = given.cache;
+      const recycle = (output) => {
+        recycled++;
+        given.recycle(output);
+      };
+      return { cache: given.cache, recycle };
+    },
+  });
+  assert.ok(Number.isFinite(native) && native > 0, `measureMatmulRate on nativeRateCache: a positive rate, got ${native}`);
+  assert.deepEqual(
+    [made.nativeRuns, made.outputs.reused, recycled],
+    [5, 4, 6],
+    "measureMatmulRate on nativeRateCache: 5 native runs, 4 reused outputs, 6 recycled",
+  );
+}
 
 // the memory modes, as installed: the same 20 losses as the plain run
 const leanOut = path.resolve("trained-run-lean");

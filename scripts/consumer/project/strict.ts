@@ -3,8 +3,8 @@
 import { ParallelDims, UlyssesAttention, parallelize, type ShardedAttention } from "@ulysses/parallel";
 import { CollectiveError, launch, type LaunchedWorld, type ProcessGroup } from "@ulysses/collectives";
 import { runConformance, type CheckResult } from "@ulysses/collectives/testing";
-import { CALLER_THREAD_MAX_PAIRS, FusedAttention, type FusedAttentionOptions } from "@ulysses/fused-attention";
-import { fastestRound, measureMatmulRate, type MatmulRateOptions, type RoundOptions } from "@ulysses/measure";
+import { CALLER_THREAD_MAX_PAIRS, FusedAttention, nativeRateCache, type FusedAttentionOptions } from "@ulysses/fused-attention";
+import { fastestRound, measureMatmulRate, type MatmulRateOptions, type RateCache, type RoundOptions } from "@ulysses/measure";
 import { GraphBuilder, OrtAttention, SessionCache, createOrtOps, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
 import * as model from "@ulysses/model";
 import { Trainer, type TrainModel } from "@ulysses/training";
@@ -38,7 +38,9 @@ export async function trainer(world: ProcessGroup, config: model.GptConfig): Pro
 
 /** The MatMul rate over sustained rounds, and a kernel timed by the same rule. */
 export async function rates(kernel: () => Promise<unknown>): Promise<{ flops: number; seconds: number }> {
-  const rateOptions: MatmulRateOptions = { threads: 1, rounds: 2, minRoundMs: 100 };
+  // on ONNX Runtime's kernel alone: the addon's cache, each output given back
+  const onKernel = (settings: { intraOpThreads: number; allowSpinning: boolean }): RateCache => nativeRateCache(settings);
+  const rateOptions: MatmulRateOptions = { threads: 1, rounds: 2, minRoundMs: 100, cache: onKernel };
   const rounds: RoundOptions = { minRoundMs: rateOptions.minRoundMs ?? 0, now: () => performance.now() };
   return { flops: await measureMatmulRate(rateOptions), seconds: await fastestRound(kernel, 2, 1, rounds) };
 }
