@@ -48,9 +48,28 @@ describe("the CLI on the threads backend", () => {
       .split("\n")
       .map((l) => JSON.parse(l) as Record<string, number>);
     expect(lines.map((l) => l.step)).toEqual([1, 2, 3]);
-    for (const key of ["loss", "lr", "gradNorm", "tokensPerSec", "stepMs", "computeMs", "commMs", "commBytesPerRank", "peakRssBytes", "mfu", "accuracy"])
+    for (const key of [
+      "loss",
+      "lr",
+      "gradNorm",
+      "tokensPerSec",
+      "stepMs",
+      "computeMs",
+      "commMs",
+      "commBytesPerRank",
+      "peakRssBytes",
+      "mfu",
+      "matmulRate",
+      "accuracy",
+    ])
       expect(typeof lines[2]![key], key).toBe("number");
     expect(lines[2]!.commBytesPerRank).toBeGreaterThan(0);
+    // the MFU's denominator: the start-up rate the header printed, the same in every row, and each row's FLOPs per step the same
+    const printedRate = Number(/ORT MatMul rate ([\d.]+) GFLOP\/s/.exec(ok.stdout)?.[1]);
+    expect(new Set(lines.map((l) => l.matmulRate)).size).toBe(1);
+    expect(lines[0]!.matmulRate! / 1e9).toBeCloseTo(printedRate, 1);
+    const flops = lines.map((l) => (l.mfu! * l.matmulRate! * l.stepMs!) / 1000);
+    for (const f of flops) expect(Math.abs(f / flops[0]! - 1)).toBeLessThan(1e-9);
     for (const file of ["loss.svg", "checkpoint.safetensors", "model.onnx", "summary.txt", "config.json"])
       expect(fs.existsSync(path.join(out, file)), file).toBe(true);
 

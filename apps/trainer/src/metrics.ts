@@ -22,6 +22,11 @@ export interface StepMetrics {
   peakRssBytes: number;
   /** Model FLOPs per second (@ulysses/measure's count) over the MatMul rate `measureMatmulRate` found at start-up (all ranks). */
   mfu: number;
+  /**
+   * That MatMul rate, FLOP/s: the run's one start-up measurement, on the fused-attention addon's path when the addon loads (so another
+   * denominator can be applied to the run's speed). Absent in rows written before it was recorded.
+   */
+  matmulRate?: number;
   /** Recall task: fraction of queries answered correctly this step. */
   accuracy?: number;
   /** Packed documents (text task with documents): documents among the step's global batch (a document continued over rows counts once). */

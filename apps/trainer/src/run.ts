@@ -198,6 +198,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         commBytesPerRank: r.commBytes,
         peakRssBytes: r.peakRssBytes,
         mfu: flopsPerStep / (r.stepMs / 1000) / matmulRate,
+        matmulRate,
       };
       if (config.task === "recall") m.accuracy = r.accuracy;
       // packed documents (text task): the rank's report carries the global batch's counts

@@ -159,6 +159,8 @@ interface RowResult extends RowSpec {
   /** Every run's tokens/s (its median over the timed steps), in run order. */
   speeds: number[];
   mfu: number;
+  /** Every run's MatMul rate (FLOP/s, the MFU's denominator, measured once at the trainer's start-up), in run order. */
+  rates: number[];
   stepMs: number;
   /** The first run's. */
   wallSeconds: number;
@@ -253,6 +255,7 @@ function cliArgs(c: TrainConfig): string[] {
 interface RunMetrics {
   tokensPerSec: number;
   mfu: number;
+  matmulRate: number;
   stepMs: number;
   peakRssBytes: number;
 }
@@ -278,6 +281,7 @@ async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: str
     tokensPerSec: speed((m) => m.tokensPerSec),
     speeds: timed.map((steps) => median(steps.map((m) => m.tokensPerSec))),
     mfu: speed((m) => m.mfu),
+    rates: all.map((steps) => steps[0]!.matmulRate),
     stepMs: speed((m) => m.stepMs),
     wallSeconds,
     estimate: estimateMemory(config),
@@ -322,6 +326,8 @@ function writeText(file: string): void {
 }
 
 const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+/** FLOP/s rates as GFLOP/s, comma-separated. */
+const gflops = (rates: readonly number[]) => rates.map((r) => (r / 1e9).toFixed(0)).join(", ");
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 const kibPerToken = (b: number) => `${(b / KiB).toFixed(1)} KiB`;
 
@@ -363,7 +369,8 @@ async function main(): Promise<void> {
       console.log(
         `${spec.group.padEnd(6)} SP ${spec.sp} ${spec.mode.padEnd(5)} ${spec.task}${spec.task === "recall" ? ` vocab ${spec.vocab}` : ""} N=${spec.seq}: ` +
           `peak ${gib(r.peakBytes)}${r.peaks.length > 1 ? ` (median of ${r.peaks.map((b) => mib(b)).join(", ")})` : ""} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
-          `${r.tokensPerSec.toFixed(0)} tok/s${r.speeds.length > 1 ? ` (median of ${r.speeds.map((t) => t.toFixed(0)).join(", ")})` : ""}, MFU ${(100 * r.mfu).toFixed(1)}%, ${r.wallSeconds.toFixed(0)} s`,
+          `${r.tokensPerSec.toFixed(0)} tok/s${r.speeds.length > 1 ? ` (median of ${r.speeds.map((t) => t.toFixed(0)).join(", ")})` : ""}, MFU ${(100 * r.mfu).toFixed(1)}% ` +
+          `(MatMul rate ${gflops(r.rates)} GFLOP/s), ${r.wallSeconds.toFixed(0)} s`,
       );
     }
   } finally {
@@ -421,17 +428,18 @@ async function main(): Promise<void> {
       "",
       "## Speed (default)",
       "",
-      `${f.speedSteps} steps a run, the first ${f.speedWarmup} not timed; tokens/s and MFU: the median over the runs of each run's median over its timed steps.`,
+      `${f.speedSteps} steps a run, the first ${f.speedWarmup} not timed; tokens/s and MFU: the median over the runs of each run's median over its timed steps. ` +
+        "Each run's MFU is against the MatMul rate that run's trainer measured at start-up (GFLOP/s, in run order in the rates columns).",
       "",
-      "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 | SP 1 runs | SP 2 runs |",
-      "|---|---|---|---|---|---|---|---|",
+      "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 | SP 1 runs | SP 2 runs | SP 1 rates | SP 2 rates |",
+      "|---|---|---|---|---|---|---|---|---|---|",
     );
     for (const seq of f.speedSeq) {
       const a = speed.find((r) => r.sp === 1 && r.seq === seq);
       const b = speed.find((r) => r.sp === 2 && r.seq === seq);
       if (!a || !b) continue;
       lines.push(
-        `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} | ${a.speeds.map((t) => t.toFixed(0)).join(", ")} | ${b.speeds.map((t) => t.toFixed(0)).join(", ")} |`,
+        `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} | ${a.speeds.map((t) => t.toFixed(0)).join(", ")} | ${b.speeds.map((t) => t.toFixed(0)).join(", ")} | ${gflops(a.rates)} | ${gflops(b.rates)} |`,
       );
       check(b.mfu >= 0.7, `SP 2 MFU at N = ${seq}: ${(100 * b.mfu).toFixed(1)}% >= 70%`);
       check(a.tokensPerSec >= 0.9 * b.tokensPerSec, `SP 1 at N = ${seq}: ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} of SP 2 >= 0.90`);
