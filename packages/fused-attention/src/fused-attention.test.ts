@@ -38,6 +38,7 @@ const CASES: Case[] = [
   { batch: 1, seqQ: 129, seqK: 129, heads: 2, kvHeads: 2, headDim: 32, causal: true },
   { batch: 1, seqQ: 37, seqK: 129, heads: 4, kvHeads: 2, headDim: 64, causal: true },
   { batch: 2, seqQ: 129, seqK: 37, heads: 4, kvHeads: 4, headDim: 64, causal: true },
+  { batch: 2, seqQ: 200, seqK: 200, heads: 6, kvHeads: 3, headDim: 32, causal: true },
   { batch: 1, seqQ: 100, seqK: 37, heads: 2, kvHeads: 1, headDim: 64, causal: false },
   { batch: 1, seqQ: 96, seqK: 96, heads: 2, kvHeads: 1, headDim: 64, causal: true },
   { batch: 1, seqQ: 97, seqK: 193, heads: 2, kvHeads: 2, headDim: 64, causal: true },
@@ -172,6 +173,19 @@ describe.skipIf(!status.available)(suite, () => {
     const g1 = await withThreads(2).backward(q, k, v, one.out, dOut, one.logSumExp, c);
     const g2 = await withThreads(2).backward(q, k, v, one.out, dOut, one.logSumExp, c);
     for (const key of ["dq", "dk", "dv"] as const) expect(Buffer.compare(Buffer.from(g1[key].data.buffer), Buffer.from(g2[key].data.buffer))).toBe(0);
+  });
+
+  it("gives bit-identical backwards on 1, 2 and 3 threads with at least 2 (batch, kv head) groups per thread", async () => {
+    // 7 groups, each on one thread, which owns its dq rows, whatever the thread count (7 is no multiple of 2 or 3, and
+    // 400 keys are 3 key blocks: dealt round-robin by key block, a group's blocks would land on different threads)
+    const c: Case = { batch: 1, seqQ: 400, seqK: 400, heads: 14, kvHeads: 7, headDim: 32, causal: true };
+    const { q, k, v, dOut } = inputs(c, 12);
+    const { out, logSumExp } = await withThreads(1).forward(q, k, v, c);
+    const [g1, g2, g3] = await Promise.all([1, 2, 3].map((t) => withThreads(t).backward(q, k, v, out, dOut, logSumExp, c)));
+    for (const key of ["dq", "dk", "dv"] as const) {
+      expect(Buffer.compare(Buffer.from(g1![key].data.buffer), Buffer.from(g2![key].data.buffer)), `${key}, 2 threads`).toBe(0);
+      expect(Buffer.compare(Buffer.from(g1![key].data.buffer), Buffer.from(g3![key].data.buffer)), `${key}, 3 threads`).toBe(0);
+    }
   });
 
   it("runs on the calling thread with onCallerThread: the same bits as on the pool, and no event-loop turn meanwhile", async () => {

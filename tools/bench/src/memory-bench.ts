@@ -19,9 +19,11 @@
  *     slope of a few KiB per token over 8K tokens is about 30 MiB, which the
  *     10-40 MiB spread of identical runs swamps;
  *   - speed rows: SP 1 and SP 2, default, at 4K, 8K and 16K, each run
- *     --speed-repeat times: tokens/s (median over the runs of each run's
- *     median over the steps after --speed-warmup untimed ones) and MFU against the same
- *     process's ONNX Runtime MatMul rate, and SP 1 as a fraction of SP 2;
+ *     --speed-repeat times, SP 1's and SP 2's runs alternated so that each
+ *     pair ran next to each other in time: tokens/s (median over the runs of
+ *     each run's median over the steps after --speed-warmup untimed ones) and
+ *     MFU against the same process's ONNX Runtime MatMul rate, and SP 1 as a
+ *     fraction of SP 2 (the median over the pairs of their ratio);
  *   - with --long: one step at N = 131072, SP 2, lean.
  *
  * Every row is also predicted by the trainer's memory account
@@ -66,7 +68,9 @@ memory.md.
                       creates the addon's sessions, and the heap and buffer pools grow through
                       about step 6)
   --repeat N          runs of each memory and vocabulary row; its peak is their median (default 3)
-  --speed-repeat N    runs of each speed row; its tokens/s and MFU are their medians (default 3)
+  --speed-repeat N    runs of each speed row, SP 1's and SP 2's alternated; tokens/s and MFU are
+                      the medians of a row's runs, SP 1 / SP 2 the median of the pairs' ratios
+                      (default 5)
   --rows LIST         which groups of rows to run: memory, vocab, speed (default all three);
                       the targets of the groups left out are not checked
   --long              also one lean step at N = 131072, SP 2 (minutes)
@@ -128,7 +132,7 @@ function readFlags(argv: readonly string[]): Flags | null {
     speedSteps,
     speedWarmup,
     repeat: positiveIntegers("--repeat", v.repeat ?? "3")[0]!,
-    speedRepeat: positiveIntegers("--speed-repeat", v["speed-repeat"] ?? "3")[0]!,
+    speedRepeat: positiveIntegers("--speed-repeat", v["speed-repeat"] ?? "5")[0]!,
     rows: rowGroups(v.rows ?? ROW_GROUPS.join(",")),
     long: v.long ?? false,
   };
@@ -166,6 +170,8 @@ interface RowResult extends RowSpec {
   wallSeconds: number;
   estimate: MemoryEstimate;
   command: string;
+  /** Speed rows at SP 1: per pair of runs next to each other in time, SP 1's tokens/s over SP 2's (run order). */
+  ratios?: number[];
 }
 
 /** The trainer configuration a row runs (the same object the account is computed from). */
@@ -260,18 +266,24 @@ interface RunMetrics {
   peakRssBytes: number;
 }
 
-/**
- * Runs a row `runs` times, each in its own trainer process: its peak is the median of the runs' peaks, its speed
- * (tokens/s, MFU, step time) the median of the runs' medians over the steps after the row's untimed ones.
- */
-async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: string): Promise<RowResult> {
+/** A row's trainer command: its directory, its configuration and the CLI's arguments. */
+function rowCommand(row: RowSpec, dataFile: string, outRoot: string): { dir: string; config: TrainConfig; args: string[] } {
   const dir = path.join(outRoot, "runs", `${row.group}-sp${row.sp}-${row.mode}-${row.task}${row.vocab}-n${row.seq}`);
   const config = rowConfig(row, dataFile, dir);
-  const args = cliArgs(config);
-  const started = performance.now();
-  const all: RunMetrics[][] = [await runTrainer(args, dir)];
-  const wallSeconds = (performance.now() - started) / 1000;
-  for (let i = 1; i < runs; i++) all.push(await runTrainer(args, dir));
+  return { dir, config, args: cliArgs(config) };
+}
+
+/**
+ * A row's result from its runs (each run's metrics, in run order): its peak is the median of the runs' peaks, its
+ * speed (tokens/s, MFU, step time) the median of the runs' medians over the steps after the row's untimed ones.
+ */
+function rowResult(
+  row: RowSpec,
+  command: { dir: string; config: TrainConfig; args: string[] },
+  all: RunMetrics[][],
+  wallSeconds: number,
+  dataFile: string,
+): RowResult {
   const timed = all.map((steps) => steps.slice(row.untimed));
   const speed = (pick: (m: RunMetrics) => number) => median(timed.map((steps) => median(steps.map(pick))));
   return {
@@ -284,9 +296,45 @@ async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: str
     rates: all.map((steps) => steps[0]!.matmulRate),
     stepMs: speed((m) => m.stepMs),
     wallSeconds,
-    estimate: estimateMemory(config),
-    command: `pnpm train ${args.join(" ").replaceAll(dir, "<out>").replaceAll(dataFile, "<text>")}`,
+    estimate: estimateMemory(command.config),
+    command: `pnpm train ${command.args.join(" ").replaceAll(command.dir, "<out>").replaceAll(dataFile, "<text>")}`,
   };
+}
+
+/** Runs a row `runs` times, each in its own trainer process. */
+async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: string): Promise<RowResult> {
+  const command = rowCommand(row, dataFile, outRoot);
+  const started = performance.now();
+  const all: RunMetrics[][] = [await runTrainer(command.args, command.dir)];
+  const wallSeconds = (performance.now() - started) / 1000;
+  for (let i = 1; i < runs; i++) all.push(await runTrainer(command.args, command.dir));
+  return rowResult(row, command, all, wallSeconds, dataFile);
+}
+
+/**
+ * Runs the SP 1 and SP 2 rows of one N `runs` times each, alternating (SP 1 then SP 2, then SP 2 then SP 1, ...), so
+ * that each SP 1 run has an SP 2 run next to it in time: this VM's speed drifts by 20-30% over minutes (its two
+ * cores are not always equally fast), which separate blocks of runs would read as a difference between SP 1 and SP 2.
+ * Returns both rows and, per pair, SP 1's tokens/s over SP 2's.
+ */
+async function runSpeedPair(
+  rows: readonly [RowSpec, RowSpec],
+  runs: number,
+  dataFile: string,
+  outRoot: string,
+): Promise<{ results: [RowResult, RowResult]; ratios: number[] }> {
+  const commands = rows.map((row) => rowCommand(row, dataFile, outRoot));
+  const all: RunMetrics[][][] = [[], []];
+  const walls = [0, 0];
+  for (let i = 0; i < runs; i++) {
+    for (const k of i % 2 === 0 ? [0, 1] : [1, 0]) {
+      const started = performance.now();
+      all[k]!.push(await runTrainer(commands[k]!.args, commands[k]!.dir));
+      if (i === 0) walls[k] = (performance.now() - started) / 1000;
+    }
+  }
+  const results = rows.map((row, k) => rowResult(row, commands[k]!, all[k]!, walls[k]!, dataFile)) as [RowResult, RowResult];
+  return { results, ratios: results[0].speeds.map((s, i) => s / results[1].speeds[i]!) };
 }
 
 /** One trainer process with `args` (writing to `dir`): its metrics.jsonl, a line a step. */
@@ -347,7 +395,8 @@ async function main(): Promise<void> {
   const machine = machineInfo();
   const [n1, n2] = f.memorySeq;
   const [v1, v2] = f.vocabSeq;
-  const specs: RowSpec[] = [];
+  // a speed pair: SP 1 and SP 2 at one N, their runs alternated
+  const specs: (RowSpec | [RowSpec, RowSpec])[] = [];
   if (f.rows.has("memory"))
     for (const sp of [1, 2] as const)
       for (const mode of MODES) for (const seq of [n1, n2]) specs.push({ group: "memory", sp, mode, seq, task: "text", vocab: 256, steps: 2, untimed: 1 });
@@ -355,23 +404,32 @@ async function main(): Promise<void> {
     for (const vocab of [256, 32768])
       for (const seq of [v1, v2]) specs.push({ group: "vocab", sp: 2, mode: "default", seq, task: "recall", vocab, steps: 2, untimed: 1 });
   if (f.rows.has("speed"))
-    for (const seq of f.speedSeq)
-      for (const sp of [1, 2] as const)
-        specs.push({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps, untimed: f.speedWarmup });
+    for (const seq of f.speedSeq) {
+      const row = (sp: 1 | 2): RowSpec => ({ group: "speed", sp, mode: "default", seq, task: "text", vocab: 256, steps: f.speedSteps, untimed: f.speedWarmup });
+      specs.push([row(1), row(2)]);
+    }
   if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1, untimed: 0 });
 
   const rows: RowResult[] = [];
+  const report = (r: RowResult) => {
+    rows.push(r);
+    console.log(
+      `${r.group.padEnd(6)} SP ${r.sp} ${r.mode.padEnd(5)} ${r.task}${r.task === "recall" ? ` vocab ${r.vocab}` : ""} N=${r.seq}: ` +
+        `peak ${gib(r.peakBytes)}${r.peaks.length > 1 ? ` (median of ${r.peaks.map((b) => mib(b)).join(", ")})` : ""} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
+        `${r.tokensPerSec.toFixed(0)} tok/s${r.speeds.length > 1 ? ` (median of ${r.speeds.map((t) => t.toFixed(0)).join(", ")})` : ""}, MFU ${(100 * r.mfu).toFixed(1)}% ` +
+        `(MatMul rate ${gflops(r.rates)} GFLOP/s), ${r.wallSeconds.toFixed(0)} s` +
+        (r.ratios ? `; SP 1 / SP 2 by pair of runs ${r.ratios.map((x) => x.toFixed(2)).join(", ")}` : ""),
+    );
+  };
   try {
     for (const spec of specs) {
-      const runs = spec.group === "memory" || spec.group === "vocab" ? f.repeat : spec.group === "speed" ? f.speedRepeat : 1;
-      const r = await runRow(spec, runs, dataFile, outRoot);
-      rows.push(r);
-      console.log(
-        `${spec.group.padEnd(6)} SP ${spec.sp} ${spec.mode.padEnd(5)} ${spec.task}${spec.task === "recall" ? ` vocab ${spec.vocab}` : ""} N=${spec.seq}: ` +
-          `peak ${gib(r.peakBytes)}${r.peaks.length > 1 ? ` (median of ${r.peaks.map((b) => mib(b)).join(", ")})` : ""} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
-          `${r.tokensPerSec.toFixed(0)} tok/s${r.speeds.length > 1 ? ` (median of ${r.speeds.map((t) => t.toFixed(0)).join(", ")})` : ""}, MFU ${(100 * r.mfu).toFixed(1)}% ` +
-          `(MatMul rate ${gflops(r.rates)} GFLOP/s), ${r.wallSeconds.toFixed(0)} s`,
-      );
+      if (Array.isArray(spec)) {
+        const { results, ratios } = await runSpeedPair(spec, f.speedRepeat, dataFile, outRoot);
+        report({ ...results[0], ratios });
+        report(results[1]);
+      } else {
+        report(await runRow(spec, spec.group === "long" ? 1 : f.repeat, dataFile, outRoot));
+      }
     }
   } finally {
     fs.rmSync(dataFile, { force: true });
@@ -429,20 +487,23 @@ async function main(): Promise<void> {
       "## Speed (default)",
       "",
       `${f.speedSteps} steps a run, the first ${f.speedWarmup} not timed; tokens/s and MFU: the median over the runs of each run's median over its timed steps. ` +
+        "SP 1's and SP 2's runs alternate (SP 1 first in odd pairs, SP 2 first in even ones); SP 1 / SP 2 is the median over the pairs of their ratio (each pair's in the by-pair column). " +
         "Each run's MFU is against the MatMul rate that run's trainer measured at start-up (GFLOP/s, in run order in the rates columns).",
       "",
-      "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 | SP 1 runs | SP 2 runs | SP 1 rates | SP 2 rates |",
-      "|---|---|---|---|---|---|---|---|---|---|",
+      "| N | SP 1 tok/s | SP 1 MFU | SP 2 tok/s | SP 2 MFU | SP 1 / SP 2 | by pair | SP 1 runs | SP 2 runs | SP 1 rates | SP 2 rates |",
+      "|---|---|---|---|---|---|---|---|---|---|---|",
     );
     for (const seq of f.speedSeq) {
       const a = speed.find((r) => r.sp === 1 && r.seq === seq);
       const b = speed.find((r) => r.sp === 2 && r.seq === seq);
       if (!a || !b) continue;
+      const ratios = a.ratios ?? [a.tokensPerSec / b.tokensPerSec];
+      const ratio = median(ratios);
       lines.push(
-        `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} | ${a.speeds.map((t) => t.toFixed(0)).join(", ")} | ${b.speeds.map((t) => t.toFixed(0)).join(", ")} | ${gflops(a.rates)} | ${gflops(b.rates)} |`,
+        `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${ratio.toFixed(2)} | ${ratios.map((x) => x.toFixed(2)).join(", ")} | ${a.speeds.map((t) => t.toFixed(0)).join(", ")} | ${b.speeds.map((t) => t.toFixed(0)).join(", ")} | ${gflops(a.rates)} | ${gflops(b.rates)} |`,
       );
       check(b.mfu >= 0.7, `SP 2 MFU at N = ${seq}: ${(100 * b.mfu).toFixed(1)}% >= 70%`);
-      check(a.tokensPerSec >= 0.9 * b.tokensPerSec, `SP 1 at N = ${seq}: ${(a.tokensPerSec / b.tokensPerSec).toFixed(2)} of SP 2 >= 0.90`);
+      check(ratio >= 0.9, `SP 1 at N = ${seq}: ${ratio.toFixed(2)} of SP 2 (median over pairs of runs) >= 0.90`);
     }
   }
   const long = rows.find((r) => r.group === "long");

@@ -69,10 +69,12 @@ bool parse_cpu_isa(const char* name, CpuIsa* out);
 const char* cpu_isa_name(CpuIsa isa = CpuIsa::Auto);
 
 // Both run on `threads` threads (the calling thread plus threads - 1 started
-// for the call). The forward's result does not depend on the thread count;
-// the backward's dq sums per-thread partials in a fixed order, so it is
-// reproducible for a given thread count. Throw std::bad_alloc on allocation
-// failure.
+// for the call). The forward's result does not depend on the thread count,
+// nor does the backward's with at least 2 (batch, kv head) groups per thread
+// (each group runs on one thread, which owns its dq rows); with fewer, the
+// backward splits key blocks and sums per-thread dq partials in a fixed order,
+// so it is reproducible for a given thread count. Throw std::bad_alloc on
+// allocation failure.
 // `isa` must be one cpu_isa_name accepts.
 void attention_forward_cpu(const ForwardArgs& args, int threads, CpuIsa isa = CpuIsa::Auto);
 void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa = CpuIsa::Auto);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -124,6 +125,10 @@ void attention_forward_cpu(const ForwardArgs& args, int threads, CpuIsa isa) {
   });
 }
 
+// The backward splits its work by (batch, kv head) group when there are at least this many groups per thread (enough
+// for a free thread to even out unequal cores), else by key block.
+constexpr int64_t kGroupsPerThread = 2;
+
 void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa) {
   const KernelTable& t = table(isa);
   const AttentionProblem& p = args.p;
@@ -146,12 +151,40 @@ void attention_backward_cpu(const BackwardArgs& args, int threads, CpuIsa isa) {
       t.backward_pack(args, bh / p.heads, bh % p.heads, n % qblocks, packed.data());
     }
   });
+  const int64_t groups = p.batch * p.kv_heads;
+  if (threads == 1 || groups >= kGroupsPerThread * threads) {
+    // Each (batch, kv head) group is one item, taken in turn by whichever thread is free: a group's key blocks run in
+    // order on one thread, which owns that group's dq rows. So dq sums its contributions in key-block order, the same
+    // bits for any thread count, needs one accumulator rather than one per thread, and a thread on a slower core (a
+    // VM's cores are not always equally fast) takes fewer groups instead of holding up the call.
+    // not zero-filled here: each group zeroes its own rows, on its thread
+    std::unique_ptr<float[]> acc(new float[static_cast<size_t>(rows * dp)]);
+    std::atomic<int64_t> next{0};
+    run_slots(threads, [&](int) {
+      std::vector<float> scratch(scratch_floats);
+      for (int64_t g = next.fetch_add(1); g < groups; g = next.fetch_add(1)) {
+        const int64_t b = g / p.kv_heads, kvh = g % p.kv_heads, group = p.heads / p.kv_heads;
+        // rows [b][h][i] of the group's query heads h, contiguous
+        float* mine = acc.get() + (b * p.heads + kvh * group) * p.seq_q * dp;
+        std::fill(mine, mine + group * p.seq_q * dp, 0.0f);
+        for (int64_t kb = 0; kb < kblocks; ++kb) t.backward_item(args, packed.data(), b, kvh, kb, acc.get(), scratch.data());
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const float* from = acc.get() + (b * p.heads + h) * p.seq_q * dp;
+          for (int64_t i = 0; i < p.seq_q; ++i) {
+            float* out = args.dq + ((b * p.seq_q + i) * p.heads + h) * d;
+            for (int64_t e = 0; e < d; ++e) out[e] = from[i * dp + e] * p.scale;
+          }
+        }
+      }
+    });
+    return;
+  }
+  // Fewer groups than that: key blocks are the items, dealt round-robin (causal: the early ones carry the most
+  // queries), and each thread adds its dq contributions into its own partial; the partials are summed in thread order.
   std::vector<std::vector<float>> partial(threads);
   run_slots(threads, [&](int slot) {
     partial[slot].assign(static_cast<size_t>(rows * dp), 0.0f);
     std::vector<float> scratch(scratch_floats);
-    // Key blocks first (causal: the early ones carry the most queries), dealt
-    // round-robin.
     for (int64_t n = slot; n < items; n += threads) {
       const int64_t kb = n / (p.batch * p.kv_heads);
       const int64_t bk = n % (p.batch * p.kv_heads);
