@@ -170,9 +170,10 @@ interface RowResult extends RowSpec {
   wallSeconds: number;
   estimate: MemoryEstimate;
   command: string;
-  /** Speed rows at SP 1: per pair of runs next to each other in time, SP 1's tokens/s over SP 2's (run order). */
-  ratios?: number[];
 }
+
+/** Per pair of speed runs next to each other in time (runSpeedPair's order), SP 1's tokens/s over SP 2's. */
+const pairRatios = (sp1: RowResult, sp2: RowResult): number[] => sp1.speeds.map((s, i) => s / sp2.speeds[i]!);
 
 /** The trainer configuration a row runs (the same object the account is computed from). */
 function rowConfig(row: RowSpec, dataFile: string, outDir: string): TrainConfig {
@@ -315,14 +316,9 @@ async function runRow(row: RowSpec, runs: number, dataFile: string, outRoot: str
  * Runs the SP 1 and SP 2 rows of one N `runs` times each, alternating (SP 1 then SP 2, then SP 2 then SP 1, ...), so
  * that each SP 1 run has an SP 2 run next to it in time: this VM's speed drifts by 20-30% over minutes (its two
  * cores are not always equally fast), which separate blocks of runs would read as a difference between SP 1 and SP 2.
- * Returns both rows and, per pair, SP 1's tokens/s over SP 2's.
+ * Returns both rows, their runs' speeds in pair order.
  */
-async function runSpeedPair(
-  rows: readonly [RowSpec, RowSpec],
-  runs: number,
-  dataFile: string,
-  outRoot: string,
-): Promise<{ results: [RowResult, RowResult]; ratios: number[] }> {
+async function runSpeedPair(rows: readonly [RowSpec, RowSpec], runs: number, dataFile: string, outRoot: string): Promise<[RowResult, RowResult]> {
   const commands = rows.map((row) => rowCommand(row, dataFile, outRoot));
   const all: RunMetrics[][][] = [[], []];
   const walls = [0, 0];
@@ -333,8 +329,7 @@ async function runSpeedPair(
       if (i === 0) walls[k] = (performance.now() - started) / 1000;
     }
   }
-  const results = rows.map((row, k) => rowResult(row, commands[k]!, all[k]!, walls[k]!, dataFile)) as [RowResult, RowResult];
-  return { results, ratios: results[0].speeds.map((s, i) => s / results[1].speeds[i]!) };
+  return rows.map((row, k) => rowResult(row, commands[k]!, all[k]!, walls[k]!, dataFile)) as [RowResult, RowResult];
 }
 
 /** One trainer process with `args` (writing to `dir`): its metrics.jsonl, a line a step. */
@@ -411,22 +406,22 @@ async function main(): Promise<void> {
   if (f.long) specs.push({ group: "long", sp: 2, mode: "lean", seq: 131072, task: "text", vocab: 256, steps: 1, untimed: 0 });
 
   const rows: RowResult[] = [];
-  const report = (r: RowResult) => {
+  const report = (r: RowResult, ratios?: number[]) => {
     rows.push(r);
     console.log(
       `${r.group.padEnd(6)} SP ${r.sp} ${r.mode.padEnd(5)} ${r.task}${r.task === "recall" ? ` vocab ${r.vocab}` : ""} N=${r.seq}: ` +
         `peak ${gib(r.peakBytes)}${r.peaks.length > 1 ? ` (median of ${r.peaks.map((b) => mib(b)).join(", ")})` : ""} (account ${gib(r.estimate.bytes)}, ${(r.estimate.bytes / r.peakBytes).toFixed(2)}x), ` +
         `${r.tokensPerSec.toFixed(0)} tok/s${r.speeds.length > 1 ? ` (median of ${r.speeds.map((t) => t.toFixed(0)).join(", ")})` : ""}, MFU ${(100 * r.mfu).toFixed(1)}% ` +
         `(MatMul rate ${gflops(r.rates)} GFLOP/s), ${r.wallSeconds.toFixed(0)} s` +
-        (r.ratios ? `; SP 1 / SP 2 by pair of runs ${r.ratios.map((x) => x.toFixed(2)).join(", ")}` : ""),
+        (ratios ? `; SP 1 / SP 2 by pair of runs ${ratios.map((x) => x.toFixed(2)).join(", ")}` : ""),
     );
   };
   try {
     for (const spec of specs) {
       if (Array.isArray(spec)) {
-        const { results, ratios } = await runSpeedPair(spec, f.speedRepeat, dataFile, outRoot);
-        report({ ...results[0], ratios });
-        report(results[1]);
+        const [sp1, sp2] = await runSpeedPair(spec, f.speedRepeat, dataFile, outRoot);
+        report(sp1, pairRatios(sp1, sp2));
+        report(sp2);
       } else {
         report(await runRow(spec, spec.group === "long" ? 1 : f.repeat, dataFile, outRoot));
       }
@@ -497,7 +492,7 @@ async function main(): Promise<void> {
       const a = speed.find((r) => r.sp === 1 && r.seq === seq);
       const b = speed.find((r) => r.sp === 2 && r.seq === seq);
       if (!a || !b) continue;
-      const ratios = a.ratios ?? [a.tokensPerSec / b.tokensPerSec];
+      const ratios = pairRatios(a, b);
       const ratio = median(ratios);
       lines.push(
         `| ${seq} | ${a.tokensPerSec.toFixed(0)} | ${(100 * a.mfu).toFixed(1)}% | ${b.tokensPerSec.toFixed(0)} | ${(100 * b.mfu).toFixed(1)}% | ${ratio.toFixed(2)} | ${ratios.map((x) => x.toFixed(2)).join(", ")} | ${a.speeds.map((t) => t.toFixed(0)).join(", ")} | ${b.speeds.map((t) => t.toFixed(0)).join(", ")} | ${gflops(a.rates)} | ${gflops(b.rates)} |`,
