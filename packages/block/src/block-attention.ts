@@ -23,6 +23,13 @@ export interface BlockAttentionContext {
   readonly savedBytes: number;
   /** True once release() (or backward) gave its buffers back. */
   readonly released?: boolean;
+  /**
+   * Whether this context keeps `tensor`'s memory for backward. The block
+   * gives forward's q, k and v back to its ops (BlockOps.release) when it
+   * returns false, e.g. for a sharded attention that saved exchanged copies.
+   * Absent: the block assumes it does.
+   */
+  keeps?(tensor: Tensor): boolean;
 }
 
 export interface BlockAttentionForward<C extends BlockAttentionContext = BlockAttentionContext> {
@@ -68,6 +75,12 @@ export class SavedLocalAttention<L = null> implements BlockAttentionContext {
 
   get savedBytes(): number {
     return this.q.byteLength + this.k.byteLength + this.v.byteLength + this.out.byteLength + this.logSumExp.byteLength;
+  }
+
+  /** Whether `tensor` shares memory with one of the five saved tensors (`layout` must hold none of a caller's tensors). */
+  keeps(tensor: Tensor): boolean {
+    const buffer = tensor.data.buffer;
+    return [this.q, this.k, this.v, this.out, this.logSumExp].some((t) => t.data.buffer === buffer);
   }
 
   /** The local kernel's backward on the saved tensors. */

@@ -297,6 +297,10 @@ class Recorder implements BlockMath<F32> {
     const { documents } = this.where().call;
     const options = documents === undefined ? { causal: this.block.config.causal } : { causal: this.block.config.causal, documents };
     const { out, context } = await this.block.attention.forward(q, k, v, options);
+    // q and k (the rotations' outputs) and v (attn.v's) are read by nothing else: they go back to the ops unless the context
+    // keeps them (the one-device attention saves them; a sharded one saves its exchanged copies)
+    const spent = [...new Set([q, k, v])].filter((t) => context.keeps?.(t) === false && t.data.buffer !== out.data.buffer);
+    if (spent.length > 0) this.ops.release?.(...spent);
     if (this.saved === null) {
       this.pending = { context, out };
     } else {
@@ -451,6 +455,8 @@ export class TransformerBlock {
       this.attentionHeadGroups > 1
         ? await this.groupedBackward(context.input.reshape([b * s, hidden]), dx2, { batch: b, seq: s, call: context.inputs }, grads)
         : await this.attentionBackward(a, dx2, [b, s], context.inputs.positions, grads);
+    // dx2 has been added into dx: unless it is dy's buffer (the caller's), it goes back to the ops
+    if (dx2.data.buffer !== dOut.data.buffer && dx2.data.buffer !== dx.data.buffer) this.ops.release?.(dx2);
     // [rows, hidden] -> [b, s, hidden]
     return { dx: dx.reshape([b, s, hidden]), grads: grads.tensors, flat: grads.flat };
   }
@@ -484,7 +490,7 @@ export class TransformerBlock {
     const a = new Activations();
     const h1 = await new Recorder(this, this.ops, a, geometry).norm(x, "norm1");
     const dh1 = await groupedAttentionBackward(this.headGroupsCall(geometry), this.attentionHeadGroups, h1, dx2, grads);
-    return addWith(this.ops, await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
+    return addWith(this.ops, await this.normBackwardSpending("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
   }
 
   private headGroupsCall({ batch, seq, call }: Geometry): HeadGroupsCall {
@@ -588,7 +594,7 @@ export class TransformerBlock {
   private async attentionBackward(a: Activations, dx2: F32, shape: [number, number], positions: RopePositions, grads: FlatTensors): Promise<F32> {
     // the attention's gradients go straight into qkvBackward, which hands them back
     const dh1 = await this.qkvBackward(a, await this.outputBackward(a, dx2, shape, grads), positions, grads);
-    return addWith(this.ops, await this.normBackward("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
+    return addWith(this.ops, await this.normBackwardSpending("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
   }
 
   /** attn.o and the attention: dx2 -> dq, dk, dv. */
@@ -596,7 +602,10 @@ export class TransformerBlock {
     const { heads, headDim } = this.config;
     // [rows, H*D] -> [b, s, H, D]
     const dAttn = (await this.linearBackward(a.takeInput("attn.o"), "attn.o", dx2, grads)).reshape([b, s, heads, headDim]);
-    return this.attention.backward(a.savedAttention(), dAttn);
+    const g = await this.attention.backward(a.savedAttention(), dAttn);
+    // read for the last time (unless the attention handed it back as a gradient)
+    if (![g.dq, g.dk, g.dv].some((t) => t.data.buffer === dAttn.data.buffer)) this.ops.release?.(dAttn);
+    return g;
   }
 
   /** RoPE and q, k, v: the attention's gradients -> dh1; then hands the attention's buffers back. */
@@ -635,6 +644,13 @@ export class TransformerBlock {
       this.ops.release?.(r.db!);
     }
     return r.dx;
+  }
+
+  /** normBackward, then dy (read for the last time) goes back to the ops. */
+  private async normBackwardSpending(name: NormName, record: NormRecord, dy: F32, grads: FlatTensors): Promise<F32> {
+    const dx = await this.normBackward(name, record, dy, grads);
+    if (dx.data.buffer !== dy.data.buffer) this.ops.release?.(dy);
+    return dx;
   }
 
   private async normBackward(name: NormName, { x, saved }: NormRecord, dy: F32, grads: FlatTensors): Promise<F32> {

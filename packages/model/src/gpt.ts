@@ -276,20 +276,32 @@ export class Gpt {
   /**
    * Backpropagates dLogits [rows, vocab]; adds the weight gradients of this
    * input into params.grads. Spends the context (logits and hFinal are dropped
-   * once the head's backward ran, then as in backwardFromHidden).
+   * once the head's backward ran, then as in backwardFromHidden) and dLogits,
+   * which goes back to the ops (BlockOps.release) once the head has read it.
    */
   backward(context: GptContext, dLogits: F32): Promise<void> {
     // not async: no frame of this call keeps dLogits alive past the head's backward
     return this.headBackward(context, dLogits).then((dh) => this.backwardFromHidden(context, dh));
   }
 
-  /** The LM head's backward of a whole context: dh [rows, hidden]; drops context.logits and context.hFinal. */
+  /**
+   * The LM head's backward of a whole context: dh [rows, hidden]; drops
+   * context.logits and context.hFinal, and gives hFinal and dLogits (read for
+   * the last time) back to the ops.
+   */
   async headBackward(context: GptContext, dLogits: F32): Promise<F32> {
     const h = spent(context.hFinal, "backward");
     const dh = await this.lmHead().backward(h, dLogits);
     context.logits = undefined;
     context.hFinal = undefined;
+    this.releaseSpent(dh, h, dLogits);
     return dh;
+  }
+
+  /** Gives `tensors` (read for the last time) back to the ops, except any sharing memory with `result`. */
+  private releaseSpent(result: F32, ...tensors: F32[]): void {
+    const spentTensors = tensors.filter((t) => t.data.buffer !== result.data.buffer);
+    if (spentTensors.length > 0) this.ops.release?.(...spentTensors);
   }
 
   /**
@@ -297,7 +309,8 @@ export class Gpt {
    * output (the LM head's input): the final norm, every block (each block's
    * context is dropped as soon as its backward is done) and the embedding.
    * Adds the weight gradients into params.grads, except the head's (the
-   * caller's, as `lmHead().backward` adds them). Spends the context.
+   * caller's, as `lmHead().backward` adds them). Spends the context and
+   * dhFinal, which goes back to the ops once the final norm has read it.
    */
   backwardFromHidden(context: GptContext, dhFinal: F32): Promise<void> {
     // not async, and two steps: no frame keeps dhFinal, the final norm's input or its gradient alive while the blocks run backward
@@ -333,8 +346,8 @@ export class Gpt {
       this.ops.release?.(r.dGamma, r.dBeta);
       dx = r.dx;
     }
-    // the last block's output, read for the last time (BlockOps.release: its memory may serve later outputs)
-    this.ops.release?.(xFinal);
+    // the last block's output and dhFinal, read for the last time (BlockOps.release: their memory may serve later outputs)
+    this.releaseSpent(dx, xFinal, dhFinal);
     // [rows, hidden] -> [b, s, hidden]
     return dx.reshape([batch, seqLength, hidden]);
   }
@@ -356,6 +369,7 @@ export class Gpt {
     // [b, s, hidden] -> [rows, hidden]
     // straight into the table's gradient (no [vocab, hidden] temporary)
     await this.ops.embeddingBackward(context.ids, dy.reshape([rows, hidden]), vocab, this.params.grad("embed.weight"));
+    this.ops.release?.(dy);
   }
 }
 

@@ -172,8 +172,11 @@ async function untiledStats(ops: BlockOps, run: Run): Promise<number[]> {
 
 /** dLogits of the context's logits; drops the logits from the context (the model's backward needs only dLogits). */
 async function untiledGradient(ops: BlockOps, run: Run, gradScale: number): Promise<F32> {
-  const dLogits = await ops.crossEntropyBackward(run.context.logits!, run.labels, gradScale, IGNORE_INDEX);
+  const logits = run.context.logits!;
+  const dLogits = await ops.crossEntropyBackward(logits, run.labels, gradScale, IGNORE_INDEX);
   run.context.logits = undefined;
+  // read for the last time: its memory may serve later outputs
+  if (logits.data.buffer !== dLogits.data.buffer) ops.release?.(logits);
   return dLogits;
 }
 
@@ -206,7 +209,12 @@ async function tiledHead(
     correct += countCorrect(logits, labelsTile);
     if (dhFinal !== null) {
       const dLogits = await ops.crossEntropyBackward(logits, labelsTile, gradScale!, IGNORE_INDEX);
-      dhFinal.data.set((await head.backward(hTile, dLogits)).data, from * hidden);
+      const dh = await head.backward(hTile, dLogits);
+      dhFinal.data.set(dh.data, from * hidden);
+      // the tile's buffers, read for the last time, serve the next tile's outputs
+      ops.release?.(...new Set([logits, dLogits, dh]));
+    } else {
+      ops.release?.(logits);
     }
   }
   if (dhFinal !== null) run.context.hFinal = undefined;

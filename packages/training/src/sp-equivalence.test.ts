@@ -35,6 +35,9 @@ interface Options {
   record?: boolean;
   /** The ops every rank shares (default ReferenceOps). */
   ops?: ReferenceOps;
+  /** Tiled loss (Trainer's lossTileRows) and tiled MLP (Gpt's mlpTileRows); default untiled. */
+  lossTileRows?: number;
+  mlpTileRows?: number;
 }
 
 /** Trains on one device (sp null) or on `sp` ranks of one local world; returns per-step losses and rank 0's final weights. */
@@ -54,9 +57,16 @@ async function train(sp: number | null, options: Options = {}) {
     const final = options.record ? await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens) : null;
     return { losses, weights: trainer.model.params.values, grads, logits: final?.logits ?? null, runs: final?.runs ?? null };
   };
-  const stepOptions = { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: options.zero1 ?? false };
+  const stepOptions = { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: options.zero1 ?? false, lossTileRows: options.lossTileRows ?? 0 };
   const local = options.local ?? (() => new ReferenceAttention());
-  const model = () => new Gpt(modelConfig, { ops, localAttention: local(), seed: 7, activationCheckpointing: options.checkpointing ?? false });
+  const model = () =>
+    new Gpt(modelConfig, {
+      ops,
+      localAttention: local(),
+      seed: 7,
+      activationCheckpointing: options.checkpointing ?? false,
+      mlpTileRows: options.mlpTileRows ?? 0,
+    });
   if (sp === null) return loop(new Trainer(model(), stepOptions));
   const results = await Promise.all(
     createLocalGroups(sp).map(async (world) => {
@@ -173,6 +183,8 @@ describe("releases under sequence parallelism: PoisoningOps train as ReferenceOp
   const cases: { name: string; sp: number; options: Options }[] = [
     { name: "Ulysses SP 2", sp: 2, options: {} },
     { name: "Ulysses SP 2, checkpointing, ZeRO-1, tied head", sp: 2, options: { checkpointing: true, zero1: true, tiedHead: true } },
+    { name: "Ulysses SP 2, loss tiles of 5 rows, MLP tiles of 4 rows", sp: 2, options: { lossTileRows: 5, mlpTileRows: 4 } },
+    { name: "Ulysses SP 1 (its context keeps the block's q, k, v), loss and MLP tiles", sp: 1, options: { lossTileRows: 5, mlpTileRows: 4 } },
     { name: "all-gather SP 2", sp: 2, options: { attention: "allgather" } },
     { name: "ring P = 2", sp: 2, options: { attention: "ring", local: stats } },
     {
@@ -191,4 +203,16 @@ describe("releases under sequence parallelism: PoisoningOps train as ReferenceOp
       expect(ops.released.length).toBeGreaterThan(0);
     });
   }
+
+  it("Ulysses at SP 2 saves exchanged copies, so each block gives its rotated k and its v back after forward; SP 1 keeps them", async () => {
+    // tensors [b, s, kvHeads, D] released per rank: k before its rotation at both degrees, and at SP 2 also the rotated k and v
+    const kvReleases = async (sp: number) => {
+      const ops = new PoisoningOps();
+      await train(sp, { steps: 2, ops });
+      return ops.released.filter((t) => t.rank === 4 && t.shape[2] === config.kvHeads).length / sp;
+    };
+    const one = await kvReleases(1);
+    expect(one).toBeGreaterThan(0);
+    expect(await kvReleases(2)).toBe(one + 2 * config.layers * 2);
+  });
 });
