@@ -17,6 +17,7 @@
         "native/src/custom-ops.cc",
         "native/src/cpu/dispatch.cc",
         "native/src/cpu/adamw.cc",
+        "native/src/cpu/adamw-avx512.cc",
         "native/src/cpu/kernels-avx512.cc",
         "native/src/cpu/kernels-avx2.cc",
         "native/src/cpu/kernels-portable.cc"

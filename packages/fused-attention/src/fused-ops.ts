@@ -117,7 +117,7 @@ export class FusedOps extends OrtOps {
 
   /** One AdamW update in place, natively (BlockOps.adamwUpdate: the bits of AdamW.update's JavaScript). */
   adamwUpdate(u: AdamWUpdate): void {
-    this.binding.adamwUpdate(u.params, u.grads, u.m, u.v, u.decayMask, u.beta1, u.beta2, u.eps, u.lr, u.decay, u.c1, u.c2);
+    this.binding.adamwUpdate(u.params, u.grads, u.m, u.v, u.decayMask, u.beta1, u.beta2, u.eps, u.lr, u.decay, u.c1, u.c2, this.isa);
   }
 
   async linearWeightGradientInto(x: F32, dy: F32, into: F32): Promise<void> {

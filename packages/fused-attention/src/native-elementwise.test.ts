@@ -4,8 +4,10 @@
  * each float64 sum of two floats to float32: the float32 sum), bit for bit,
  * on every instruction set this processor runs, at lengths around the
  * kernel's 4-vector and vector steps and on views into larger buffers; and
- * the argument checks of addInto and of adamwUpdate (whose arithmetic
- * @ulysses/training's AdamW tests compare with its JavaScript loop).
+ * the argument checks of addInto and of adamwUpdate; and adamwUpdate on
+ * every instruction set against a float64 loop written here (as
+ * @ulysses/training's AdamW, whose tests compare the automatic choice with
+ * its own loop), bit for bit, with and without a decay mask.
  * Skipped, with the reason in the suite's name, when the addon is not built.
  */
 import { SessionCache } from "@ulysses/kernels";
@@ -31,6 +33,23 @@ function values(n: number, seed: number): Float32Array {
 
 function jsAdd(target: Float32Array, term: Float32Array): void {
   for (let i = 0; i < target.length; i++) target[i]! += term[i]!;
+}
+
+/** One AdamW update in float64, as @ulysses/training's AdamW.update computes it (each operation rounded as JavaScript does). */
+function jsAdamw(p: Float32Array, g: Float32Array, m: Float32Array, v: Float32Array, mask: Uint8Array | null, h: readonly number[]): void {
+  const [beta1, beta2, eps, lr, decay, c1, c2] = h as [number, number, number, number, number, number, number];
+  const stepSize = lr / c1;
+  const invSqrtC2 = 1 / Math.sqrt(c2);
+  for (let i = 0; i < p.length; i++) {
+    const gi = g[i]!;
+    let pi = p[i]!;
+    if (mask === null || mask[i] === 1) pi -= decay * pi;
+    const mi = beta1 * m[i]! + (1 - beta1) * gi;
+    const vi = beta2 * v[i]! + (1 - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - (stepSize * mi) / (Math.sqrt(vi) * invSqrtC2 + eps);
+  }
 }
 
 const sameBits = (a: Float32Array, b: Float32Array) =>
@@ -69,6 +88,39 @@ describe(suite, () => {
     const shared = new Float32Array(10);
     expect(() => ops.addInto(new Tensor("float32", [8], shared.subarray(0, 8)), new Tensor("float32", [8], shared.subarray(2, 10)))).toThrow(/partly overlaps/);
   });
+
+  it.skipIf(!status.available)(
+    "adamwUpdate: the bits of a float64 JavaScript loop on every instruction set, masked or not, every length around the vector steps",
+    () => {
+      const native = loadNative();
+      if (!native.ok) throw native.error;
+      const b = native.binding;
+      const isas = [...opsPerIsa(cache).keys()];
+      expect(isas).toContain("portable");
+      for (const isa of isas) {
+        for (const n of [1, 7, 8, 9, 63, 64, 65, 1000]) {
+          for (const masked of [false, true]) {
+            // signed zeros, huge and tiny values among ordinary ones; a mask of 0s and 1s
+            const p = values(n, n + 11);
+            const g = values(n, n + 12);
+            const m = values(n, n + 13).map(Math.abs);
+            const v = values(n, n + 14).map((x) => Math.min(Math.abs(x), 1e30));
+            const mask = masked ? Uint8Array.from({ length: n }, (_, i) => ((i * 7) % 3 === 0 ? 0 : 1)) : null;
+            const want = [p.slice(), g, m.slice(), v.slice()] as const;
+            for (let step = 1; step <= 3; step++) {
+              const h = [0.9, 0.95, 1e-8, 1e-3 * step, 1e-4 * step, 1 - 0.9 ** step, 1 - 0.95 ** step] as const;
+              jsAdamw(want[0], want[1], want[2], want[3], mask, h);
+              b.adamwUpdate(p, g, m, v, mask, ...h, isa);
+              const where = `${isa}, n = ${n}, ${masked ? "masked" : "no mask"}, step ${step}`;
+              expect(sameBits(p, want[0]), `params, ${where}`).toBe(true);
+              expect(sameBits(m, want[2]), `m, ${where}`).toBe(true);
+              expect(sameBits(v, want[3]), `v, ${where}`).toBe(true);
+            }
+          }
+        }
+      }
+    },
+  );
 
   it.skipIf(!status.available)("adamwUpdate rejects arrays of other lengths, overlapping outputs and numbers that are not finite", () => {
     const native = loadNative();

@@ -60,8 +60,8 @@ export interface NativeBinding {
   geluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array, isa?: string): void;
   /**
    * One AdamW update in place (params, m, v) from grads, decayMask null or one byte per element (1: decay), in float64 per
-   * element as @ulysses/training's AdamW.update: the same bits. Throws TypeError / RangeError for arrays of other lengths or
-   * types, outputs overlapping inputs or each other, or a number that is not finite.
+   * element as @ulysses/training's AdamW.update: the same bits, on the loop built for `isa` (as geluForward's). Throws TypeError /
+   * RangeError for arrays of other lengths or types, outputs overlapping inputs or each other, or a number that is not finite.
    */
   adamwUpdate(
     params: Float32Array,
@@ -76,6 +76,7 @@ export interface NativeBinding {
     decay: number,
     c1: number,
     c2: number,
+    isa?: string,
   ): void;
   /** target += term elementwise in place (target may be term), float32 additions with the bits of JavaScript's; as geluForward. */
   addInto(term: Float32Array, target: Float32Array, isa?: string): void;

@@ -17,7 +17,7 @@
 //                                    thread: y = gelu(x), dx = dy * gelu'(x)
 //   addInto(term, target, isa?)      target += term on Float32Arrays of one
 //                                    length, synchronously on the JS thread
-//   adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2)
+//   adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2, isa?)
 //                                    one AdamW update in place, float64 per
 //                                    element as @ulysses/training's loop
 //   weightGradient(x, dy, into, rows, in, out, threads, isa?)
@@ -688,14 +688,15 @@ double finite_argument(const Napi::Value& v, const std::string& signature, const
   return d;
 }
 
-// adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2):
+// adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2, isa?):
 // one AdamW update of n elements in place (params, m, v; Float32Arrays of one
 // length n, grads too, decayMask a Uint8Array of n or null), in float64 per
-// element as @ulysses/training's AdamW.update (see cpu/adamw.cc),
-// synchronously on the calling thread.
+// element as @ulysses/training's AdamW.update (see cpu/adamw.cc), with the
+// loop compiled for `isa` (the same bits on every one), synchronously on the
+// calling thread.
 Napi::Value AdamWUpdate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const std::string signature = "adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2)";
+  const std::string signature = "adamwUpdate(params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2, isa?)";
   const uint64_t n = float32_argument(info[0], signature, "params").ElementLength();
   const SizedArray params = sized_argument(info, 0, signature, "params", n, "params' length");
   const SizedArray grads = sized_argument(info, 1, signature, "grads", n, "params' length");
@@ -723,7 +724,7 @@ Napi::Value AdamWUpdate(const Napi::CallbackInfo& info) {
                  finite_argument(info[7], signature, "eps"), finite_argument(info[8], signature, "lr"),
                  finite_argument(info[9], signature, "decay"), finite_argument(info[10], signature, "c1"),
                  finite_argument(info[11], signature, "c2")};
-  adamw_update_cpu(args);
+  adamw_update_cpu(args, isa_argument(info[12], signature));
   return env.Undefined();
 }
 

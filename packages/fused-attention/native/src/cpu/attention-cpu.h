@@ -90,7 +90,9 @@ void gelu_backward_cpu(const float* x, const float* dy, float* dx, int64_t n, Cp
 // One AdamW update of n elements (see adamw.cc): params, m and v in place,
 // from grads; decay_mask null (decay everywhere) or one byte per element (1:
 // decay). c1 and c2 are the bias corrections 1 - beta^step, decay is lr *
-// weight decay. The arrays must not overlap.
+// weight decay. The arrays must not overlap. `isa` picks the loop's build
+// (AVX-512's, or the baseline x86-64 one for avx2 and portable); the bits
+// are the same on each.
 struct AdamWArgs {
   float* params;
   const float* grads;
@@ -100,7 +102,7 @@ struct AdamWArgs {
   int64_t n;
   double beta1, beta2, eps, lr, decay, c1, c2;
 };
-void adamw_update_cpu(const AdamWArgs& args);
+void adamw_update_cpu(const AdamWArgs& args, CpuIsa isa = CpuIsa::Auto);
 
 // target[i] += term[i] over n floats, in place on the calling thread, with
 // the bits of float32 additions one element at a time (JavaScript's
