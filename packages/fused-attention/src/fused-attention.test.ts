@@ -29,7 +29,8 @@ interface Case {
 }
 
 // Block edges of the CPU kernels: AVX-512 96 queries x 96 keys forward, 64 x
-// 192 backward; AVX2 48 x 48; portable 32 x 32.
+// 192 backward; AVX2 48 x 48; portable 32 x 32. Rows of k 1 KiB apart or more
+// (kvHeads x headDim >= 256) take the forward's packed-key path.
 const CASES: Case[] = [
   { batch: 1, seqQ: 37, seqK: 37, heads: 4, kvHeads: 2, headDim: 16, causal: false },
   { batch: 1, seqQ: 37, seqK: 37, heads: 4, kvHeads: 2, headDim: 16, causal: true },
@@ -39,6 +40,9 @@ const CASES: Case[] = [
   { batch: 1, seqQ: 37, seqK: 129, heads: 4, kvHeads: 2, headDim: 64, causal: true },
   { batch: 2, seqQ: 129, seqK: 37, heads: 4, kvHeads: 4, headDim: 64, causal: true },
   { batch: 2, seqQ: 200, seqK: 200, heads: 6, kvHeads: 3, headDim: 32, causal: true },
+  // k rows 1 KiB or more apart (kvHeads x headDim >= 256): the forward copies each key block's rows together
+  { batch: 1, seqQ: 200, seqK: 200, heads: 8, kvHeads: 8, headDim: 32, causal: true },
+  { batch: 2, seqQ: 150, seqK: 300, heads: 16, kvHeads: 8, headDim: 32, causal: false },
   { batch: 1, seqQ: 100, seqK: 37, heads: 2, kvHeads: 1, headDim: 64, causal: false },
   { batch: 1, seqQ: 96, seqK: 96, heads: 2, kvHeads: 1, headDim: 64, causal: true },
   { batch: 1, seqQ: 97, seqK: 193, heads: 2, kvHeads: 2, headDim: 64, causal: true },

@@ -36,6 +36,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// The forward copies each key block's k rows together when they lie this many bytes apart or more (see forward_item).
+constexpr ptrdiff_t kPackedKeyStrideBytes = 1024;
+
 }  // namespace impl
 
 #include "gemm.h"
@@ -107,7 +110,7 @@ inline void pack_rows(const float* x, ptrdiff_t stride, int64_t nq, int64_t d, i
 
 template <class I>
 size_t forward_scratch_floats(const AttentionProblem& p) {
-  return static_cast<size_t>(2 * p.head_dim * I::BLOCK_Q + I::BLOCK_K * I::BLOCK_Q + 3 * I::BLOCK_Q);
+  return static_cast<size_t>(2 * p.head_dim * I::BLOCK_Q + I::BLOCK_K * I::BLOCK_Q + 3 * I::BLOCK_Q + I::BLOCK_K * p.head_dim);
 }
 
 // Forward of query block qb of head h in batch b.
@@ -126,6 +129,7 @@ void forward_item(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb, float*
   float* m = st + I::BLOCK_K * I::BLOCK_Q;     // running max (log2 units)
   float* l = m + I::BLOCK_Q;             // running sum
   float* alpha = l + I::BLOCK_Q;         // rescale factor of this key block
+  float* krows = alpha + I::BLOCK_Q;     // [nk][d] this key block's k rows, when the heads interleave
   const float c = p.scale * kLog2e;
 
   pack_transposed(a.q + ((b * p.seq_q + i0) * p.heads + h) * d, qstride, nq, d, c, qt, nqp);
@@ -147,7 +151,18 @@ void forward_item(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb, float*
   const float* vbase = a.v + (b * p.seq_k * p.kv_heads + kvh) * d;
   for (int64_t j0 = kbegin; j0 < kend; j0 += I::BLOCK_K) {
     const int64_t nk = std::min<int64_t>(I::BLOCK_K, kend - j0);
-    gemm<I>(nk, nqp, d, kbase + j0 * kvstride, kvstride, 1, qt, nqp, st, nqp, false);
+    // The scores' product reads each k row once per vector block of queries. The rows lie kv_heads * d floats
+    // apart, and at 1 KiB or more the block's rows crowd a few of L1's sets and are evicted between those reads:
+    // copied together first, they stay (15% on the forward at 8 heads of 32; at 4 heads the copy costs more than it
+    // saves).
+    const float* kblock = kbase + j0 * kvstride;
+    ptrdiff_t kld = kvstride;
+    if (kvstride * static_cast<ptrdiff_t>(sizeof(float)) >= kPackedKeyStrideBytes) {
+      for (int64_t j = 0; j < nk; ++j) std::copy(kblock + j * kvstride, kblock + j * kvstride + d, krows + j * d);
+      kblock = krows;
+      kld = d;
+    }
+    gemm<I>(nk, nqp, d, kblock, kld, 1, qt, nqp, st, nqp, false);
     if (p.causal && j0 + nk - 1 > i0 + offset) mask_causal<I>(st, nk, nqp, j0, i0, offset);
     if (docq && !one_document(docq, nq, dock + j0, nk)) mask_documents(st, nk, nq, nqp, docq, dock + j0);
     for (int64_t v0 = 0; v0 < nqp; v0 += W) {
