@@ -86,10 +86,13 @@ export const WORKER_BASELINE_BYTES = 72 * MiB;
  * With --memory-arena, what the per-session arenas and glibc's heap keep, per byte of the per-token terms, with every op an ONNX
  * Runtime graph (measured: 2570 vs 1338 MiB at N = 16384, SP 2) and with LayerNorm, rope and GELU native (FusedOps: their
  * intermediates are in no session's arena; measured on the speed rows of bench:memory, 2026-12-03, 4K to 16K tokens, SP 1 and 2:
- * 0.35-0.57 per byte beyond a floor of about 90 MiB per rank).
+ * 0.35-0.57 per byte beyond a floor of about 90 MiB per rank). Re-fitted with the floor below on the speed rows of bench:memory
+ * at 32127cd (2026-12-04, 2-core AMD EPYC VM), once the model gave its spent activations back to FusedOps' pool instead of
+ * leaving them to V8 (bad2108): the SP 2 peak at N = 4096 fell from 737 to 697 MiB, and with 0.5 and 40 MiB the account was
+ * 19% over it; with 0.3 and 30 MiB every speed row is within 11.4% (SP 1 at 4K under, SP 2 at 4K over, its MLP untiled).
  */
 export const ARENA_SLACK = 1.5;
-export const NATIVE_OPS_ARENA_SLACK = 0.5;
+export const NATIVE_OPS_ARENA_SLACK = 0.3;
 /**
  * With --memory-arena, what the arenas keep per rank whatever the sequence
  * length: the chunks of the sessions whose shapes do not grow with it (the
@@ -108,7 +111,8 @@ export const NATIVE_OPS_ARENA_SLACK = 0.5;
  * arenas of libuv's pool threads, each keeping its own high-water mark.
  */
 export const ARENA_FLOOR_BYTES = 64 * MiB;
-export const NATIVE_OPS_ARENA_FLOOR_BYTES = 40 * MiB;
+/** 30 MiB since bad2108 (see NATIVE_OPS_ARENA_SLACK). */
+export const NATIVE_OPS_ARENA_FLOOR_BYTES = 30 * MiB;
 /**
  * With --memory-arena, freed tensors that wait longer for V8's full collection once V8's heap grows 10x between them
  * (ARENA_HEAP_GROWING_PERCENT of the config), per rank. Measured on the speed rows of bench:memory (2026-12-03, SP 2, 3 runs each, one step of
