@@ -6,11 +6,12 @@
  * values. `resumeSettings` layers a checkpoint under the flags on --resume:
  * plain data only, never code or paths.
  */
-import fs from "node:fs";
 import { BYTE_VOCAB, type CheckpointInfo, recallMinVocab } from "@ulysses/training";
-import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, camel, dataDigest, kebab, type TrainConfig } from "./config.js";
+import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, camel, dataDigest, kebab, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
+import { MAX_CONFIG_FILE_BYTES, readRegularFile } from "./input-files.js";
+import { dataStateProblem, exportTablesProblem } from "./resume-bounds.js";
 
 const HELP: Record<keyof TrainConfig, string> = {
   sp: "sequence-parallel degree: ranks sharing one sequence",
@@ -40,9 +41,9 @@ const HELP: Record<keyof TrainConfig, string> = {
   batch: "sequences per step per data-parallel group",
   steps: "training steps (total, including resumed ones)",
   lr: "peak learning rate",
-  minLr: "learning rate at the end of the cosine decay",
+  minLr: "learning rate at the end of the cosine decay (at most --lr)",
   warmup: "linear warmup steps",
-  weightDecay: "AdamW decoupled weight decay (matrices only)",
+  weightDecay: "AdamW decoupled weight decay (matrices only; from 0 to 1)",
   gradClip: "clip the global gradient norm to this (0: off)",
   seed: "seed for weights and data",
   keys: "recall task: keys per sequence's table (each a group of --values answer tokens)",
@@ -52,7 +53,7 @@ const HELP: Record<keyof TrainConfig, string> = {
   resume:
     "checkpoint file or run directory to continue from, writing into that directory (or --out). The model shape (--hidden, --layers, --heads, --kv-heads, --mlp, --mlp-ratio, --tied-head, --attention, recall --vocab) comes from the checkpoint: leave those flags out or give the same values; other settings default to the checkpoint's recorded ones; --backend, --data and --out are never taken from a checkpoint",
   overwrite: "let --out name an existing run or a non-empty directory (replaces the run's files there)",
-  timeout: "seconds a rank waits for a peer's collective, or for a stuck peer to finish a step, before the run fails naming that rank",
+  timeout: "seconds a rank waits for a peer's collective, or for a stuck peer to finish a step, before the run fails naming that rank (from 1 to 2147483)",
   skipMemoryCheck:
     "skip the memory preflight (by default a run whose estimated peak memory exceeds the cgroup limit or the free memory is refused before any rank starts)",
   checkpointEvery: "steps between checkpoints (0: only at the end)",
@@ -68,7 +69,7 @@ const HELP: Record<keyof TrainConfig, string> = {
   zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
   logEvery: "steps between log lines when not on a terminal",
   export: "export model.onnx at the end (--no-export to skip)",
-  threads: "ONNX Runtime threads per rank (default max(1, floor(cores / ranks)))",
+  threads: "ONNX Runtime threads per rank, at most 4 x the machine's cores (default max(1, floor(cores / ranks)))",
   kernel:
     "local attention kernel: fused (the C++ ONNX Runtime custom op of @ulysses/fused-attention, the faster one in pnpm bench:kernels) | ort (ONNX graphs) | auto (fused when its native addon is built, else ort; the run header names the one used)",
 };
@@ -89,7 +90,7 @@ export function helpText(): string {
         ? `--${kebab(key)}`
         : `--${kebab(key)} <${typeof value === "number" || NULLABLE_NUMBERS.has(key) ? "n" : "value"}>`;
     const shown = value === null ? "" : ` (default ${String(value)})`;
-    lines.push(`  ${flag.padEnd(34)} ${HELP[key]}${shown}`);
+    lines.push(...flagLines(flag, `${HELP[key]}${shown}`));
   }
   lines.push(
     "  --config <file.json>               read settings from a JSON file",
@@ -97,22 +98,52 @@ export function helpText(): string {
     "  -V, --version                      print the version",
     "",
   );
+  const item = (name: string, text: string) => wrapWords(text, HELP_COLUMNS - 11).map((line, i) => `  ${(i === 0 ? name : "").padEnd(8)} ${line}`);
+  const paragraph = (text: string) => wrapWords(text, HELP_COLUMNS - 2).map((line) => `  ${line}`);
   lines.push(
     "Text data (--task text, byte-level: a token is a UTF-8 byte, vocab 256):",
-    "  text     one file: random windows of --seq + 1 bytes, as one stream; with --doc-separator, the pieces",
-    "           between separators are documents (a separator at the very end closes the last one)",
-    '  jsonl    one {"text": "..."} object per line (other keys ignored, blank lines skipped)',
-    "  txt-dir  a folder: each .txt file is one document, in name order (other files and subfolders ignored)",
-    "  Documents are shuffled (a buffer of 64, drawn with the --seed data RNG), packed into rows of --seq tokens",
-    "  (a document's last token predicts nothing; a document that does not fit starts the next row, the rest is",
-    "  padding), read in chunks (the corpus may be larger than memory) and start over at the end. A bad document",
-    '  (invalid JSON, "text" missing or not a string, empty, not UTF-8) stops the run naming the file and the line',
-    "  (JSONL) or document; --skip-bad-documents skips and counts them. The first 64 MiB are checked before the",
-    "  ranks start. metrics.jsonl, the progress line and summary.txt then report documents and padding per step.",
+    ...item(
+      "text",
+      "one file: random windows of --seq + 1 bytes, as one stream; with --doc-separator, the pieces between separators are documents (a separator at the very end closes the last one)",
+    ),
+    ...item("jsonl", 'one {"text": "..."} object per line (other keys ignored, blank lines skipped)'),
+    ...item("txt-dir", "a folder: each .txt file is one document, in name order (other files and subfolders ignored)"),
+    ...paragraph(
+      'Documents are shuffled (a buffer of 64, drawn with the --seed data RNG), packed into rows of --seq tokens (a document\'s last token predicts nothing; a document that does not fit starts the next row, the rest is padding), read in chunks (the corpus may be larger than memory) and start over at the end. A bad document (invalid JSON, "text" missing or not a string, empty, not UTF-8) stops the run naming the file and the line (JSONL) or document; --skip-bad-documents skips and counts them. The first 64 MiB are checked before the ranks start. metrics.jsonl, the progress line and summary.txt then report documents and padding per step.',
+    ),
     "",
   );
-  lines.push("Outputs in the run directory: config.json, metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.", "", EXIT_CODES_HELP);
+  lines.push(
+    ...wrapWords("Outputs in the run directory: config.json, metrics.jsonl, loss.svg, checkpoint.safetensors, model.onnx, summary.txt.", HELP_COLUMNS),
+    "",
+    EXIT_CODES_HELP,
+  );
   return lines.join("\n");
+}
+
+/** The widest line of --help. */
+export const HELP_COLUMNS = 100;
+
+/** Words of `text` in lines of at most `width` columns (a longer word gets a line of its own). */
+export function wrapWords(text: string, width: number): string[] {
+  const lines: string[] = [];
+  let line = "";
+  for (const word of text.split(/\s+/).filter((w) => w !== "")) {
+    if (line !== "" && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line === "" ? word : `${line} ${word}`;
+  }
+  if (line !== "") lines.push(line);
+  return lines;
+}
+
+/** One flag's help: the flag in a 34-column field, its description wrapped beside it to HELP_COLUMNS. */
+function flagLines(flag: string, description: string): string[] {
+  const indent = " ".repeat(37);
+  const wrapped = wrapWords(description, HELP_COLUMNS - indent.length);
+  if (flag.length > 34) return [`  ${flag}`, ...wrapped.map((line) => `${indent}${line}`)];
+  return wrapped.map((line, i) => (i === 0 ? `  ${flag.padEnd(34)} ${line}` : `${indent}${line}`));
 }
 
 /** Numeric settings whose default is null (computed when the run starts). */
@@ -129,6 +160,15 @@ export type ParseResult =
   | { help: false; version: true }
   | { help: false; version?: false; config: TrainConfig /** Keys set on the command line or in the config file. */; explicit: Set<keyof TrainConfig> };
 
+/** A number in decimal notation: 12, -3, 0.5, .5, 3e-4 (no hex, binary, octal, Infinity or NaN). */
+export const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+/** The setting a name stands for, when it is one: own keys of DEFAULTS only (never toString, constructor, __proto__ ...). */
+export function settingOf(name: string): keyof TrainConfig | null {
+  const key = camel(name);
+  return Object.hasOwn(DEFAULTS, key) ? (key as keyof TrainConfig) : null;
+}
+
 /** Converts one raw value to the type of `key`'s default. */
 export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
   const template = DEFAULTS[key];
@@ -141,9 +181,12 @@ export function coerce(key: keyof TrainConfig, raw: unknown, source: string): un
   }
   const numeric = typeof template === "number" || NULLABLE_NUMBERS.has(key) || TILE_SETTINGS.has(key);
   if (numeric) {
-    const value = typeof raw === "number" ? raw : typeof raw === "string" && raw.trim() !== "" ? Number(raw) : NaN;
+    // decimal notation only: Number() would also take 0x10, 0b1, 0o7 and "Infinity"
+    const value = typeof raw === "number" ? raw : typeof raw === "string" && DECIMAL.test(raw.trim()) ? Number(raw) : NaN;
     if (!Number.isFinite(value))
-      throw new TrainerError(`${source}: --${kebab(key)} needs a number${TILE_SETTINGS.has(key) ? " or auto" : ""}, got '${String(raw)}'`);
+      throw new TrainerError(
+        `${source}: --${kebab(key)} needs a number${TILE_SETTINGS.has(key) ? " or auto" : ""}, got '${String(raw)}' (in decimal notation: 12, 0.5, 3e-4)`,
+      );
     return value;
   }
   if (typeof template === "boolean") {
@@ -158,15 +201,16 @@ export function coerce(key: keyof TrainConfig, raw: unknown, source: string): un
 }
 
 function keyOf(name: string, source: string): keyof TrainConfig {
-  const key = camel(name) as keyof TrainConfig;
-  if (!(key in DEFAULTS)) throw new TrainerError(`${source}: unknown setting '${name}' (see --help)`);
+  const key = settingOf(name);
+  if (key === null) throw new TrainerError(`${source}: unknown setting '${name}' (see --help)`);
   return key;
 }
 
 function readConfigFile(file: string): Partial<TrainConfig> {
+  const bytes = readRegularFile(file, MAX_CONFIG_FILE_BYTES, "config file");
   let json: unknown;
   try {
-    json = JSON.parse(fs.readFileSync(file, "utf8"));
+    json = JSON.parse(bytes.toString("utf8"));
   } catch (cause) {
     throw new TrainerError(`config file '${file}' cannot be read as JSON: ${(cause as Error).message}`, { cause });
   }
@@ -198,7 +242,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
       continue;
     }
     let negated = false;
-    if (name.startsWith("no-") && !(camel(name) in DEFAULTS)) {
+    if (name.startsWith("no-") && settingOf(name) === null) {
       name = name.slice(3);
       negated = true;
     }
@@ -268,7 +312,8 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
   const newScheme = explicit.has("attention") || explicit.has("sp");
   for (const [name, raw] of Object.entries(recorded)) {
     const key = name as keyof TrainConfig;
-    if (!(key in DEFAULTS) || (NEVER_FROM_CHECKPOINT as readonly string[]).includes(key) || shape.has(key) || key === "task" || explicit.has(key)) continue;
+    if (!Object.hasOwn(DEFAULTS, key) || (NEVER_FROM_CHECKPOINT as readonly string[]).includes(key) || shape.has(key) || key === "task" || explicit.has(key))
+      continue;
     if (newScheme && layoutKeys.has(key)) continue;
     if (raw === null && DEFAULTS[key] === null) {
       (config as unknown as Record<string, unknown>)[key] = null;
@@ -326,10 +371,18 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
         notes.push(
           `--data '${config.data}' (${now.bytes} bytes) is not the file ${source} was trained on (${quoted(recorded.dataBytes)} bytes, another SHA-256): training continues on the new file`,
         );
+      // the same corpus: the ranks will restore the data state, so every size it states is checked now, before anything is written
+      else if (usesDocuments(config) && "data" in checkpoint && checkpoint.data !== undefined) {
+        const problem = dataStateProblem(config, checkpoint.data);
+        if (problem !== null) conflicts.push(`${source}: ${problem}`);
+      }
     } catch {
       // an unreadable --data is reported by validateConfig
     }
   }
+  // maxSeq sizes one allocation, the ONNX export's RoPE tables: bounded by what the run needs at --seq
+  const tables = exportTablesProblem(config, gpt);
+  if (tables !== null) conflicts.push(`${source}: ${tables}`);
   if (conflicts.length > 0) throw new TrainerError(`--resume: the command line and the checkpoint disagree:\n  - ${conflicts.join("\n  - ")}`);
   return { config, notes };
 }

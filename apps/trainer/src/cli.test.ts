@@ -127,7 +127,7 @@ describe("the CLI on the threads backend", () => {
       spy.mockRestore();
     }
     expect(written.join("")).toMatch(/unknown backend 'nccl'/);
-    expect(written.join("")).toMatch(/\/nonexistent\/corpus.txt' cannot be read: ENOENT/);
+    expect(written.join("")).toMatch(/--data '\/nonexistent\/corpus.txt': no such file or directory \(ENOENT\)/);
   });
 
   it("metrics.jsonl counts steps from 1, like the console and the checkpoint, with an ISO-8601 time per row", async () => {

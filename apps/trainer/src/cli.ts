@@ -15,9 +15,10 @@
 import fs from "node:fs";
 import path from "node:path";
 import type { GptConfig } from "@ulysses/model";
+import { loadBackend } from "@ulysses/collectives";
 import { inspectCheckpoint } from "@ulysses/training";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
-import { launcherRank, validateConfig, type TrainConfig } from "./config.js";
+import { isModulePath, launcherRank, validateConfig, type TrainConfig } from "./config.js";
 import { checkMemory, resolveMemoryArena } from "./preflight.js";
 import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
@@ -74,7 +75,7 @@ interface RunPlan {
  * Parses, merges a resumed checkpoint's plain settings, validates, and checks
  * the run directory and the metrics history: reads only, writes nothing.
  */
-function plan(argv: readonly string[]): RunPlan | "help" | "version" {
+async function plan(argv: readonly string[]): Promise<RunPlan | "help" | "version"> {
   const parsed = parseArgs(argv);
   if (parsed.help) return "help";
   if (parsed.version) return "version";
@@ -101,6 +102,14 @@ function plan(argv: readonly string[]): RunPlan | "help" | "version" {
   } catch (error) {
     if (resumeFile === null) throw error;
     throw new TrainerError(`${(error as Error).message}\n  (settings not given on the command line came from checkpoint '${resumeFile}')`, { cause: error });
+  }
+  if (isModulePath(config.backend)) {
+    // imported here, before anything is written, so that a file that is no backend module is a bad flag (exit 2)
+    try {
+      await loadBackend(config.backend);
+    } catch (cause) {
+      throw new TrainerError(`--backend '${config.backend}': ${(cause as Error).message}`, { cause });
+    }
   }
   // the allocation --memory-arena auto stands for, decided once here (every rank then allocates alike)
   const arena = resolveMemoryArena(config, { env: process.env });
@@ -152,7 +161,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   let p: RunPlan;
   const writer = (launcherRank() ?? 0) === 0;
   try {
-    const planned = plan(argv);
+    const planned = await plan(argv);
     if (planned === "help") {
       process.stdout.write(`${helpText()}\n`);
       return EXIT.done;

@@ -66,7 +66,7 @@ describe("validation before any rank starts", () => {
       /--vocab 300 is for the recall task; --task text is byte-level \(vocab 256\): drop --vocab/,
     );
     expect(problems({ sp: 4, seq: 3, task: "text", data: "x" })).toMatch(/--seq 3 is too short for --sp 4/);
-    expect(problems({ task: "text", data: "/nonexistent/corpus.txt" })).toMatch(/text data file '\/nonexistent\/corpus.txt' cannot be read: ENOENT/);
+    expect(problems({ task: "text", data: "/nonexistent/corpus.txt" })).toMatch(/--data '\/nonexistent\/corpus.txt': no such file or directory \(ENOENT\)/);
     expect(problems({ backend: "nccl" })).toMatch(/unknown backend 'nccl'/);
     expect(problems({ backend: "mpi", sp: 2, dp: 2 }, { OMPI_COMM_WORLD_SIZE: "2" })).toMatch(/--sp 2 x --dp 2 = 4 ranks, but mpirun started 2/);
     expect(problems({ heads: 4, kvHeads: 3 })).toMatch(/--heads 4 is not divisible by --kv-heads 3/);

@@ -5,6 +5,7 @@
  * `args.ts`'s job; running is `run.ts`'s.
  */
 import fs from "node:fs";
+import os from "node:os";
 import { blockConfigOf, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { parallelDimsProblems, resolveDims, type ParallelDimsOptions, type SequenceLayoutKind, type SequenceParallelKind } from "@ulysses/parallel";
 import { recallMinVocab, validateRecallTask, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
@@ -140,6 +141,16 @@ export const DEFAULTS: TrainConfig = {
 };
 
 export const BACKENDS = ["threads", "local", "mpi"] as const;
+
+/** --timeout bounds, in seconds: below a second a busy step is taken for a hang; above, Node's timers overflow (2^31 - 1 ms). */
+export const MIN_TIMEOUT_S = 1;
+export const MAX_TIMEOUT_S = 2_147_483;
+
+/** --weight-decay's largest value (lr x decay is the fraction of each matrix a step removes). */
+export const MAX_WEIGHT_DECAY = 1;
+
+/** --threads' largest value per core of the machine: past it ONNX Runtime spends its time starting threads. */
+export const MAX_THREADS_PER_CORE = 4;
 
 /** Tokens of a rank's shard in one step (batch x its longest share of seq). */
 export function tokensPerRankOf(config: Pick<TrainConfig, "batch" | "seq" | "sp">): number {
@@ -321,8 +332,16 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   }
   if (!(config.lr > 0)) problems.push(`--lr must be positive, got ${config.lr}`);
   if (!(config.mlpRatio > 0)) problems.push(`--mlp-ratio must be positive, got ${config.mlpRatio}`);
-  if (config.threads !== null && (!Number.isSafeInteger(config.threads) || config.threads < 1))
-    problems.push(`--threads must be a positive integer, got ${config.threads}`);
+  if (config.minLr > config.lr) problems.push(`--min-lr ${config.minLr} is above --lr ${config.lr}: the cosine decay ends at --min-lr, at most --lr`);
+  if (config.weightDecay > MAX_WEIGHT_DECAY)
+    problems.push(
+      `--weight-decay ${config.weightDecay} is above ${MAX_WEIGHT_DECAY}: AdamW's decoupled decay scales each matrix by 1 - lr x decay a step, so a larger value is no longer a decay`,
+    );
+  const maxThreads = MAX_THREADS_PER_CORE * os.availableParallelism();
+  if (config.threads !== null && (!Number.isSafeInteger(config.threads) || config.threads < 1 || config.threads > maxThreads))
+    problems.push(
+      `--threads must be an integer from 1 to ${maxThreads} (${MAX_THREADS_PER_CORE} x this machine's ${os.availableParallelism()} cores), got ${config.threads}`,
+    );
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!["gelu", "swiglu"].includes(config.mlp)) problems.push(`--mlp must be gelu or swiglu, got '${config.mlp}'`);
   if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);
@@ -411,8 +430,11 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   }
   if (config.resume !== null && !fs.existsSync(config.resume)) problems.push(`--resume '${config.resume}' does not exist`);
   if (typeof config.overwrite !== "boolean") problems.push(`--overwrite is a switch, got ${String(config.overwrite)}`);
-  if (!(typeof config.timeout === "number" && Number.isFinite(config.timeout) && config.timeout > 0))
-    problems.push(`--timeout must be a positive number of seconds, got ${config.timeout}`);
+  if (!(typeof config.timeout === "number" && config.timeout >= MIN_TIMEOUT_S && config.timeout <= MAX_TIMEOUT_S))
+    problems.push(
+      `--timeout must be a number of seconds from ${MIN_TIMEOUT_S} to ${MAX_TIMEOUT_S} (about 24 days, the longest timer Node keeps), got ${config.timeout}`,
+    );
+  if (config.out !== null && config.out.trim() === "") problems.push("--out needs a directory name, got ''");
   if (typeof config.memoryArena !== "boolean" && config.memoryArena !== "auto")
     problems.push(`--memory-arena is on, off (--no-memory-arena) or auto, got ${String(config.memoryArena)}`);
   if (typeof config.skipMemoryCheck !== "boolean") problems.push(`--skip-memory-check is a switch, got ${String(config.skipMemoryCheck)}`);

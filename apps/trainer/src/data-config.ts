@@ -18,8 +18,9 @@ import {
   resolveTextFormat,
   type DocumentDataOptions,
 } from "@ulysses/training";
-import type { TrainConfig } from "./config.js";
+import { errnoText, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
+import { fileKind } from "./input-files.js";
 
 const dataDigests = new Map<string, { bytes: number; sha256: string }>();
 
@@ -99,6 +100,13 @@ export function documentFlagProblems(config: TrainConfig): string[] {
 export function textDataProblems(config: TrainConfig): string[] {
   const data = config.data!;
   if (documentFlagProblems(config).length > 0) return [];
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(data);
+  } catch (cause) {
+    return [`--data '${data}': ${errnoText(cause)}`];
+  }
+  if (!stat.isFile() && !stat.isDirectory()) return [`--data '${data}' is ${fileKind(stat)}: give a regular file or a folder of .txt files`];
   let format: string;
   try {
     format = resolveTextFormat(data, config.dataFormat);

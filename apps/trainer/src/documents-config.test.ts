@@ -100,8 +100,10 @@ describe("document flags", () => {
 
   it("documents the formats in --help", () => {
     const help = helpText();
-    expect(help).toMatch(/--data-format <value>\s+auto \(a folder: txt-dir, \*\.jsonl: jsonl, else text\) \| text \| jsonl \| txt-dir \(default auto\)/);
-    expect(help).toMatch(/--long-documents <value>.*\(default split\)/);
+    expect(help).toMatch(
+      /--data-format <value>\s+auto \(a folder: txt-dir, \*\.jsonl: jsonl, else text\) \|\s+text\s+\|\s+jsonl\s+\|\s+txt-dir\s+\(default\s+auto\)/,
+    );
+    expect(help).toMatch(/--long-documents <value>[^]*?\(default\s+split\)/);
     expect(help).toMatch(/--skip-bad-documents/);
     expect(help).toMatch(/jsonl {4}one \{"text": "..."\} object per line/);
   });

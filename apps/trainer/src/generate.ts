@@ -8,6 +8,7 @@
  * the example: the queries never see an answer), and show the expected
  * answers. Exit codes: 0 done, 1 error, 2 bad flags.
  */
+import buffer from "node:buffer";
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -24,9 +25,11 @@ import {
   validateRecallTask,
 } from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
+import { DECIMAL } from "./args.js";
 import { DEFAULTS, errnoText } from "./config.js";
 import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
+import { MAX_CONFIG_FILE_BYTES, fileKind, readRegularFile } from "./input-files.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
@@ -44,13 +47,14 @@ export interface GenerateOptions {
 export const MAX_TOKENS = 1_000_000;
 const DEFAULT_TOKENS = 200;
 
-const USAGE = `Usage: ulysses-generate [--from runs/latest] [--prompt TEXT] [--tokens N] [--temperature 0.8] [--top-k 0] [--seed 0]
-                                (pnpm generate [flags] from the repository root)
+const USAGE = `Usage: ulysses-generate [--from runs/latest] [--prompt TEXT] [--tokens N]
+                        [--temperature 0.8] [--top-k 0] [--seed 0]
+                        (pnpm generate [flags] from the repository root)
   --from         a run directory, model.onnx or checkpoint.safetensors (default runs/latest)
   --prompt       text to continue (byte-level models; at least one byte, default a newline);
                  recall-task models answer a synthetic example instead
-  --tokens       bytes to generate, streamed as they come: an integer >= 0 with prompt + tokens <= the
-                 model's maxSeq (default min(200, what fits))
+  --tokens       bytes to generate, streamed as they come: an integer >= 0 with prompt + tokens
+                 <= the model's maxSeq (default min(200, what fits))
   --temperature  0 picks the most likely byte; > 0 samples (default 0.8)
   --top-k        sample among the k most likely bytes, 0 for all (an integer >= 0)
   --seed         sampling seed (an integer >= 0)
@@ -77,10 +81,32 @@ export class GenerateFlagError extends TrainerError {
   }
 }
 
+/** The numeric flags, whose value may start with a minus sign ("--seed -1" then reaches the range check). */
+const NUMERIC_FLAGS = new Set(["--tokens", "--temperature", "--top-k", "--seed"]);
+
+/**
+ * argv with `--flag -1` written as `--flag=-1` for the numeric flags, so that
+ * a negative number is that flag's value (node:util parseArgs takes a value
+ * starting with "-" for a flag and calls it ambiguous) and is refused by its
+ * range, naming the flag.
+ */
+function joinNegativeValues(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const next = argv[i + 1];
+    if (NUMERIC_FLAGS.has(argv[i]!) && next !== undefined && /^-[\d.]/.test(next)) {
+      out.push(`${argv[i]}=${next}`);
+      i++;
+    } else out.push(argv[i]!);
+  }
+  return out;
+}
+
 function parseFlags(argv: readonly string[]) {
   try {
     // a leading "--" is what some runners insert before the script's own flags
-    return parseArgs({ args: argv[0] === "--" ? argv.slice(1) : [...argv], options: FLAGS, strict: true, allowPositionals: false }).values;
+    const args = joinNegativeValues(argv[0] === "--" ? argv.slice(1) : argv);
+    return parseArgs({ args, options: FLAGS, strict: true, allowPositionals: false }).values;
   } catch (cause) {
     throw new GenerateFlagError(`${(cause as Error).message} (see --help)`);
   }
@@ -94,7 +120,7 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateOptions | "h
   const number = (flag: "tokens" | "temperature" | "top-k" | "seed", kind: "integer" | "number", max: number): number | null => {
     const raw = values[flag];
     if (raw === undefined) return null;
-    const n = raw.trim() !== "" ? Number(raw) : NaN;
+    const n = DECIMAL.test(raw.trim()) ? Number(raw) : NaN;
     const ok = kind === "integer" ? Number.isSafeInteger(n) && n >= 0 && n <= max : Number.isFinite(n) && n >= 0 && n <= max;
     if (!ok) throw new GenerateFlagError(`--${flag} must be ${kind === "integer" ? "an integer" : "a number"} in [0, ${max}], got '${raw}'`);
     return n;
@@ -152,13 +178,8 @@ function taskSettings(record: unknown, model: GptConfig, where: string): TaskSet
   return settings;
 }
 
-function readFile(file: string, what: string): Buffer {
-  try {
-    return fs.readFileSync(file);
-  } catch (cause) {
-    throw new TrainerError(`${what} '${file}' cannot be read: ${errnoText(cause)}`, { cause });
-  }
-}
+/** The largest model.onnx read (a Buffer's limit): the file is read whole, as ONNX Runtime takes it. */
+const MAX_MODEL_FILE_BYTES = buffer.constants.MAX_LENGTH;
 
 /** Loads model.onnx (with the run's config.json) or a checkpoint; every problem names its file. */
 export async function loadModel(from: string): Promise<LoadedModel> {
@@ -177,12 +198,15 @@ export async function loadModel(from: string): Promise<LoadedModel> {
     file = fs.existsSync(onnx) ? onnx : path.join(from, "checkpoint.safetensors");
     if (!fs.existsSync(file)) throw new TrainerError(`run directory '${from}' has neither model.onnx nor checkpoint.safetensors`);
   }
+  // a FIFO or a device would block the open or never end: only regular files are read
+  const kind = fileKind(fs.statSync(file));
+  if (kind !== "a regular file") throw new TrainerError(`--from '${file}' is ${kind}; give a run directory, model.onnx or checkpoint.safetensors`);
   if (file.endsWith(".onnx")) {
     const configFile = path.join(path.dirname(file), "config.json");
     if (!fs.existsSync(configFile)) throw new TrainerError(`'${file}' needs the run's config.json next to it to know the task`);
     let json: unknown;
     try {
-      json = JSON.parse(readFile(configFile, "run config").toString("utf8"));
+      json = JSON.parse(readRegularFile(configFile, MAX_CONFIG_FILE_BYTES, "run config").toString("utf8"));
     } catch (cause) {
       if (cause instanceof TrainerError) throw cause;
       throw new TrainerError(`run config '${configFile}' is not valid JSON: ${(cause as Error).message}`, { cause });
@@ -211,7 +235,12 @@ export async function loadModel(from: string): Promise<LoadedModel> {
         throw new TrainerError(`run config '${configFile}': ${(cause as Error).message}`, { cause });
       }
     }
-    return { bytes: readFile(file, "model file"), config, settings: taskSettings(json, config, `run config '${configFile}'`), source: file };
+    return {
+      bytes: readRegularFile(file, MAX_MODEL_FILE_BYTES, "model file"),
+      config,
+      settings: taskSettings(json, config, `run config '${configFile}'`),
+      source: file,
+    };
   }
   const checkpoint = loadCheckpoint(file);
   const params = new ParameterStore(gptParamSpecs(checkpoint.config));

@@ -35,7 +35,23 @@ const PSEUDO_FILE_SYSTEMS: Record<number, string> = {
   1650812272: "configfs",
   1702057283: "fusectl",
   1112100429: "binfmt_misc",
+  4979: "devtmpfs",
+  427819522: "mqueue",
+  1853056627: "nsfs",
 };
+
+/** The device directory: a run directory never goes there, whatever file system backs it (a tmpfs on some machines); /dev/shm is ordinary shared memory. */
+function underDeviceDirectory(dir: string): boolean {
+  let real: string;
+  try {
+    real = fs.realpathSync(existingAncestor(dir));
+  } catch {
+    real = path.resolve(dir);
+  }
+  const rest = path.relative(real, path.resolve(dir));
+  const full = path.join(real, rest);
+  return (full === "/dev" || full.startsWith("/dev/")) && !(full === "/dev/shm" || full.startsWith("/dev/shm/"));
+}
 
 /** The deepest existing ancestor of `dir` (itself when it exists). */
 function existingAncestor(dir: string): string {
@@ -87,6 +103,8 @@ export type RunDirState = "new" | "empty" | "resumed" | "overwritten";
  */
 export function checkRunDir(dir: string, check: RunDirCheck): RunDirState {
   const { flag } = check;
+  if (underDeviceDirectory(dir))
+    throw new TrainerError(`${flag} '${dir}': that is in /dev, the device directory, which cannot hold a run directory; choose a directory on a disk`);
   const pseudo = pseudoFileSystemOf(dir);
   if (pseudo !== null)
     throw new TrainerError(`${flag} '${dir}': that is on the ${pseudo} pseudo file system, which cannot hold a run directory; choose a directory on a disk`);

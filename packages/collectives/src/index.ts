@@ -20,7 +20,7 @@ export { reduceInto, type Source } from "./reduce.js";
 export { asTensor } from "./buffer.js";
 export { GroupBase, type Exchanged } from "./group-base.js";
 export { createLocalGroups, type LocalGroupsOptions } from "./local/local-group.js";
-export { registerBackend, getBackend, listBackends, init, type InitOptions } from "./registry.js";
+export { registerBackend, getBackend, listBackends, loadBackend, init, type InitOptions } from "./registry.js";
 export { launch, type LaunchOptions, type LaunchedWorld, type ShutdownOptions } from "./threads/launch.js";
 export type { RankContext, RankSetup } from "./threads/protocol.js";
 export { createThreadsGroup } from "./threads/context.js";

@@ -48,6 +48,20 @@ async function loadModuleBackend(name: string): Promise<BackendFactory> {
   return factories.get(name)!;
 }
 
+/**
+ * The factory a backend name or module path stands for, without starting it:
+ * a registered name, or a module path imported (and registered) now. Throws a
+ * CollectiveError naming it when it is neither, or the module fails to load
+ * or exports no factory. `init` calls it; a launcher may call it first to
+ * refuse a bad module before it writes or starts anything.
+ */
+export async function loadBackend(backend: string): Promise<BackendFactory> {
+  const factory = factories.get(backend);
+  if (factory) return factory;
+  if (!looksLikeModule(backend)) throw new CollectiveError(`unknown backend '${backend}'; registered: ${listBackends().join(", ")} (or pass a module path)`);
+  return loadModuleBackend(backend);
+}
+
 export interface InitOptions extends BackendInitOptions {
   /** A registered backend name or a module path (default "threads"). */
   backend?: string;
@@ -56,11 +70,7 @@ export interface InitOptions extends BackendInitOptions {
 /** Creates this rank's world group with the chosen backend. */
 export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
   const { backend = "threads", ...rest } = options;
-  let factory = factories.get(backend);
-  if (!factory) {
-    if (!looksLikeModule(backend)) throw new CollectiveError(`unknown backend '${backend}'; registered: ${listBackends().join(", ")} (or pass a module path)`);
-    factory = await loadModuleBackend(backend);
-  }
+  const factory = await loadBackend(backend);
   try {
     return await factory(rest);
   } catch (e) {
