@@ -15,6 +15,7 @@
  *   at random moments of a run that checkpoints every step, resumed each
  *   time: the final checkpoint holds exactly the uninterrupted run's data.
  */
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -185,6 +186,63 @@ describe(`a rank stuck in compute is named within the timeout (--timeout ${TIMEO
       120_000,
     );
   }
+});
+
+/** The flags of `attention` at SP 4 (hybrid: Ulysses pairs, a ring of two). */
+const schemeFlags = (attention: string) => ["--sp", "4", "--attention", attention, ...(attention === "hybrid" ? ["--ulysses-degree", "2"] : [])];
+
+/** One hung rank (a busy loop `delayMs` into step `step` + 1); the run must name it within --timeout plus 5 s. */
+async function hungRankTrial(attention: string, kernel: "fused" | "ort", seed: number, group: string): Promise<void> {
+  const random = rng(seed);
+  const rank = Math.floor(random() * 4);
+  const step = 1 + Math.floor(random() * 2);
+  const delayMs = Math.floor(random() * 80);
+  const out = path.join(tmp("hung-"), "run");
+  const run = await cli([...tiny, ...timeoutFlags, ...schemeFlags(attention), "--kernel", kernel, "--steps", "400", "--checkpoint-every", "0", "--out", out], {
+    ULYSSES_TRAINER_FAULT: `hang:${rank}:${step}:${delayMs}`,
+  });
+  const hit = faultTime(run.stderr);
+  record(group, run, hit);
+  fs.rmSync(path.dirname(out), { recursive: true, force: true });
+  const what = `seed ${seed}: rank ${rank} hung ${delayMs} ms into step ${step + 1}, ${attention}, ${kernel}`;
+  expect(hit, `${what}: the fault never fired:\n${run.stderr}`).not.toBeNull();
+  expect({ code: run.code, signal: run.signal }, `${what}:\n${run.stderr}`).toEqual({ code: 1, signal: null });
+  expect(run.stderr, what).toMatch(new RegExp(`^error: .*rank ${rank} did not finish step \\d+ within ${TIMEOUT_S} s \\(stuck in compute\\?\\)`, "m"));
+  expect(run.exitedAt - hit!, `${what}: ms from the hang to the exit`).toBeLessThanOrEqual((TIMEOUT_S + 5) * 1000);
+}
+
+describe(`a hung rank is named within --timeout + 5 s under every scheme and kernel at SP 4`, () => {
+  const schemes = ["ulysses", "ring", "hybrid", "allgather"] as const;
+  schemes.forEach((attention, i) => {
+    for (const [j, kernel] of (["fused", "ort"] as const).entries()) {
+      const seed = 401 + 2 * i + j;
+      it.concurrent(
+        `seed ${seed}: ${attention}, ${kernel} kernel`,
+        () => slot(() => hungRankTrial(attention, kernel, seed, `hang, ${attention}, sp 4`)),
+        120_000,
+      );
+    }
+  });
+});
+
+describe("... and under an artificial load (two busy processes beside the run)", () => {
+  it("seeds 411-416: ring and hybrid, both kernels, one trial at a time", async () => {
+    // each busy process ends by itself after two minutes, and is killed when the test ends
+    const busy = [0, 1].map(() => spawn(process.execPath, ["-e", "const end = Date.now() + 120000; while (Date.now() < end);"], { stdio: "ignore" }));
+    try {
+      const trials = [
+        ["ring", "fused"],
+        ["ring", "ort"],
+        ["ring", "fused"],
+        ["ring", "ort"],
+        ["hybrid", "fused"],
+        ["hybrid", "ort"],
+      ] as const;
+      for (const [i, [attention, kernel]] of trials.entries()) await hungRankTrial(attention, kernel, 411 + i, `hang under load, ${attention}, sp 4`);
+    } finally {
+      for (const child of busy) child.kill("SIGKILL");
+    }
+  }, 300_000);
 });
 
 describe("kill -9 during checkpoint writes, then resume", () => {

@@ -201,9 +201,23 @@ export class ThreadsPool implements RankPool {
    * or a run of our fused kernel, which survives termination; see launch).
    */
   async close(): Promise<void> {
-    const stuck = [...this.stuck];
     const answering = Array.from({ length: this.world.worldSize }, (_, r) => r).filter((r) => !this.stuck.has(r));
-    await Promise.allSettled(answering.map((r) => this.world.rank(r).close()));
-    await this.world.shutdown({ terminate: stuck });
+    // bounded: a rank that does not answer within the collective timeout is stuck too (it never yields)
+    await Promise.all(
+      answering.map(async (r) => {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const late = new Promise<"late">((done) => (timer = setTimeout(() => done("late"), this.timeoutMs)));
+        const answer = await Promise.race([
+          this.world
+            .rank(r)
+            .close()
+            .catch(() => "failed" as const),
+          late,
+        ]);
+        clearTimeout(timer);
+        if (answer === "late") this.stuck.add(r);
+      }),
+    );
+    await this.world.shutdown({ terminate: [...this.stuck] });
   }
 }

@@ -75,9 +75,16 @@ export const ABORT = 0; // 0 running, 1 writing the reason, 2 aborted
 const FAILED_RANK = 1;
 const WAKE = 4;
 
-/** The world's abort flag and wake words. */
+/** Bytes of the world control buffer before the failure text: the words, then one 8-byte heartbeat per rank. */
+function worldHeadBytes(worldSize: number): number {
+  return align((WAKE + worldSize) * 4, 8) + 8 * worldSize;
+}
+
+/** The world's abort flag, wake words and heartbeats. */
 export class WorldControl {
   readonly words: Int32Array;
+  /** Per world rank, Date.now() when its thread last ran a heartbeat timer (0: never). */
+  private readonly beats: BigInt64Array;
   private readonly textOffset: number;
 
   constructor(
@@ -85,11 +92,36 @@ export class WorldControl {
     readonly worldSize: number,
   ) {
     this.words = new Int32Array(sab, 0, WAKE + worldSize);
-    this.textOffset = (WAKE + worldSize) * 4;
+    this.beats = new BigInt64Array(sab, align((WAKE + worldSize) * 4, 8), worldSize);
+    this.textOffset = worldHeadBytes(worldSize);
   }
 
   static create(worldSize: number): WorldControl {
-    return new WorldControl(new SharedArrayBuffer((WAKE + worldSize) * 4 + WORLD_TEXT_BYTES), worldSize);
+    return new WorldControl(new SharedArrayBuffer(worldHeadBytes(worldSize) + WORLD_TEXT_BYTES), worldSize);
+  }
+
+  /** Records that `worldRank`'s thread is running its event loop now (called from a timer in that thread). */
+  beat(worldRank: number): void {
+    Atomics.store(this.beats, worldRank, BigInt(Date.now()));
+  }
+
+  /**
+   * The rank among `candidates` whose thread has not run its event loop for
+   * the longest time, at least `staleMs` (a rank in a busy loop or a long
+   * synchronous call: it cannot take part in any collective), with that time
+   * in ms; null when every candidate beat within `staleMs` or never beat
+   * (heartbeats are the threads backend's; other backends have none).
+   */
+  stalest(candidates: readonly number[], staleMs: number): { rank: number; silentMs: number } | null {
+    const now = Date.now();
+    let found: { rank: number; silentMs: number } | null = null;
+    for (const rank of candidates) {
+      const last = Number(Atomics.load(this.beats, rank));
+      if (last === 0) continue;
+      const silentMs = now - last;
+      if (silentMs >= staleMs && (found === null || silentMs > found.silentMs)) found = { rank, silentMs };
+    }
+    return found;
   }
 
   get aborted(): boolean {

@@ -20,6 +20,16 @@ const waitAsync = (Atomics as unknown as { waitAsync: WaitAsync }).waitAsync;
 
 /** Milliseconds to spin before sleeping when every rank can have its own core (none when ranks outnumber cores: spinning would steal a peer's core). */
 const SPIN_MS = 0.03;
+
+/**
+ * A rank whose heartbeat (a timer every HEARTBEAT_MS in its thread) is this
+ * old, or half the collective timeout if that is less, is taken to be stuck in
+ * compute when a wait times out.
+ */
+const STALE_MS = 1000;
+
+/** How often a rank's thread records that its event loop runs (WorldControl.beat). */
+export const HEARTBEAT_MS = 100;
 const CORES = availableParallelism();
 
 export interface WaitContext {
@@ -54,8 +64,18 @@ export async function waitUntil(ctx: WaitContext, ready: () => boolean, missing:
     const now = performance.now();
     if (now >= deadline) {
       const late = missing();
-      const message = `${ctx.what}: world rank(s) ${late.join(", ")} did not ${waitingFor} within ${ctx.timeoutMs} ms (noticed by world rank ${ctx.worldRank})`;
-      world.abort(late[0] ?? -1, message);
+      let message = `${ctx.what}: world rank(s) ${late.join(", ")} did not ${waitingFor} within ${ctx.timeoutMs} ms (noticed by world rank ${ctx.worldRank})`;
+      // The awaited rank may itself be waiting on another (a ring's chain of
+      // neighbours): the world's failure names the rank that stopped running
+      // its event loop, if one did, so the launcher can stop that one.
+      const stuck = world.stalest(
+        Array.from({ length: world.worldSize }, (_, r) => r).filter((r) => r !== ctx.worldRank),
+        Math.min(STALE_MS, ctx.timeoutMs / 2),
+      );
+      const blamed = stuck?.rank ?? late[0] ?? -1;
+      if (stuck !== null && !late.includes(stuck.rank))
+        message += `; world rank ${stuck.rank} has not run its event loop for ${stuck.silentMs} ms (stuck in compute?)`;
+      world.abort(blamed, message);
       throw new CollectiveError(message);
     }
     if (now < spinUntil) continue;

@@ -15,9 +15,13 @@ import type { ProcessGroup } from "../types.js";
 import { installThreadsWorld } from "./context.js";
 import type { Coordinator, RankSetup, WorkerControl, WorkerStartData } from "./protocol.js";
 import { WorldControl } from "./shared-layout.js";
+import { HEARTBEAT_MS } from "./wait.js";
 
 const data = workerData as WorkerStartData & { coordinator: MessagePort };
 const world = new WorldControl(data.world.control, data.worldSize);
+// the heartbeat peers read when a wait times out, to name a rank stuck in compute rather than one waiting on it
+world.beat(data.rank);
+setInterval(() => world.beat(data.rank), HEARTBEAT_MS).unref();
 const coordinator = Comlink.wrap<Coordinator>(nodeEndpoint(data.coordinator));
 installThreadsWorld({
   resources: data.world,
