@@ -22,11 +22,13 @@ import {
   recallBatch,
   restoreCheckpoint,
   saveCheckpoint,
+  type CheckpointInfo,
   type PackedBatch,
 } from "@ulysses/training";
 import { Rng, type RngState } from "@ulysses/tensors";
 import {
   DATA_STREAM,
+  MODEL_SHAPE_KEYS,
   checkpointSettings,
   dataDigest,
   gptConfigOf,
@@ -66,6 +68,8 @@ export interface RankStepReport {
   /** Packed documents: distinct documents in the global batch, and its fraction of padding tokens. */
   documents?: number;
   padding?: number;
+  /** Packed documents: bad documents skipped so far (--skip-bad-documents), over the run's stream (kept across a resume). */
+  skippedDocuments?: number;
 }
 
 /**
@@ -147,6 +151,19 @@ function sameCorpus(config: TrainConfig, settings: unknown): boolean {
   return typeof recorded === "string" && config.data !== null && dataDigest(config.data).sha256 === recorded;
 }
 
+/** Throws unless a checkpoint's header describes the model `config` builds (its shape and vocab; maxSeq at least --seq). */
+function checkResumedModel(config: TrainConfig, info: CheckpointInfo): void {
+  const built = gptConfigOf(config);
+  for (const key of [...MODEL_SHAPE_KEYS, "vocab"] as const) {
+    if (info.config[key] !== built[key])
+      throw new TrainerError(
+        `checkpoint '${info.file}': config.${key} ${String(info.config[key])} is not the ${key} ${String(built[key])} of the model this run builds (was the file replaced after it was checked?)`,
+      );
+  }
+  if (info.config.maxSeq < config.seq)
+    throw new TrainerError(`checkpoint '${info.file}': config.maxSeq ${info.config.maxSeq} is below --seq ${config.seq}, the sequences this run trains`);
+}
+
 export class RankTrainer {
   private constructor(
     readonly config: TrainConfig,
@@ -160,7 +177,8 @@ export class RankTrainer {
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
     const { world, config } = setup;
-    const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile);
+    // the tensors are read only when the file describes the model this run builds (it may have changed since the CLI checked it)
+    const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile, { check: (info) => checkResumedModel(config, info) });
     const gptConfig = checkpoint?.config ?? gptConfigOf(config);
     // validated before any group is built: one message naming every value that is off
     const dims = await ParallelDims.create(world, parallelOptionsOf(config), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
@@ -191,7 +209,14 @@ export class RankTrainer {
     // packed documents (JSONL, a folder of .txt, or text split by --doc-separator), else random windows of one byte stream
     const docs = usesDocuments(config) ? new DocumentData(textDataOptions(config)) : null;
     // the stream continues where the checkpoint left it when the corpus is the same (resume notes a different one)
-    if (docs !== null && checkpoint?.data !== undefined && sameCorpus(config, checkpoint.settings)) docs.restore(checkpoint.data);
+    if (docs !== null && checkpoint?.data !== undefined && sameCorpus(config, checkpoint.settings)) {
+      try {
+        docs.restore(checkpoint.data);
+      } catch (cause) {
+        docs.close();
+        throw new TrainerError(`checkpoint '${checkpoint.file}': ${(cause as Error).message}`, { cause });
+      }
+    }
     const text = config.task === "text" && docs === null ? new ByteTextData(config.data!, config.seq) : null;
     return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs);
   }
@@ -245,6 +270,7 @@ export class RankTrainer {
       tokens: config.batch * config.dp * config.seq,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       ...("stats" in global ? { documents: global.stats.documents, padding: global.stats.padding } : {}),
+      ...(this.docs !== null ? { skippedDocuments: this.docs.skipped.count } : {}),
     };
   }
 

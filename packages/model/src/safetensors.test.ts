@@ -205,6 +205,18 @@ describe("safetensors from untrusted files", () => {
     expect(info.entries.map((e) => e.name)).toEqual(["e1", "u", "e2", "x"]);
   });
 
+  it("refuses a header longer than the caller's maxHeaderBytes on its length alone, and reads one that fits", () => {
+    const file = craftedFile(dir, "header-long.safetensors", { a: f32([4], 0, 16) }, 16);
+    const length = Number(fs.readFileSync(file).readBigUInt64LE(0));
+    for (const read of [
+      (limit: number) => readSafetensors(file, { maxHeaderBytes: limit }),
+      (limit: number) => readSafetensorsHeader(file, { maxHeaderBytes: limit }),
+    ]) {
+      expectRefusedCheaply(() => read(length - 1), file, new RegExp(`header length ${length} is above the limit of ${length - 1} bytes`));
+      expect(() => read(length)).not.toThrow();
+    }
+  });
+
   it("runs the caller's check on the header before reading any tensor", () => {
     const file = craftedFile(dir, "checked.safetensors", { a: f32([4], 0, 16) }, 16);
     expect(() =>

@@ -93,11 +93,11 @@ export function encodeSafetensors(tensors: ReadonlyMap<string, Tensor> | Record<
 }
 
 /** The header length from the first 8 bytes, checked against the bound and the file size. */
-function headerLengthOf(first8: Uint8Array, fileSize: number, source: string): number {
+function headerLengthOf(first8: Uint8Array, fileSize: number, source: string, limit = MAX_SAFETENSORS_HEADER_BYTES): number {
   if (fileSize < 8 || first8.byteLength < 8) throw new ModelError(`'${source}' is not a safetensors file: ${fileSize} bytes, need at least 8`);
   const length = new DataView(first8.buffer, first8.byteOffset, 8).getBigUint64(0, true);
-  if (length > BigInt(MAX_SAFETENSORS_HEADER_BYTES)) {
-    throw new ModelError(`'${source}': safetensors header length ${length} is above the limit of ${MAX_SAFETENSORS_HEADER_BYTES} bytes`);
+  if (length > BigInt(limit)) {
+    throw new ModelError(`'${source}': safetensors header length ${length} is above the limit of ${limit} bytes`);
   }
   const headerLength = Number(length);
   if (8 + headerLength > fileSize) {
@@ -259,21 +259,30 @@ function withFile<T>(file: string, body: (fd: number, size: number) => T): T {
   }
 }
 
-function headerOfFile(fd: number, size: number, file: string): SafetensorsHeader {
+function headerOfFile(fd: number, size: number, file: string, maxHeaderBytes?: number): SafetensorsHeader {
   const first8 = new Uint8Array(8);
   if (size >= 8) readExactly(fd, first8, 0, file, "the header length");
-  const headerLength = headerLengthOf(first8, size, file);
+  const headerLength = headerLengthOf(first8, size, file, Math.min(maxHeaderBytes ?? MAX_SAFETENSORS_HEADER_BYTES, MAX_SAFETENSORS_HEADER_BYTES));
   const json = new Uint8Array(headerLength);
   readExactly(fd, json, 8, file, "the header");
   return parseHeader(json, headerLength, size - 8 - headerLength, file);
 }
 
-/** Reads and validates only the header of a safetensors file. */
-export function readSafetensorsHeader(file: string): SafetensorsHeader {
-  return withFile(file, (fd, size) => headerOfFile(fd, size, file));
+/** How much of an untrusted file a reader accepts. */
+export interface SafetensorsLimits {
+  /**
+   * Longest JSON header accepted (bytes; at most MAX_SAFETENSORS_HEADER_BYTES,
+   * the default). Checked on the 8-byte length, before the header is read.
+   */
+  maxHeaderBytes?: number;
 }
 
-export interface ReadSafetensorsOptions {
+/** Reads and validates only the header of a safetensors file. */
+export function readSafetensorsHeader(file: string, limits: SafetensorsLimits = {}): SafetensorsHeader {
+  return withFile(file, (fd, size) => headerOfFile(fd, size, file, limits.maxHeaderBytes));
+}
+
+export interface ReadSafetensorsOptions extends SafetensorsLimits {
   /**
    * Runs on the validated header before any tensor is allocated; throw to
    * refuse the file (checkpoints check the model config here).
@@ -288,7 +297,7 @@ export interface ReadSafetensorsOptions {
  */
 export function readSafetensors(file: string, options: ReadSafetensorsOptions = {}): SafetensorsContents {
   return withFile(file, (fd, size) => {
-    const header = headerOfFile(fd, size, file);
+    const header = headerOfFile(fd, size, file, options.maxHeaderBytes);
     options.check?.(header);
     const start = 8 + header.headerLength;
     const tensors = new Map<string, Tensor>();

@@ -122,7 +122,14 @@ type CheckedHeader = Omit<CheckpointInfo, "file">;
 function checkCheckpointHeader(file: string, header: SafetensorsHeader): CheckedHeader {
   const { metadata } = header;
   if (metadata.format !== CHECKPOINT_FORMAT) {
-    throw new TrainingError(`'${file}' is not a ulysses-ts checkpoint (format '${metadata.format ?? "missing"}', expected '${CHECKPOINT_FORMAT}')`);
+    throw new TrainingError(`'${file}' is not a ulysses-ts checkpoint (format '${shortText(metadata.format ?? "missing")}', expected '${CHECKPOINT_FORMAT}')`);
+  }
+  for (const [key, value] of Object.entries(metadata)) {
+    const limit = METADATA_LIMITS[key] ?? OTHER_METADATA_BYTES;
+    if (value.length > limit)
+      throw new TrainingError(
+        `checkpoint '${file}': metadata '${key}' holds ${value.length} characters, more than the ${limit} a checkpoint's '${key}' can need`,
+      );
   }
   const step = Number(metadata.step);
   if (metadata.step === undefined || !Number.isSafeInteger(step) || step < 0)
@@ -189,6 +196,35 @@ function checkCheckpointHeader(file: string, header: SafetensorsHeader): Checked
 const MOMENTS = ["optimizer.m", "optimizer.v"] as const;
 
 /**
+ * Longest JSON header of a checkpoint (bytes), checked on its 8-byte length
+ * before the header is read: the tensor table of the largest model the config
+ * limits allow (4096 layers of at most 16 tensors, about 130 bytes an entry:
+ * 8.5 MB) plus the metadata below; the 100 MB of a general safetensors file
+ * would cost a reader several hundred MB of strings and objects.
+ */
+export const CHECKPOINT_MAX_HEADER_BYTES = 16 << 20;
+
+/**
+ * Longest value of each metadata key (characters). What a trainer writes is far
+ * smaller: a GPT config is about 200, the RNG state about 100, the settings
+ * about 2,000, the data state about 100 a document of the shuffle buffer (64).
+ */
+export const METADATA_LIMITS: Readonly<Record<string, number>> = {
+  format: 64,
+  step: 32,
+  config: 4096,
+  rng: 4096,
+  settings: 64 << 10,
+  data: 1 << 20,
+};
+/** Longest value of a metadata key a checkpoint does not use (characters). */
+const OTHER_METADATA_BYTES = 4096;
+
+function shortText(text: string): string {
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
+/**
  * The model fields of a checkpoint's config. Checkpoints written before the
  * model became one-device code also carry `attention` (the sequence-parallel
  * kind, a run setting now kept in the settings); it is dropped here.
@@ -210,7 +246,17 @@ function describeConfig(config: GptConfig): string {
  * step, the model config or the settings.
  */
 export function inspectCheckpoint(file: string): CheckpointInfo {
-  return { file, ...checkCheckpointHeader(file, readSafetensorsHeader(file)) };
+  return { file, ...checkCheckpointHeader(file, readSafetensorsHeader(file, { maxHeaderBytes: CHECKPOINT_MAX_HEADER_BYTES })) };
+}
+
+export interface LoadCheckpointOptions {
+  /**
+   * Runs on the validated header (what inspectCheckpoint returns) before any
+   * tensor is allocated; throw to refuse the file. A trainer checks here that
+   * the file describes the model it builds, so the tensors of any other model
+   * (a file replaced since it was inspected) are never read.
+   */
+  check?(info: CheckpointInfo): void;
 }
 
 /**
@@ -219,9 +265,15 @@ export function inspectCheckpoint(file: string): CheckpointInfo {
  * each other before any tensor is allocated (see checkCheckpointHeader and
  * readSafetensors), so a crafted file is refused quickly and cheaply.
  */
-export function loadCheckpoint(file: string): LoadedCheckpoint {
+export function loadCheckpoint(file: string, options: LoadCheckpointOptions = {}): LoadedCheckpoint {
   let checked: CheckedHeader | undefined;
-  const { tensors } = readSafetensors(file, { check: (header) => (checked = checkCheckpointHeader(file, header)) });
+  const { tensors } = readSafetensors(file, {
+    maxHeaderBytes: CHECKPOINT_MAX_HEADER_BYTES,
+    check: (header) => {
+      checked = checkCheckpointHeader(file, header);
+      options.check?.({ file, ...checked });
+    },
+  });
   const flat = (name: string) => (tensors.get(name)?.data as Float32Array | undefined) ?? null;
   return { file, ...checked!, weights: tensors, m: flat("optimizer.m"), v: flat("optimizer.v") };
 }

@@ -23,7 +23,7 @@ import {
   type TextFormat,
   type TextFormatOption,
 } from "./documents.js";
-import { JsonlSource } from "./jsonl-source.js";
+import { DEFAULT_MAX_LINE_BYTES, JsonlSource } from "./jsonl-source.js";
 import { DocumentPacker, LONG_DOCUMENTS, type LongDocuments, type PackedBatch } from "./packer.js";
 import { SeparatedTextSource } from "./text-source.js";
 import { TxtDirSource } from "./txt-dir-source.js";
@@ -105,6 +105,8 @@ export class DocumentData {
   readonly shuffleBuffer: number;
   /** The data path given (a file, or the folder of a txt-dir corpus). */
   readonly path: string;
+  /** Longest document held in memory (JSONL's decoded lines: maxLineBytes); null when documents are read from the file on demand. */
+  readonly heldDocumentBytes: number | null;
   private readonly packer: DocumentPacker<SourceDocument>;
   private buffer: SourceDocument[] = [];
   private epoch = 0;
@@ -119,6 +121,7 @@ export class DocumentData {
     this.shuffleBuffer = shuffle;
     this.path = options.path;
     this.source = sourceOf(options);
+    this.heldDocumentBytes = this.source.format === "jsonl" ? (options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES) : null;
     const files = this.source.files;
     this.packer = new DocumentPacker(options.longDocuments ?? "split", (doc, offset, count, into, at) => readDocument(files, doc, offset, count, into, at));
   }
@@ -224,8 +227,17 @@ export class DocumentData {
     };
   }
 
-  /** Continues from `state()` of a loader over the same corpus; throws a TrainingError naming what does not match. */
-  restore(state: unknown): void {
+  /**
+   * Checks a saved state (untrusted: a checkpoint's metadata) against this
+   * loader before anything is loaded for it: its shape, the corpus, the cursor,
+   * and every size it states, bounded by what this loader holds itself: at most
+   * `shuffleBuffer` documents in the buffer, each a byte range of one corpus
+   * file (JSONL: at most maxLineBytes, the longest line read), no two distinct
+   * ones overlapping. So restore() holds at most what training would (each
+   * distinct document once, all of them within the corpus). Throws a
+   * TrainingError naming the key (data.buffer, data.pending, ...).
+   */
+  checkState(state: unknown): DocumentDataState {
     const s = checkState(state);
     const { files } = this.source;
     const corpus = { format: this.source.format, files: files.paths.length, bytes: files.totalBytes };
@@ -237,8 +249,53 @@ export class DocumentData {
     const size = s.cursor.file < files.sizes.length ? files.sizes[s.cursor.file]! : 0;
     if (s.cursor.file > files.sizes.length || s.cursor.offset > size)
       throw new TrainingError(`data state: cursor ${JSON.stringify(s.cursor)} is outside the corpus (${files.paths.length} files; that one has ${size} bytes)`);
-    const buffer = s.buffer.map((ref) => this.source.load(ref));
-    const pending = s.pending === null ? null : { ...s.pending, doc: this.source.load(s.pending.ref) };
+    if (s.buffer.length > this.shuffleBuffer)
+      throw new TrainingError(`data state: data.buffer holds ${s.buffer.length} documents, more than the shuffle buffer's ${this.shuffleBuffer}`);
+    const refs = s.buffer.map((ref, i) => ({ ref, key: `data.buffer[${i}]` }));
+    if (s.pending !== null) refs.push({ ref: s.pending.ref, key: "data.pending.ref" });
+    const distinct = new Map<string, { ref: DocumentRef; key: string }>();
+    for (const entry of refs) {
+      const { ref, key } = entry;
+      const fileSize = files.sizes[ref.file];
+      if (fileSize === undefined || ref.end > fileSize || ref.start >= ref.end)
+        throw new TrainingError(
+          `data state: ${key} ${JSON.stringify(ref)} is no byte range of the corpus (${files.paths.length} files${fileSize === undefined ? "" : `; that one has ${fileSize} bytes`})`,
+        );
+      if (this.heldDocumentBytes !== null && ref.end - ref.start > this.heldDocumentBytes)
+        throw new TrainingError(
+          `data state: ${key} is a document of ${ref.end - ref.start} bytes, more than the longest line read (${this.heldDocumentBytes} bytes)`,
+        );
+      distinct.set(refKey(ref), entry);
+    }
+    // distinct documents are distinct byte ranges (the same document may stand in the buffer more than once)
+    const sorted = [...distinct.values()].sort((a, b) => a.ref.file - b.ref.file || a.ref.start - b.ref.start || a.ref.end - b.ref.end);
+    // sorted by start and disjoint so far, the previous one ends last
+    for (let i = 1; i < sorted.length; i++) {
+      const { ref, key } = sorted[i]!;
+      const before = sorted[i - 1]!;
+      if (before.ref.file === ref.file && before.ref.end > ref.start)
+        throw new TrainingError(
+          `data state: ${key} ${JSON.stringify(ref)} overlaps ${before.key} ${JSON.stringify(before.ref)}; the documents of a corpus never share bytes`,
+        );
+    }
+    return s;
+  }
+
+  /** Continues from `state()` of a loader over the same corpus (checked first, see checkState); throws a TrainingError naming what does not match. */
+  restore(state: unknown): void {
+    const s = this.checkState(state);
+    // each distinct document is loaded once, however often the buffer names it
+    const loaded = new Map<string, SourceDocument>();
+    const load = (ref: DocumentRef): SourceDocument => {
+      const key = refKey(ref);
+      const known = loaded.get(key);
+      if (known !== undefined) return known;
+      const doc = this.source.load(ref);
+      loaded.set(key, doc);
+      return doc;
+    };
+    const buffer = s.buffer.map(load);
+    const pending = s.pending === null ? null : { ...s.pending, doc: load(s.pending.ref) };
     if (pending !== null && pending.offset >= pending.doc.length)
       throw new TrainingError(`data state: pending document offset ${pending.offset} is beyond its ${pending.doc.length} tokens`);
     this.source.seek(s.cursor);
@@ -256,6 +313,10 @@ export class DocumentData {
   close(): void {
     this.source.files.close();
   }
+}
+
+function refKey(ref: DocumentRef): string {
+  return `${ref.file}:${ref.start}:${ref.end}:${ref.line}`;
 }
 
 /** Bytes of the corpus before the source's cursor. */
