@@ -103,7 +103,7 @@ describe("document flags", () => {
     expect(help).toMatch(
       /--data-format <value>\s+auto \(a folder: txt-dir, \*\.jsonl: jsonl, else text\) \|\s+text\s+\|\s+jsonl\s+\|\s+txt-dir\s+\(default\s+auto\)/,
     );
-    expect(help).toMatch(/--long-documents <value>[^]*?\(default\s+split\)/);
+    expect(help).toMatch(/--long-documents <value>[\s\S]*?\(default\s+split\)/);
     expect(help).toMatch(/--skip-bad-documents/);
     expect(help).toMatch(/jsonl {4}one \{"text": "..."\} object per line/);
   });
