@@ -20,7 +20,10 @@ export interface StepMetrics {
   commMs: number;
   commBytesPerRank: number;
   peakRssBytes: number;
-  /** Model FLOPs per second (@ulysses/measure's count) over the MatMul rate `measureMatmulRate` found at start-up (all ranks). */
+  /**
+   * Model FLOPs per second (@ulysses/measure's count) over the MatMul rate `measureMatmulRate` found at start-up (all ranks). Above 1
+   * where that rate was measured on a busy machine: the summary takes the MFU against the higher of it and the run's end measurement.
+   */
   mfu: number;
   /**
    * That MatMul rate, FLOP/s: the run's one start-up measurement, on the fused-attention addon's path when the addon loads (so another
@@ -33,6 +36,8 @@ export interface StepMetrics {
   documents?: number;
   /** Packed documents: fraction of the global batch's tokens that are padding. */
   padding?: number;
+  /** --skip-bad-documents: bad documents skipped so far in the run's data stream (cumulative, kept across a resume). */
+  skippedDocuments?: number;
 }
 
 export interface MetricsFile {

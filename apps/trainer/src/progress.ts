@@ -36,7 +36,8 @@ export class Progress {
     const rate = (done - this.firstStep) / Math.max(elapsed, 1e-9);
     const eta = (this.totalSteps - done) / rate;
     const acc = m.accuracy === undefined ? "" : ` acc ${(100 * m.accuracy).toFixed(1)}%`;
-    const docs = m.documents === undefined ? "" : ` docs ${m.documents} pad ${(100 * (m.padding ?? 0)).toFixed(1)}%`;
+    const skipped = m.skippedDocuments === undefined ? "" : ` skipped ${m.skippedDocuments}`;
+    const docs = m.documents === undefined ? "" : ` docs ${m.documents} pad ${(100 * (m.padding ?? 0)).toFixed(1)}%${skipped}`;
     const stats = `loss ${m.loss.toFixed(4)}${acc}${docs} lr ${m.lr.toExponential(2)} ${Math.round(m.tokensPerSec)} tok/s`;
     if (this.tty) {
       const width = 24;

@@ -174,7 +174,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         const text = textDataOptions(config);
         log(
           `data: ${resolveTextFormat(text.path, text.format ?? "auto")} documents from ${text.path}, packed into rows of ${config.seq} tokens ` +
-            `(long documents: ${config.longDocuments}${config.skipBadDocuments ? "; bad documents skipped and counted" : ""})`,
+            `(long documents: ${config.longDocuments}${config.skipBadDocuments ? "; bad documents skipped and counted (progress lines, metrics.jsonl, summary.txt)" : ""})`,
         );
       }
       if (recall !== null) log(recall.header);
@@ -202,11 +202,12 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       };
       if (config.task === "recall") m.accuracy = r.accuracy;
       // packed documents (text task): the rank's report carries the global batch's counts
-      const packing = r as { documents?: number; padding?: number };
+      const packing = r as { documents?: number; padding?: number; skippedDocuments?: number };
       if (packing.documents !== undefined) {
         m.documents = packing.documents;
         m.padding = packing.padding ?? 0;
       }
+      if (config.skipBadDocuments && packing.skippedDocuments !== undefined) m.skippedDocuments = packing.skippedDocuments;
       metrics.push(m);
       metricsLog?.append(m);
       progress?.update(m);
@@ -224,10 +225,12 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     }
     let summary = "";
     if (leader) {
+      // the MatMul rate again, the steps done: either measurement may have met a busy machine, so the MFU is against the higher
+      const matmulRateEnd = await measureMatmulRate({ cache: ratePath.cache });
       fs.writeFileSync(path.join(outDir, "loss.svg"), lossPlotSvg(metrics, `loss: ${config.task}, sp ${config.sp}, dp ${config.dp}, seq ${config.seq}`));
       const setup = `sp ${config.sp} x dp ${config.dp} (${config.backend}), seq ${config.seq}, batch ${config.batch}, L${config.layers} H${config.hidden}`;
       const baselines = recall === null ? {} : { chance: recall.chance, withoutFacts: recall.withoutFacts };
-      summary = formatTable(summaryRows(metrics, { setup, wallSeconds: (performance.now() - startedAt) / 1000, outDir, ...baselines }));
+      summary = formatTable(summaryRows(metrics, { setup, wallSeconds: (performance.now() - startedAt) / 1000, outDir, matmulRateEnd, ...baselines }));
       fs.writeFileSync(path.join(outDir, "summary.txt"), `${summary}\n`);
       log(summary);
       log(interrupted ? `stopped at step ${pool.step}; resume with --resume ${outDir}` : `checkpoint: ${checkpoint}`);

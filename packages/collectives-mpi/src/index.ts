@@ -11,5 +11,6 @@ export { registerMpiBackend, MPI_BACKEND_NAME } from "./register.js";
 export { MpiGroup } from "./mpi-group.js";
 export { REDUCTION_MODES, type ReductionMode } from "./reductions.js";
 export { addonBuilt, mpirunAvailable, loadAddon, ADDON_PATH, INSTALL_HINT, type NativeMpi } from "./addon.js";
+export { BUILD_ADDON_COMMAND, isCi, mpiTestSkipNote, mpiUnusableReason, type MpiProbeOptions } from "./availability.js";
 export { finalizeMpi, abortJob } from "./lifecycle.js";
 export { mpirunCommand, SOURCE_CONDITION_ARG, type MpirunOptions } from "./launch.js";

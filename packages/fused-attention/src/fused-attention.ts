@@ -13,6 +13,7 @@
  */
 import { availableParallelism } from "node:os";
 import {
+  assertCudaAvailable,
   attentionDims,
   checkBackwardShapes,
   type AttentionDims,
@@ -96,6 +97,15 @@ export class FusedAttention implements LocalAttention {
       throw new FusedAttentionError(
         "FusedAttention: executionProvider 'cuda' needs the addon built with nvcc (none was found when it was built); rebuild with nvcc on PATH",
       );
+    }
+    if (cuda) {
+      // Asked for without onnxruntime-node's CUDA binaries, ONNX Runtime would try to load its provider library and log an error line
+      // to stderr before failing: say why here instead, and never ask ONNX Runtime for a provider that is not installed.
+      try {
+        assertCudaAvailable();
+      } catch (error) {
+        throw new FusedAttentionError(`FusedAttention: executionProvider 'cuda': ${(error as Error).message}`, { cause: error });
+      }
     }
     this.threads = threads;
     this.collector = options.collector ?? null;
