@@ -136,3 +136,41 @@ test("check-references reports build scripts, composite, conditions, non-emittin
     `tools/bench/tsconfig.json: has references; the type check reads other packages' sources (the "@ulysses/source" condition), and references would make it read their dist (put them in tsconfig.build.json)`,
   ]);
 });
+
+test("pack-packages: every @ulysses dependency of a packed package is packed too, and the README's recipe runs it", async () => {
+  const { publishablePackages } = await import("./pack-packages.mjs");
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  const packed = new Set(publishablePackages(root).map((p) => p.name));
+  for (const name of ["@ulysses/parallel", "@ulysses/training", "@ulysses/trainer", "@ulysses/tensors"]) assert.ok(packed.has(name), name);
+  const missing = [];
+  for (const p of publishablePackages(root)) {
+    for (const field of ["dependencies", "peerDependencies", "optionalDependencies"]) {
+      for (const dep of Object.keys(p.manifest[field] ?? {})) if (dep.startsWith("@ulysses/") && !packed.has(dep)) missing.push(`${p.name} -> ${dep}`);
+    }
+  }
+  assert.deepEqual(missing, []);
+  // the README packs with the same script, not a list of its own
+  const readme = readFileSync(join(root, "README.md"), "utf8");
+  const recipe = readme.slice(readme.indexOf("## Using the packages in your own project"));
+  assert.match(recipe, /node scripts\/pack-packages\.mjs \.\.\/ulysses-packs/);
+  assert.doesNotMatch(recipe.slice(0, recipe.indexOf("\n## ", 5)), /for p in packages\//);
+});
+
+test("check-readme-commands --static: every README sh block is marked run or skip and holds no command that cannot work on a fresh machine", () => {
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  const run = spawnSync(process.execPath, [join(root, "scripts/check-readme-commands.mjs"), "--static"], { cwd: root, encoding: "utf8" });
+  assert.equal(run.status, 0, `${run.stdout}${run.stderr}`);
+  assert.match(run.stdout, /check-readme-commands: \d+ blocks read, \d+ to run/);
+});
+
+test("check-readme-commands finds a bare pnpm, npx without -y, an npm install from the registry and an unknown script", async () => {
+  const { shellBlocks, staticProblems } = await import("./check-readme-commands.mjs");
+  const text = "<!-- readme-check: run -->\n```sh\npnpm train\nnpx pnpm@12.4.2 test\nnpm i @ulysses/trainer\nnpx -y pnpm@12.4.2 trian --help\nnpx -y pnpm@12.4.2 train --help  # fine\n```\n\n```sh\necho unmarked\n```\n";
+  const blocks = shellBlocks("X.md", text);
+  assert.equal(blocks.length, 2);
+  assert.deepEqual(blocks[0].marker, { run: "." });
+  assert.equal(blocks[1].marker, null);
+  const problems = staticProblems(blocks[0], { train: "x", test: "y" });
+  assert.equal(problems.length, 4, problems.join("\n"));
+  assert.match(problems.join("\n"), /no global pnpm[\s\S]*without -y[\s\S]*not on the npm registry[\s\S]*'trian' is no script/);
+});

@@ -32,11 +32,9 @@ start=$(date +%s)
 phase() { echo "consumer: [$(( $(date +%s) - start )) s] $*"; }
 
 # --- 1. pack ---------------------------------------------------------------
-publishable=(packages/tensors packages/collectives packages/collectives-mpi packages/kernels packages/measure packages/fused-attention packages/block packages/model packages/parallel packages/training apps/trainer)
-mkdir -p "$work/ulysses-packs"
-for dir in "${publishable[@]}"; do
-  (cd "$repo/$dir" && "${pnpm_cmd[@]}" pack --pack-destination "$work/ulysses-packs" >"$work/pack.log" 2>&1) || { cat "$work/pack.log"; echo "consumer: pnpm pack failed in $dir"; exit 1; }
-done
+# the same command README.md's "Using the packages in your own project" gives (the list comes from the workspace)
+node "$repo/scripts/pack-packages.mjs" "$work/ulysses-packs" >"$work/pack.log" 2>&1 || { cat "$work/pack.log"; echo "consumer: scripts/pack-packages.mjs failed"; exit 1; }
+publishable=($(cd "$work/ulysses-packs" && ls *.tgz))
 phase "packed ${#publishable[@]} tarballs:"
 (cd "$work/ulysses-packs" && for f in *.tgz; do printf '  %-40s %8d bytes\n' "$f" "$(stat -c %s "$f")"; done)
 # What a tarball must hold, and must not: LICENSE, README.md and dist; no

@@ -10,7 +10,7 @@
  * hang fails the test instead of blocking it. The tally of how every input
  * ended is printed (and written to $ULYSSES_AUDIT_OUT when set).
  */
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -18,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { helpText } from "./args.js";
 import { main as trainMain } from "./cli.js";
 import { main as generateMain } from "./generate.js";
+import { captureMain } from "./testing-fixtures/capture.js";
 import { spawnTrainer } from "./testing-fixtures/cli.js";
 
 /** Raw text of an unhandled Node error that must never reach the user. */
@@ -45,21 +46,10 @@ function writeConfig(name: string, text: string): string {
 }
 
 async function runInProcess(c: Case): Promise<{ code: number; stderr: string; ms: number }> {
-  let stderr = "";
-  const write = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
-    stderr += String(chunk);
-    return true;
-  });
-  const out = vi.spyOn(process.stdout, "write").mockImplementation(() => true);
-  const started = performance.now();
   try {
-    const code = await (c.bin === "train" ? trainMain(c.argv) : generateMain(c.argv));
-    return { code, stderr, ms: performance.now() - started };
+    return await captureMain(c.bin === "train" ? trainMain : generateMain, c.argv);
   } catch (error) {
-    return { code: -1, stderr: `${stderr}${String(error)}`, ms: performance.now() - started };
-  } finally {
-    write.mockRestore();
-    out.mockRestore();
+    return { code: -1, stderr: String(error), ms: 0 };
   }
 }
 
@@ -240,4 +230,22 @@ describe("--help fits a 100-column terminal", () => {
       expect(text.split("\n").length, `${bin} --help`).toBeGreaterThan(10);
     }
   });
+});
+
+describe("a refusal under `pnpm train` says what pnpm's ELIFECYCLE line means", () => {
+  it("exit 2, the refusal, then the note before pnpm's own line", () => {
+    const repo = path.resolve(import.meta.dirname, "../../..");
+    const run = spawnSync("npx", ["-y", "pnpm@12.4.2", "train", "--heads", "3"], {
+      cwd: repo,
+      encoding: "utf8",
+      timeout: 60_000,
+      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: "" },
+    });
+    expect(run.status, run.stderr).toBe(2);
+    expect(run.stderr).toMatch(/--hidden 128 is not divisible by --heads 3/);
+    const note = run.stderr.indexOf("note: nothing was started or written (exit code 2");
+    expect(note, run.stderr).toBeGreaterThan(0);
+    const pnpmLine = run.stderr.indexOf("ELIFECYCLE");
+    if (pnpmLine >= 0) expect(note).toBeLessThan(pnpmLine);
+  }, 90_000);
 });

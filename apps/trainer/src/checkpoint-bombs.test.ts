@@ -11,29 +11,16 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { gptParamSpecs, readSafetensors, writeSafetensors, type GptConfig } from "@ulysses/model";
 import { main } from "./cli.js";
+import { captureMain } from "./testing-fixtures/capture.js";
 import { spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
 
 const MB = 1e6;
 const tiny = [...tinyFlags(), "--backend", "local", "--no-export", "--checkpoint-every", "0"];
 
-async function train(args: string[]): Promise<{ code: number; stderr: string }> {
-  process.env.INIT_CWD = "";
-  const written: string[] = [];
-  const err = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
-    written.push(String(chunk));
-    return true;
-  });
-  const out = vi.spyOn(process.stdout, "write").mockImplementation(() => true);
-  try {
-    return { code: await main(args), stderr: written.join("") };
-  } finally {
-    err.mockRestore();
-    out.mockRestore();
-  }
-}
+const train = (args: string[]): Promise<{ code: number; stderr: string }> => captureMain(main, args);
 
 let root: string;
 /** A 2-step recall run and a 1-step JSONL run (copied, never modified). */

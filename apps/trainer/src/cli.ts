@@ -20,7 +20,7 @@ import { inspectCheckpoint } from "@ulysses/training";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
 import { isModulePath, launcherRank, validateConfig, type TrainConfig } from "./config.js";
 import { checkMemory, resolveMemoryArena } from "./preflight.js";
-import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
+import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
 import { readMetricsFile } from "./metrics.js";
@@ -176,7 +176,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       prepare(p, note);
     }
   } catch (error) {
-    process.stderr.write(`error: ${describeError(error)}\n`);
+    process.stderr.write(`error: ${describeError(error)}\n${refusalNote()}`);
     return EXIT.badFlags;
   }
   try {

@@ -33,6 +33,17 @@ export function isMainModule(moduleUrl: string, argv1: string | undefined = proc
   return [argv1, `${argv1}.js`, `${argv1}.ts`].some((candidate) => realpath(candidate) === self);
 }
 
+/**
+ * The line after a refused flag or file (exit 2) when a package manager's
+ * script started the bin (`pnpm train`): its own "Command failed with exit
+ * code 2" line follows, which a newcomer may read as a crash. Empty when the
+ * bin runs on its own.
+ */
+export function refusalNote(env: NodeJS.ProcessEnv = process.env): string {
+  if (!env.npm_lifecycle_event) return "";
+  return `note: nothing was started or written (exit code ${EXIT.badFlags}: a refused flag or file); the package manager's "Command failed" line below only repeats that code\n`;
+}
+
 /** Exit codes of both bins (also in --help and the README). */
 export const EXIT = {
   done: 0,

@@ -27,7 +27,7 @@ import {
 import { Rng } from "@ulysses/tensors";
 import { DECIMAL } from "./args.js";
 import { DEFAULTS, errnoText } from "./config.js";
-import { EXIT, isMainModule, packageVersion } from "./entry-point.js";
+import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { MAX_CONFIG_FILE_BYTES, fileKind, readRegularFile } from "./input-files.js";
 
@@ -374,14 +374,14 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     options = parsed;
   } catch (error) {
-    process.stderr.write(`error: ${(error as Error).message}\n`);
+    process.stderr.write(`error: ${(error as Error).message}\n${refusalNote()}`);
     return EXIT.badFlags;
   }
   try {
     await generate(options, (text) => process.stdout.write(text));
     return EXIT.done;
   } catch (error) {
-    process.stderr.write(`error: ${(error as Error).message}\n`);
+    process.stderr.write(`error: ${(error as Error).message}\n${error instanceof GenerateFlagError ? refusalNote() : ""}`);
     return error instanceof GenerateFlagError ? EXIT.badFlags : EXIT.error;
   }
 }

@@ -8,9 +8,10 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { readSafetensors, writeSafetensors } from "@ulysses/model";
 import { main } from "./cli.js";
+import { captureMain } from "./testing-fixtures/capture.js";
 import { readMetricsFile } from "./metrics.js";
 import { removeStaleTemporaries } from "./run-dir.js";
 import { tinyFlags } from "./testing-fixtures/cli.js";
@@ -24,23 +25,7 @@ interface Outcome {
 }
 
 /** Runs the CLI's main() in this process, capturing stderr (stdout is swallowed). */
-async function train(args: string[]): Promise<Outcome> {
-  process.env.INIT_CWD = "";
-  const written: string[] = [];
-  const err = vi.spyOn(process.stderr, "write").mockImplementation((chunk: string | Uint8Array) => {
-    written.push(String(chunk));
-    return true;
-  });
-  const out = vi.spyOn(process.stdout, "write").mockImplementation(() => true);
-  const started = performance.now();
-  try {
-    const code = await main(args);
-    return { code, stderr: written.join(""), ms: performance.now() - started };
-  } finally {
-    err.mockRestore();
-    out.mockRestore();
-  }
-}
+const train = (args: string[]): Promise<Outcome> => captureMain(main, args);
 
 /** Every file under `dir` with its SHA-256 (to prove a directory was left byte-identical). */
 function snapshot(dir: string): Record<string, string> {
