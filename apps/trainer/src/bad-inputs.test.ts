@@ -4,7 +4,8 @@
  * pseudo file systems, FIFOs and endless devices named as files, a file
  * that is no backend module. Each must be refused with exit 2 (or 1 for
  * generate's unreadable model files), a message naming the flag, value or
- * file, no raw Node error text, within a bounded time, and nothing written.
+ * file, no raw Node error text, within 2 s and 200 MB of peak RSS growth, and
+ * nothing written.
  * Most run in this process through each bin's `main` (the CLI's own entry);
  * the FIFO, /dev/zero and backend cases also run as spawned processes, so a
  * hang fails the test instead of blocking it. The tally of how every input
@@ -45,12 +46,19 @@ function writeConfig(name: string, text: string): string {
   return file;
 }
 
-async function runInProcess(c: Case): Promise<{ code: number; stderr: string; ms: number }> {
+/**
+ * One case through its bin's main, with the growth of this process's peak RSS
+ * it caused (the peak after, less the resident size before: an upper bound).
+ */
+async function runInProcess(c: Case): Promise<{ code: number; stderr: string; ms: number; grownBytes: number }> {
+  const before = process.memoryUsage().rss;
+  let result: { code: number; stderr: string; ms: number };
   try {
-    return await captureMain(c.bin === "train" ? trainMain : generateMain, c.argv);
+    result = await captureMain(c.bin === "train" ? trainMain : generateMain, c.argv);
   } catch (error) {
-    return { code: -1, stderr: String(error), ms: 0 };
+    result = { code: -1, stderr: String(error), ms: 0 };
   }
+  return { ...result, grownBytes: process.resourceUsage().maxRSS * 1024 - before };
 }
 
 const cases = (): Case[] => {
@@ -167,15 +175,15 @@ describe("bad inputs are refused clearly, quickly, and before anything is writte
     const list = cases();
     const failures: string[] = [];
     for (const c of list) {
-      const { code, stderr, ms } = await runInProcess(c);
+      const { code, stderr, ms, grownBytes } = await runInProcess(c);
       const expected = c.code ?? 2;
       tally.tried++;
       const written = fs.readdirSync(path.join(dir, "cwd"));
       const problem =
         code === 0
           ? "accepted"
-          : code !== expected || !c.says.test(stderr) || RAW.test(stderr) || ms > 2000 || written.length > 0
-            ? `exit ${code}, ${ms.toFixed(0)} ms, wrote [${written.join(", ")}]: ${stderr.trim().slice(0, 300)}`
+          : code !== expected || !c.says.test(stderr) || RAW.test(stderr) || ms > 2000 || grownBytes > 200e6 || written.length > 0
+            ? `exit ${code}, ${ms.toFixed(0)} ms, peak RSS +${(grownBytes / 1e6).toFixed(0)} MB, wrote [${written.join(", ")}]: ${stderr.trim().slice(0, 300)}`
             : null;
       if (problem === null) tally.clear++;
       else {
