@@ -137,7 +137,9 @@ function main() {
     process.stderr.write(`check-readme-commands: ${failed}\n`);
     process.exit(1);
   }
-  process.stdout.write(`check-readme-commands: ${toRun.length} blocks run as written in ${((Date.now() - started) / 1000).toFixed(0)} s, ${blocks.length - toRun.length} skipped with a reason\n`);
+  process.stdout.write(
+    `check-readme-commands: ${toRun.length} blocks run as written in ${((Date.now() - started) / 1000).toFixed(0)} s, ${blocks.length - toRun.length} skipped with a reason\n`,
+  );
 }
 
 if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) main();

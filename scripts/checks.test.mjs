@@ -165,7 +165,8 @@ test("check-readme-commands --static: every README sh block is marked run or ski
 
 test("check-readme-commands finds a bare pnpm, npx without -y, an npm install from the registry and an unknown script", async () => {
   const { shellBlocks, staticProblems } = await import("./check-readme-commands.mjs");
-  const text = "<!-- readme-check: run -->\n```sh\npnpm train\nnpx pnpm@12.4.2 test\nnpm i @ulysses/trainer\nnpx -y pnpm@12.4.2 trian --help\nnpx -y pnpm@12.4.2 train --help  # fine\n```\n\n```sh\necho unmarked\n```\n";
+  const text =
+    "<!-- readme-check: run -->\n```sh\npnpm train\nnpx pnpm@12.4.2 test\nnpm i @ulysses/trainer\nnpx -y pnpm@12.4.2 trian --help\nnpx -y pnpm@12.4.2 train --help  # fine\n```\n\n```sh\necho unmarked\n```\n";
   const blocks = shellBlocks("X.md", text);
   assert.equal(blocks.length, 2);
   assert.deepEqual(blocks[0].marker, { run: "." });

@@ -11,6 +11,10 @@
  * - A rank stuck in compute, before a collective (its peers' collective times
  *   out) and after the step's last one (only the watchdog notices): named
  *   within the configured timeout (5 s) plus a second.
+ * - A rank hung in a busy loop under every attention scheme (ulysses, ring,
+ *   hybrid, allgather) and both kernels at SP 4, and ring/hybrid again beside
+ *   two busy processes: named within --timeout plus 5 s (a run that hangs is
+ *   killed after a minute, failing its trial).
  * - kill -9 inside checkpoint writes (ULYSSES_TRAINER_FAULT=kill-in-write) and
  *   at random moments of a run that checkpoints every step, resumed each
  *   time: the final checkpoint holds exactly the uninterrupted run's data.
@@ -57,7 +61,7 @@ function faultTime(stderr: string): number | null {
   return match ? Number(match[1]) : null;
 }
 
-/** One row per trial, printed at the end: case, exit code, the error line, ms from the fault to the exit. */
+/** One row per trial, printed at the end by case: exit codes, the ms from the fault to the exit (min, median, max), an error line. */
 const table: { group: string; code: number | null; message: string; ms: number }[] = [];
 function record(group: string, run: Spawned, hit: number | null): void {
   const message = /^error: .*$/m.exec(run.stderr)?.[0] ?? /terminate called.*$/m.exec(run.stderr)?.[0] ?? "";
@@ -68,8 +72,9 @@ afterAll(() => {
   for (const row of table) groups.set(row.group, [...(groups.get(row.group) ?? []), row]);
   const lines = [...groups].map(([group, rows]) => {
     const codes = [...new Set(rows.map((r) => r.code))].join("/");
-    const max = Math.max(...rows.map((r) => r.ms));
-    return `${group} | ${rows.length} trials | exit ${codes} | max ${max} ms to exit | e.g. ${rows[0]!.message}`;
+    const ms = rows.map((r) => r.ms).sort((a, b) => a - b);
+    const median = ms[Math.floor((ms.length - 1) / 2)];
+    return `${group} | ${rows.length} trials | exit ${codes} | ms to exit: min ${ms[0]}, median ${median}, max ${ms.at(-1)} | e.g. ${rows[0]!.message}`;
   });
   if (lines.length > 0) console.log(`fault table:\n${lines.join("\n")}`);
 });
@@ -191,6 +196,9 @@ describe(`a rank stuck in compute is named within the timeout (--timeout ${TIMEO
 /** The flags of `attention` at SP 4 (hybrid: Ulysses pairs, a ring of two). */
 const schemeFlags = (attention: string) => ["--sp", "4", "--attention", attention, ...(attention === "hybrid" ? ["--ulysses-degree", "2"] : [])];
 
+/** A run that neither names the hung rank nor exits is killed this long after its first output (its trial then fails). */
+const HUNG_RUN_KILL_MS = 60_000;
+
 /** One hung rank (a busy loop `delayMs` into step `step` + 1); the run must name it within --timeout plus 5 s. */
 async function hungRankTrial(attention: string, kernel: "fused" | "ort", seed: number, group: string): Promise<void> {
   const random = rng(seed);
@@ -198,9 +206,15 @@ async function hungRankTrial(attention: string, kernel: "fused" | "ort", seed: n
   const step = 1 + Math.floor(random() * 2);
   const delayMs = Math.floor(random() * 80);
   const out = path.join(tmp("hung-"), "run");
-  const run = await cli([...tiny, ...timeoutFlags, ...schemeFlags(attention), "--kernel", kernel, "--steps", "400", "--checkpoint-every", "0", "--out", out], {
-    ULYSSES_TRAINER_FAULT: `hang:${rank}:${step}:${delayMs}`,
-  });
+  let killer: ReturnType<typeof setTimeout> | undefined;
+  const run = await cli(
+    [...tiny, ...timeoutFlags, ...schemeFlags(attention), "--kernel", kernel, "--steps", "400", "--checkpoint-every", "0", "--out", out],
+    { ULYSSES_TRAINER_FAULT: `hang:${rank}:${step}:${delayMs}` },
+    (_, child) => {
+      killer ??= setTimeout(() => child.kill("SIGKILL"), HUNG_RUN_KILL_MS);
+    },
+  );
+  clearTimeout(killer);
   const hit = faultTime(run.stderr);
   record(group, run, hit);
   fs.rmSync(path.dirname(out), { recursive: true, force: true });
@@ -227,8 +241,8 @@ describe(`a hung rank is named within --timeout + 5 s under every scheme and ker
 
 describe("... and under an artificial load (two busy processes beside the run)", () => {
   it("seeds 411-416: ring and hybrid, both kernels, one trial at a time", async () => {
-    // each busy process ends by itself after two minutes, and is killed when the test ends
-    const busy = [0, 1].map(() => spawn(process.execPath, ["-e", "const end = Date.now() + 120000; while (Date.now() < end);"], { stdio: "ignore" }));
+    // each busy process ends by itself within the test's time limit, and is killed when the test ends
+    const busy = [0, 1].map(() => spawn(process.execPath, ["-e", "const end = Date.now() + 280000; while (Date.now() < end);"], { stdio: "ignore" }));
     try {
       const trials = [
         ["ring", "fused"],

@@ -45,6 +45,11 @@ export default function setup({ rank, worldSize, group, ortThreads, args }: Rank
     async barrier() {
       await group.barrier();
     },
+    /** Point-to-point: receives `length` float32 values from group rank `peer`. */
+    async recv(peer: number, length: number) {
+      const out = await group.recv(new Float32Array(length), peer);
+      return Array.from(out.data as Float32Array);
+    },
     print(text: string) {
       console.log(text);
     },

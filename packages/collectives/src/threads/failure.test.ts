@@ -14,6 +14,7 @@ interface EchoApi {
   exit(code: number): Promise<never>;
   spin(): string;
   barrier(): Promise<void>;
+  recv(peer: number, length: number): Promise<number[]>;
   print(text: string): void;
 }
 
@@ -117,6 +118,39 @@ describe("threads backend failures", () => {
     const started = performance.now();
     await world.shutdown({ terminate: [1] });
     expect(performance.now() - started).toBeLessThan(5000);
+    expect(world.liveWorkers()).toBe(0);
+  });
+
+  it("a chain of waits (a ring): the first timeout names the rank stuck in compute at the chain's end, not the live rank it waits on", async () => {
+    // rank 2 spins; rank 1 waits to receive from rank 2; rank 0, which started waiting first, waits to receive from rank 1
+    const world = await launch<EchoApi>({ worldSize: 3, entry, timeoutMs: 1500 });
+    try {
+      expect(await world.rank(2).spin()).toBe("spinning");
+      const first = world
+        .rank(0)
+        .recv(1, 4)
+        .then(
+          (values) => `received ${values}`,
+          (e: Error) => e.message,
+        );
+      await new Promise((wait) => setTimeout(wait, 300));
+      const second = world
+        .rank(1)
+        .recv(2, 4)
+        .then(
+          (values) => `received ${values}`,
+          (e: Error) => e.message,
+        );
+      const message = await first;
+      expect(world.failure()?.rank, message).toBe(2);
+      expect(message).toMatch(
+        /recv on rank 0 from rank 1 .*world rank\(s\) 1 did not send within 1500 ms \(noticed by world rank 0\); world rank 2 has not run its event loop for \d+ ms \(stuck in compute\?\)/,
+      );
+      expect(await second).toMatch(/aborted because/);
+    } finally {
+      // rank 2 never yields: only terminating it ends it
+      await world.shutdown({ terminate: [2] });
+    }
     expect(world.liveWorkers()).toBe(0);
   });
 
