@@ -18,6 +18,7 @@
 import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
 import type { BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
 import { narrowInto, permute, Tensor } from "@ulysses/tensors";
+import type { CausalLM, CausalLMForward, LMBatch } from "./causal-lm.js";
 import { ModelError } from "./errors.js";
 import { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
@@ -127,9 +128,11 @@ export interface GptHeadOptions {
   gradientColumns?: number;
 }
 
-export class Gpt {
+export class Gpt implements CausalLM<GptContext> {
   readonly config: GptConfig;
   readonly params: ParameterStore;
+  /** One device: nothing to sum over. */
+  readonly gradientGroup = null;
   readonly blocks: TransformerBlock[];
   private readonly ops: BlockOps;
   /** GptOptions.headGradientColumns (undefined: headGradientColumns per call). */
@@ -266,6 +269,14 @@ export class Gpt {
     context.hFinal = final.h!;
     context.normSaved = final.saved!;
     return context;
+  }
+
+  /** The whole batch through the model (CausalLM): packed documents give their ids and positions. */
+  async forwardBatch(batch: LMBatch, options: { logits: boolean }): Promise<CausalLMForward<GptContext>> {
+    const documents = batch.documents;
+    const sequence: GptForwardOptions = documents === undefined ? {} : { positions: documents.positions.data, documents: documents.ids.data };
+    const context = await this.forward(batch.tokens, { ...sequence, logits: options.logits });
+    return { context, labels: batch.labels.reshape([batch.labels.size]) };
   }
 
   /** Gives the blocks' attention buffers back when backward will not run (evaluation). */

@@ -5,6 +5,7 @@
  * by @ulysses/parallel, training by @ulysses/training.
  */
 export { ModelError } from "./errors.js";
+export type { CausalLM, CausalLMContext, CausalLMForward, CausalLMHead, LMBatch, LMBatchDocuments } from "./causal-lm.js";
 export { writeFileAtomic } from "./atomic-write.js";
 export {
   encodeSafetensors,

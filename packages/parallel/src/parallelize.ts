@@ -32,7 +32,7 @@ import {
 } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
-import type { Gpt, GptConfig, GptContext, GptForwardOptions, GptHead, ParameterStore } from "@ulysses/model";
+import type { CausalLM, CausalLMForward, Gpt, GptConfig, GptContext, GptForwardOptions, GptHead, LMBatch, ParameterStore } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
 import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
@@ -233,7 +233,7 @@ function runLayout(localLength: number, batch: number, group: ProcessGroup, sequ
 }
 
 /** A Gpt whose layers run sequence-parallel over `dims.spGroup`. */
-export class ParallelGpt {
+export class ParallelGpt implements CausalLM<ParallelGptContext> {
   private readonly layout = new SequenceLayout();
   readonly attention: readonly ShardedAttention[];
 
@@ -292,6 +292,13 @@ export class ParallelGpt {
     if (shard.documents !== undefined) sequence.sequenceDocuments = shard.documents.sequenceIds.data;
     if (shard.positions !== undefined) sequence.positions = shard.positions.data;
     return this.forward(shard.tokens, sequence);
+  }
+
+  /** This rank's shard of `batch` through the model (CausalLM): the shard's labels with its context. */
+  async forwardBatch(batch: LMBatch, options: { logits: boolean }): Promise<CausalLMForward<ParallelGptContext>> {
+    const shard = this.shard(batch);
+    const context = await this.forwardShard(shard, { logits: options.logits });
+    return { context, labels: shard.labels.reshape([shard.labels.size]) };
   }
 
   /** The LM head, a tile of rows at a time (Gpt.lmHead; no communication). */

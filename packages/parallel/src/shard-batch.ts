@@ -8,26 +8,16 @@
  * the zigzag layout); tokens, labels, document ids and positions are all
  * gathered from the same runs, so the loss sees every token once.
  */
+import type { LMBatch, LMBatchDocuments } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
 import { gatherRuns, runPositions, shardRuns, type SequenceRun } from "./sequence-shards.js";
 
-/** Packed documents of a batch. */
-export interface BatchDocuments {
-  /** [batch, seq] int32: the document id of each token, non-decreasing along a row (ids need not start at 0). */
-  ids: Tensor<"int32">;
-  /** [batch, seq] int32: each token's position within its document (RoPE; restarts at each document). */
-  positions: Tensor<"int32">;
-}
+/** Packed documents of a batch (the model contract's LMBatchDocuments). */
+export type BatchDocuments = LMBatchDocuments;
 
-export interface Batch {
-  /** [batch, seq] token ids */
-  tokens: Tensor<"int32">;
-  /** [batch, seq] next-token labels (already shifted) */
-  labels: Tensor<"int32">;
-  /** Packed documents (absent: one document per row, positions 0 .. seq - 1). */
-  documents?: BatchDocuments;
-}
+/** A batch of whole sequences (the model contract's LMBatch). */
+export type Batch = LMBatch;
 
 /** A shard's packed documents: its own tokens' ids and positions, and the ids of the whole sequence (the attention needs them). */
 export interface ShardDocuments extends BatchDocuments {

@@ -20,8 +20,7 @@
  * tiles without a labelled row are skipped (their gradient is zero).
  */
 import type { BlockOps } from "@ulysses/kernels";
-import type { Gpt, GptContext, GptHead } from "@ulysses/model";
-import { ParallelGpt, type Batch, type ParallelGptContext } from "@ulysses/parallel";
+import type { CausalLM, CausalLMContext, LMBatch } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
 import { IGNORE_INDEX } from "./data/batch.js";
 import { TrainingError } from "./errors.js";
@@ -29,8 +28,8 @@ import { TrainingError } from "./errors.js";
 type F32 = Tensor<"float32">;
 type I32 = Tensor<"int32">;
 
-/** A model to train: the one-device Gpt, or one parallelised with `parallelize`. */
-export type TrainModel = Gpt | ParallelGpt;
+/** A model to train: any CausalLM (the one-device Gpt, or one parallelised with `parallelize`). */
+export type TrainModel = CausalLM;
 
 export interface LossResult {
   /** Global mean cross-entropy over labelled tokens. */
@@ -76,33 +75,17 @@ export function countCorrect(logits: Tensor<"float32">, labels: Tensor<"int32">)
   return correct;
 }
 
-/** A forward that ran: on the one-device model or on this rank's shard (kept apart so backward needs no closures over the context). */
-type Run = { parallel: false; model: Gpt; context: GptContext; labels: I32 } | { parallel: true; model: ParallelGpt; context: ParallelGptContext; labels: I32 };
+/** A forward that ran, with the model it ran on. */
+interface Run {
+  model: TrainModel;
+  context: CausalLMContext;
+  labels: I32;
+}
 
 /** This rank's part of `batch` through the model; `logits` false stops at the final norm. */
-async function forward(model: TrainModel, batch: Batch, logits: boolean): Promise<Run> {
-  if (model instanceof ParallelGpt) {
-    const shard = model.shard(batch);
-    const context = await model.forwardShard(shard, { logits });
-    return { parallel: true, model, context, labels: shard.labels.reshape([shard.labels.size]) };
-  }
-  const documents = batch.documents;
-  const sequence = documents === undefined ? {} : { positions: documents.positions.data, documents: documents.ids.data };
-  const context = await model.forward(batch.tokens, { ...sequence, logits });
-  return { parallel: false, model, context, labels: batch.labels.reshape([batch.labels.size]) };
-}
-
-function backward(run: Run, dLogits: F32): Promise<void> {
-  return run.parallel ? run.model.backward(run.context, dLogits) : run.model.backward(run.context, dLogits);
-}
-
-function backwardFromHidden(run: Run, dhFinal: F32): Promise<void> {
-  return run.parallel ? run.model.backwardFromHidden(run.context, dhFinal) : run.model.backwardFromHidden(run.context, dhFinal);
-}
-
-function release(run: Run): void {
-  if (run.parallel) run.model.release(run.context);
-  else run.model.release(run.context);
+async function forward(model: TrainModel, batch: LMBatch, logits: boolean): Promise<Run> {
+  const { context, labels } = await model.forwardBatch(batch, { logits });
+  return { model, context, labels };
 }
 
 /** Labels that count (not IGNORE_INDEX) in [from, to). */
@@ -118,10 +101,10 @@ function labelled(labels: I32, from = 0, to = labels.size): number {
  * weight gradients into model.params.grads. `lossTileRows` tiles the head and
  * the loss (see the module comment); `backward: false` evaluates only.
  */
-export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: Batch, options: LossOptions = {}): Promise<LossResult> {
+export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: LMBatch, options: LossOptions = {}): Promise<LossResult> {
   const tileRows = validateLossTileRows(options.lossTileRows);
   const withBackward = options.backward ?? true;
-  const group = model instanceof ParallelGpt ? model.gradientGroup : null;
+  const group = model.gradientGroup;
   const allReduce = async (values: number[]): Promise<number[]> => {
     const stats = new Float64Array(values);
     if (group !== null && group.size > 1) await group.allReduce(stats, { op: "sum" });
@@ -136,15 +119,15 @@ export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: 
   if (tileRows === 0) {
     const run = await forward(model, batch, true);
     const [lossSum, count, correct] = (await allReduce(await untiledStats(ops, run))) as [number, number, number];
-    if (withBackward) await backward(run, await untiledGradient(ops, run, count > 0 ? 1 / count : 0));
-    else release(run);
+    if (withBackward) await run.model.backward(run.context, await untiledGradient(ops, run, count > 0 ? 1 / count : 0));
+    else run.model.release(run.context);
     return result(lossSum, count, correct);
   }
 
   const run = await forward(model, batch, false);
   if (!withBackward) {
     const tiled = await tiledHead(ops, run, tileRows, null);
-    release(run);
+    run.model.release(run.context);
     const [lossSum, count, correct] = (await allReduce([tiled.lossSum, labelled(run.labels), tiled.correct])) as [number, number, number];
     return result(lossSum, count, correct);
   }
@@ -152,7 +135,7 @@ export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: 
   const count = (await allReduce([labelled(run.labels)]))[0]!;
   const tiled = await tiledHead(ops, run, tileRows, count > 0 ? 1 / count : 0);
   const [lossSum, correct] = (await allReduce([tiled.lossSum, tiled.correct])) as [number, number];
-  await backwardFromHidden(run, handOver(tiled));
+  await run.model.backwardFromHidden(run.context, handOver(tiled));
   return result(lossSum, count, correct);
 }
 
@@ -196,7 +179,7 @@ async function tiledHead(
   const h = run.context.hFinal!;
   const [rows, hidden] = h.shape as [number, number];
   const dhFinal = gradScale === null ? null : new Tensor("float32", [rows, hidden]);
-  const head: GptHead = run.parallel ? run.model.lmHead() : run.model.lmHead();
+  const head = run.model.lmHead();
   let lossSum = 0;
   let correct = 0;
   for (let from = 0; from < rows; from += tileRows) {

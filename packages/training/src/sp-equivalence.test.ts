@@ -45,7 +45,7 @@ async function train(sp: number | null, options: Options = {}) {
   const steps = options.steps ?? 20;
   const ops = options.ops ?? new ReferenceOps();
   const modelConfig = { ...config, tiedHead: options.tiedHead ?? false, kvHeads: options.kvHeads ?? config.kvHeads };
-  const loop = async (trainer: Trainer) => {
+  const loop = async (trainer: Trainer, runs: SequenceRun[] = [{ start: 0, length: task.seq }]) => {
     const data = new Rng(99, 1);
     const losses: number[] = [];
     const grads: Float32Array[] = [];
@@ -54,7 +54,7 @@ async function train(sp: number | null, options: Options = {}) {
       losses.push((await trainer.trainStep(batch, learningRateAt(step, { peak: 1e-2, warmupSteps: 3, totalSteps: steps }))).loss);
       if (options.record) grads.push(trainer.model.params.grads.slice());
     }
-    const final = options.record ? await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens) : null;
+    const final = options.record ? await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens, runs) : null;
     return { losses, weights: trainer.model.params.values, grads, logits: final?.logits ?? null, runs: final?.runs ?? null };
   };
   const stepOptions = { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: options.zero1 ?? false, lossTileRows: options.lossTileRows ?? 0 };
@@ -75,7 +75,7 @@ async function train(sp: number | null, options: Options = {}) {
         { sp, attention: options.attention ?? "ulysses", ...options.dims },
         { heads: config.heads, kvHeads: modelConfig.kvHeads, seqLength: task.seq },
       );
-      return loop(new Trainer(parallelize(model(), dims), stepOptions));
+      return loop(new Trainer(parallelize(model(), dims), stepOptions), dims.runs(task.seq)[dims.spGroup.rank]!);
     }),
   );
   for (const r of results.slice(1)) expect([...r.weights]).toEqual([...results[0]!.weights]);
@@ -97,21 +97,14 @@ async function train(sp: number | null, options: Options = {}) {
   return { ...results[0]!, logits };
 }
 
-/** The trained model's logits [b * s_r, vocab] on `tokens` (this rank's shard of them when parallel) and the positions they are for. */
-async function finalLogits(trainer: Trainer, tokens: Tensor<"int32">): Promise<{ logits: Float32Array; runs: SequenceRun[] }> {
+/** The trained model's logits [b * s_r, vocab] on `tokens` (this rank's shard of them when parallel, at `runs`) through the model contract. */
+async function finalLogits(trainer: Trainer, tokens: Tensor<"int32">, runs: SequenceRun[]): Promise<{ logits: Float32Array; runs: SequenceRun[] }> {
   const model = trainer.model;
-  if (model instanceof Gpt) {
-    const context = await model.forward(tokens);
-    const logits = context.logits.data.slice();
-    model.release(context);
-    return { logits, runs: [{ start: 0, length: tokens.shape[1]! }] };
-  }
   const labels = new Tensor("int32", tokens.shape, new Int32Array(tokens.size));
-  const shard = model.shard({ tokens, labels });
-  const context = await model.forwardShard(shard);
-  const logits = context.logits.data.slice();
+  const { context } = await model.forwardBatch({ tokens, labels }, { logits: true });
+  const logits = context.logits!.data.slice();
   model.release(context);
-  return { logits, runs: shard.runs[model.dims.spGroup.rank]! };
+  return { logits, runs };
 }
 
 describe("sequence-parallel equivalence (local backend, reference kernels)", () => {

@@ -10,7 +10,8 @@
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { AdamWUpdate, BlockOps } from "@ulysses/kernels";
-import { EXCHANGE_CHUNK_BYTES, ParallelGpt, type Batch } from "@ulysses/parallel";
+import type { LMBatch } from "@ulysses/model";
+import { EXCHANGE_CHUNK_BYTES } from "@ulysses/parallel";
 import { Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { AdamW, type AdamWOptions } from "./adamw.js";
 import { clipGradNorm } from "./grad-clip.js";
@@ -46,7 +47,7 @@ export class Trainer {
     this.model = model;
     validateLossTileRows(options.lossTileRows);
     this.options = options;
-    this.group = model instanceof ParallelGpt ? model.gradientGroup : null;
+    this.group = model.gradientGroup;
     const total = model.params.size;
     const ranks = this.group?.size ?? 1;
     this.sliceSizes = options.zero1 ? evenSplitSizes(total, ranks) : [total];
@@ -63,7 +64,7 @@ export class Trainer {
   }
 
   /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */
-  async trainStep(batch: Batch, lr: number): Promise<StepResult> {
+  async trainStep(batch: LMBatch, lr: number): Promise<StepResult> {
     const { params } = this.model;
     const { zero1, gradClip } = this.options;
     const group = this.group;
