@@ -9,15 +9,12 @@
  *
  * What runs the MatMul matters. By default it is @ulysses/kernels'
  * SessionCache, that is onnxruntime-node, which allocates every output and
- * copies it into a fresh zero-filled ArrayBuffer: on a 2-core AMD EPYC VM
- * (docs/results/memory, 2026-12-04, n = 1024, 2 threads) that path measured
- * 250-320 GFLOP/s (the lowest as a process's first measurement), while ONNX
- * Runtime's same kernel on the caller's arrays, outputs reused
- * (@ulysses/fused-attention's NativeSessionCache through the `cache` option),
- * measured 353-381 in every process. A rate that counts the binding's copies
- * understates the machine and overstates every MFU taken against it (by
- * 22-39% there), so the trainer measures on the addon's path whenever
- * the addon loads.
+ * copies it into a fresh zero-filled ArrayBuffer; ONNX Runtime's same kernel
+ * on the caller's arrays, outputs reused (the native package's
+ * NativeSessionCache through the `cache` option), measures the machine
+ * without those copies, which otherwise understate the rate and overstate
+ * every MFU taken against it (measured: docs/results/measure/matmul-rate.md).
+ * So the trainer measures on the addon's path whenever the addon loads.
  *
  * Rounds last at least 100 ms by default: a step runs for hundreds of ms, so
  * its MFU is taken against the rate the machine sustains for that long, not
