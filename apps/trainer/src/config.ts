@@ -7,7 +7,14 @@
 import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, validateGptConfig, type GptConfig } from "@ulysses/model";
-import { parallelDimsProblems, resolveDims, type ParallelDimsOptions, type SequenceLayoutKind, type SequenceParallelKind } from "@ulysses/parallel";
+import {
+  findSequenceParallelScheme,
+  parallelDimsProblems,
+  resolveDims,
+  type ParallelDimsOptions,
+  type SequenceLayoutKind,
+  type SequenceParallelKind,
+} from "@ulysses/parallel";
 import { recallMinVocab, validateRecallTask, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 import { dataDigest, documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
@@ -443,8 +450,8 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
 
 /** Ranks that split a head group's heads: the Ulysses degree (plain or hybrid), 1 for ring and all-gather-KV (every rank runs every head). */
 function headSplit(config: TrainConfig): number {
-  if (config.attention === "ring" || config.attention === "allgather") return 1;
-  return resolveDims(parallelOptionsOf(config), config.kvHeads).ulyssesDegree;
+  const scheme = findSequenceParallelScheme(config.attention);
+  return scheme === undefined ? 1 : scheme.headRanks(resolveDims(parallelOptionsOf(config), config.kvHeads));
 }
 
 /**

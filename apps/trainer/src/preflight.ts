@@ -50,8 +50,8 @@
  */
 import fs from "node:fs";
 import os from "node:os";
-import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterCount, validateGptConfig, type GptConfig } from "@ulysses/model";
-import { EXCHANGE_CHUNK_BYTES, resolveDims, type SequenceParallelKind } from "@ulysses/parallel";
+import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterCount, validateGptConfig } from "@ulysses/model";
+import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, resolveDims, sequenceParallelScheme } from "@ulysses/parallel";
 import {
   ARENA_HEAP_GROWING_PERCENT,
   COLLECT_GARBAGE_EVERY_BYTES,
@@ -137,88 +137,6 @@ export interface MemoryEstimate {
   tokensPerRank: number;
 }
 
-export interface LayerFloats {
-  /** Floats per token one block's forward keeps for backward. */
-  saved: number;
-  /** Floats per token of the attention half a checkpointed block recomputes in backward. */
-  recomputed: number;
-  /** Floats per token of one block's backward working set (gradients alive together, the largest op's temporaries). */
-  backward: number;
-  /** Floats per token of the exchange scratch (0 without exchanges). */
-  exchange: number;
-  /** The share of an exchanged tensor that travels (the rest, a rank's own block, is copied straight across). */
-  travels: number;
-  /** Floats per row of one MLP tile's working set (tiled MLP). */
-  mlpTile: number;
-}
-
-/** Floats per token that one layer keeps, recomputes and works with. */
-export function layerFloatsPerToken(
-  model: GptConfig,
-  sp: number,
-  kind: SequenceParallelKind,
-  ulyssesDegree = kind === "ring" ? 1 : sp,
-  tiledMlp = false,
-  headGroups = 1,
-): LayerFloats {
-  const block = blockConfigOf(model);
-  const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
-  const qWidth = heads * headDim;
-  // k and v as the local kernel sees them, per local token: Ulysses gathers the sequence for the rank's
-  // kv heads (replicated up to one per rank when kvHeads < sp); all-gather KV holds every rank's keys;
-  // ring holds its own block, the visiting one and the next one arriving; hybrid does the ring on its Ulysses
-  // group's tokens with the group's (replicated) kv heads
-  const kvWidth =
-    kind === "allgather"
-      ? kvHeads * headDim * sp
-      : kind === "ring"
-        ? 3 * kvHeads * headDim
-        : kind === "hybrid"
-          ? 3 * Math.max(kvHeads, ulyssesDegree) * headDim
-          : Math.max(kvHeads, sp) * headDim;
-  const moved = sp > 1; // an exchange moved q, k, v (and out back): the output exists in both layouts
-  const normStats = block.norm === "layernorm" ? 2 : 1;
-  const mlpTensors = block.mlp === "swiglu" ? 3 : 2; // up (and gate), activation
-  const attentionHalf =
-    hidden + // h1 (norm1's output), the q, k, v projections' input
-    normStats +
-    qWidth + // q
-    2 * kvWidth + // k, v
-    qWidth + // out
-    heads + // log-sum-exp
-    (moved ? qWidth : 0) + // out in the rank's own layout, the o projection's input
-    hidden; // x2, the MLP's input (and the residual)
-  const mlpHalf = hidden + normStats + mlpTensors * mlpHidden; // h2 and its statistics, up (and gate), activation
-  const saved = hidden + attentionHalf + (tiledMlp ? 0 : mlpHalf);
-  // backward: the MLP's gradients (dy, dAct, dUp (and dGate)) and the largest op's temporaries (one MLP-wide
-  // tensor) unless tiled; then the attention's (dx2, dAttn, dq, dk, dv and RoPE's dq, dk)
-  const mlpBackward = hidden + (mlpTensors + 1) * mlpHidden;
-  const attentionBackward = hidden + qWidth + qWidth + 2 * kvWidth + qWidth + kvWidth;
-  const backward = tiledMlp ? attentionBackward : Math.max(mlpBackward, attentionBackward);
-  // (a tiled MLP's backward works on one tile at a time, before the attention's gradients exist: see mlpTile)
-  // send and receive areas of q, k, v (reused for out and the gradients); a rank's own block of an all-to-all does not
-  // travel (seqAllToAll copies it straight across), so they hold (u - 1) / u of the tensors, u the Ulysses group's size
-  const travels = kind === "ulysses" || kind === "hybrid" ? (ulyssesDegree - 1) / ulyssesDegree : 1;
-  const exchange = moved && kind !== "allgather" ? 2 * (qWidth + 2 * kvWidth) * travels : 0;
-  const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
-  if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, travels, mlpTile };
-  // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
-  // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileRowsOf),
-  // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
-  // (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
-  const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / headGroups;
-  const groupBackward = (4 * qWidth + 5 * kvWidth) / headGroups;
-  const groupedBackward = 2 * hidden + groupForward + groupBackward;
-  return {
-    saved: 2 * hidden + (tiledMlp ? 0 : mlpHalf),
-    recomputed: hidden + normStats,
-    backward: tiledMlp ? groupedBackward : Math.max(mlpBackward, groupedBackward),
-    exchange: exchange / headGroups,
-    travels,
-    mlpTile,
-  };
-}
-
 /** Ranks whose memory lands on this machine (every rank: threads and local run them in this process; mpirun on one host). */
 function ranksHere(config: TrainConfig): { ranks: number; processes: number; workers: number } {
   const ranks = config.sp * config.dp;
@@ -253,7 +171,13 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const groupTileFloats = headGroups > 1 ? model.hidden * Math.min(tokensPerRank, headGroupTileRowsOf(model.hidden)) : 0;
   const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
   // Ulysses (unpipelined) and hybrid exchange in chunks: a send and a receive area of at most EXCHANGE_CHUNK_BYTES
-  const chunkedExchange = (config.attention === "ulysses" && config.ulyssesHeadGroups === 1) || config.attention === "hybrid";
+  const chunkedExchange = sequenceParallelScheme(config.attention).memory({
+    sp: config.sp,
+    kvHeads: block.kvHeads,
+    headDim: block.headDim,
+    degrees: resolveDims(parallelOptionsOf(config), model.kvHeads),
+    headGroups: config.ulyssesHeadGroups,
+  }).chunked;
   const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;

@@ -10,7 +10,7 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { resolveDims } from "@ulysses/parallel";
+import { resolveDims, sequenceParallelScheme } from "@ulysses/parallel";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { resolveTextFormat } from "@ulysses/training";
@@ -246,6 +246,5 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
 function schemeText(config: TrainConfig, kvHeads: number): string {
   const dims = resolveDims(parallelOptionsOf(config), kvHeads);
   if (config.sp === 1) return `${config.attention} attention`;
-  if (config.attention === "hybrid") return `hybrid attention (Ulysses ${dims.ulyssesDegree} x ring ${dims.ringDegree}, ${dims.layout} layout)`;
-  return config.attention === "ring" ? `ring attention (${dims.layout} layout)` : `${config.attention} attention`;
+  return sequenceParallelScheme(config.attention).describe(dims, dims.layout);
 }

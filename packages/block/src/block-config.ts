@@ -3,9 +3,11 @@
  * Checked once, before any weight is allocated or any message is sent.
  */
 import { BlockError } from "./errors.js";
+import { normComponent } from "./norms.js";
 
 export type MlpKind = "gelu" | "swiglu";
-export type NormKind = "layernorm" | "rmsnorm";
+/** A registered norm (norms.ts): the built-ins, or one registered with registerNorm. */
+export type NormKind = "layernorm" | "rmsnorm" | (string & {});
 
 export interface BlockConfig {
   hidden: number;
@@ -65,8 +67,7 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
   }
   const mlp = config.mlp ?? "gelu";
   if (mlp !== "gelu" && mlp !== "swiglu") throw new BlockError(`block config: mlp must be 'gelu' or 'swiglu', got '${String(mlp)}'`);
-  const norm = config.norm ?? "layernorm";
-  if (norm !== "layernorm" && norm !== "rmsnorm") throw new BlockError(`block config: norm must be 'layernorm' or 'rmsnorm', got '${String(norm)}'`);
+  const norm = normComponent(config.norm ?? "layernorm").name;
   const eps = config.eps ?? 1e-5;
   const ropeBase = config.ropeBase ?? 10000;
   if (!(eps > 0) || !(ropeBase > 0)) throw new BlockError(`block config: eps (${eps}) and ropeBase (${ropeBase}) must be positive`);

@@ -10,6 +10,7 @@ import { Rng, Tensor } from "@ulysses/tensors";
 import type { BlockOps } from "@ulysses/kernels";
 import type { ResolvedBlockConfig } from "./block-config.js";
 import { BlockError } from "./errors.js";
+import { normComponent } from "./norms.js";
 
 type F32 = Tensor<"float32">;
 
@@ -29,9 +30,9 @@ export function blockWeightSpecs(config: ResolvedBlockConfig): WeightSpec[] {
   const { hidden, heads, kvHeads, headDim, mlpHidden, bias } = config;
   const specs: WeightSpec[] = [];
   const std = 0.02;
+  const normWeights = normComponent(config.norm).weights;
   const norm = (name: string) => {
-    specs.push({ name: `${name}.gamma`, shape: [hidden], init: "ones", std: 0 });
-    if (config.norm === "layernorm") specs.push({ name: `${name}.beta`, shape: [hidden], init: "zeros", std: 0 });
+    for (const { suffix, init } of normWeights) specs.push({ name: `${name}.${suffix}`, shape: [hidden], init, std: 0 });
   };
   const linear = (name: string, input: number, output: number, scale = 1) => {
     specs.push({ name: `${name}.w`, shape: [input, output], init: "normal", std: std * scale });

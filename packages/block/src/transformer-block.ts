@@ -34,13 +34,14 @@
  *   and takes every saved tensor out of the context as it reads it: what a
  *   stage has consumed is unreachable, and a spent context holds only x.
  */
-import type { AttentionDocuments, AttentionGradients, BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
+import type { AttentionDocuments, AttentionGradients, BlockOps, LocalAttention, RopePositions } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { LocalBlockAttention, type BlockAttention, type BlockAttentionContext } from "./block-attention.js";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
 import { attentionHalf, mlpActivation, mlpHalf, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 import { addWith, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
+import { normComponent, type NormComponent, type NormTensors } from "./norms.js";
 import { inRowTiles, rowsOf } from "./row-tiles.js";
 import { checkHeadGroups, groupedAttentionBackward, groupedAttentionForward, headGroupTileRowsOf, type HeadGroupsCall } from "./head-groups.js";
 
@@ -104,7 +105,7 @@ interface Inputs {
   documents: AttentionDocuments | undefined;
 }
 
-type NormSaved = LayerNormSaved | { rstd: F32 };
+type NormSaved = NormTensors;
 interface NormRecord {
   /** The norm's input. */
   x: F32;
@@ -248,15 +249,9 @@ class Recorder implements BlockMath<F32> {
   ) {}
 
   async norm(x: F32, name: NormName): Promise<F32> {
-    const { config, weights } = this.block;
-    const gamma = weights[`${name}.gamma`]!;
-    if (config.norm === "rmsnorm") {
-      const { y, rstd } = await this.ops.rmsNormForward(x, gamma, config.eps);
-      this.saved?.norms.set(name, { x, saved: { rstd } });
-      return y;
-    }
-    const { y, mean, rstd } = await this.ops.layerNormForward(x, gamma, weights[`${name}.beta`]!, config.eps);
-    this.saved?.norms.set(name, { x, saved: { mean, rstd } });
+    const { config } = this.block;
+    const { y, saved } = await this.block.norm.forward(this.ops, x, this.block.normWeights(name), config.eps);
+    this.saved?.norms.set(name, { x, saved });
     return y;
   }
 
@@ -362,6 +357,8 @@ function blockInputs(x: F32, options: BlockForwardOptions): Inputs {
 
 export class TransformerBlock {
   readonly config: ResolvedBlockConfig;
+  /** The config's norm, chosen once. */
+  readonly norm: NormComponent;
   readonly weights: BlockWeights;
   /** The attention forward and backward call; sequence parallelism replaces it. */
   attention: BlockAttention;
@@ -376,6 +373,7 @@ export class TransformerBlock {
 
   constructor(config: BlockConfig, options: TransformerBlockOptions) {
     this.config = resolveBlockConfig(config);
+    this.norm = normComponent(this.config.norm);
     this.ops = options.ops;
     this.checkpoint = options.checkpoint ?? false;
     const tile = options.mlpTileRows ?? 0;
@@ -654,17 +652,19 @@ export class TransformerBlock {
   }
 
   private async normBackward(name: NormName, { x, saved }: NormRecord, dy: F32, grads: FlatTensors): Promise<F32> {
-    const gamma = this.weights[`${name}.gamma`]!;
-    if (this.config.norm === "rmsnorm") {
-      const r = await this.ops.rmsNormBackward(x, gamma, saved.rstd, dy);
-      grads.add(`${name}.gamma`, r.dGamma, this.ops);
-      this.ops.release?.(r.dGamma);
-      return r.dx;
-    }
-    const r = await this.ops.layerNormBackward(x, gamma, saved as LayerNormSaved, dy);
-    grads.add(`${name}.gamma`, r.dGamma, this.ops);
-    grads.add(`${name}.beta`, r.dBeta, this.ops);
-    this.ops.release?.(r.dGamma, r.dBeta);
+    const r = await this.norm.backward(this.ops, x, this.normWeights(name), saved, dy);
+    const spent = this.norm.weights.map(({ suffix }) => {
+      grads.add(`${name}.${suffix}`, r.grads[suffix]!, this.ops);
+      return r.grads[suffix]!;
+    });
+    this.ops.release?.(...spent);
     return r.dx;
+  }
+
+  /** The weights of norm `name` by suffix (gamma, beta). */
+  normWeights(name: NormName): NormTensors {
+    const weights: NormTensors = {};
+    for (const { suffix } of this.norm.weights) weights[suffix] = this.weights[`${name}.${suffix}`]!;
+    return weights;
   }
 }

@@ -11,7 +11,7 @@
  * additive mask + Softmax with key/value heads repeated for GQA).
  * Weights are stored as initializers.
  */
-import { blockForward, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
+import { blockForward, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
 import { GraphBuilder, attr, ropeAngle, type Value } from "@ulysses/kernels";
 import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
@@ -33,10 +33,12 @@ interface GraphInputs {
   mask: Value;
 }
 
-/** The config's norm of x over its last axis. */
-function norm(g: GraphBuilder, config: ResolvedBlockConfig, x: Value, gamma: Value, beta: () => Value): Value {
-  const options = { axis: attr.int(-1), epsilon: attr.float(config.eps) };
-  return config.norm === "rmsnorm" ? g.op("SimplifiedLayerNormalization", [x, gamma], options) : g.op("LayerNormalization", [x, gamma, beta()], options);
+/** The config's norm of x over its last axis, its weights `${prefix}.${suffix}` (a norm without ONNX nodes is refused). */
+function norm(g: GraphBuilder, config: ResolvedBlockConfig, x: Value, weight: (name: string) => Value, prefix: string): Value {
+  const component = normComponent(config.norm);
+  if (component.onnx === undefined)
+    throw new ModelError(`ONNX export: the norm '${component.name}' has no ONNX form (NormComponent.onnx); export with another norm`);
+  return component.onnx(g, x, (suffix) => weight(`${prefix}.${suffix}`), config.eps);
 }
 
 /** The block's operations as ONNX nodes on [b, s, features] values. */
@@ -59,7 +61,7 @@ function blockMath(inputs: GraphInputs, layer: number): BlockMath<Value> {
     return g.op("Reshape", [g.op("Expand", [g.op("Unsqueeze", [x, g.int64s([2])]), shape5]), g.int64s([0, heads, -1, headDim])]);
   };
   return {
-    norm: async (x, name) => norm(g, config, x, w(`${name}.gamma`), () => w(`${name}.beta`)),
+    norm: async (x, name) => norm(g, config, x, w, name),
     linear: async (x, name) => {
       const y = g.op("MatMul", [x, w(`${name}.w`)]);
       return config.bias ? g.op("Add", [y, w(`${name}.b`)]) : y;
@@ -143,7 +145,7 @@ export async function buildOnnxModel(config: GptConfig, weights: Float32Array): 
     // [b, s] -> [b, s, hidden]
     embed: async () => g.op("Gather", [weight("embed.weight"), ids], { axis: attr.int(0) }),
     block: (layer, x) => blockForward(block, blockMath(inputs, layer), x),
-    norm: async (x) => norm(g, block, x, weight("norm.gamma"), () => weight("norm.beta")),
+    norm: async (x) => norm(g, block, x, weight, "norm"),
     head: async (x) => {
       if (!config.tiedHead) return g.op("MatMul", [x, weight("head.w")]);
       // [vocab, hidden] -> [hidden, vocab], transposed here so the graph holds a plain matrix

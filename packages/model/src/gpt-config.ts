@@ -4,7 +4,7 @@
  * parameter vector: token embedding, the blocks' weights (in the block's own
  * spec order), the final norm, the LM head (absent when tied).
  */
-import { blockWeightSpecs, resolveBlockConfig, type ResolvedBlockConfig } from "@ulysses/block";
+import { blockWeightSpecs, normComponent, resolveBlockConfig, type NormKind, type ResolvedBlockConfig } from "@ulysses/block";
 import { ModelError } from "./errors.js";
 
 export interface GptConfig {
@@ -20,7 +20,7 @@ export interface GptConfig {
   /** Use the token embedding (transposed) as the LM head. */
   tiedHead: boolean;
   /** Norm of the blocks and the final norm (default layernorm). */
-  norm?: "layernorm" | "rmsnorm";
+  norm?: NormKind;
 }
 
 export interface ParamSpec {
@@ -110,8 +110,7 @@ export function gptParamSpecs(config: GptConfig): ParamSpec[] {
       specs.push({ name: `blocks.${layer}.${spec.name}`, shape: spec.shape, init: spec.init, std: spec.std, decay: spec.shape.length === 2 });
     }
   }
-  specs.push({ name: "norm.gamma", shape: [config.hidden], init: "ones", std: 0, decay: false });
-  if (block.norm === "layernorm") specs.push({ name: "norm.beta", shape: [config.hidden], init: "zeros", std: 0, decay: false });
+  for (const { suffix, init } of normComponent(block.norm).weights) specs.push({ name: `norm.${suffix}`, shape: [config.hidden], init, std: 0, decay: false });
   if (!config.tiedHead) specs.push({ name: "head.w", shape: [config.hidden, config.vocab], init: "normal", std: 0.02, decay: true });
   return specs;
 }

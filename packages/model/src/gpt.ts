@@ -15,8 +15,18 @@
  * continue with `backwardFromHidden`; backward drops each block's context as
  * soon as that block is done, and the context is spent afterwards.
  */
-import { type BlockContext, LocalBlockAttention, TransformerBlock, blockWeightSpecs, type BlockAttention, type BlockWeights } from "@ulysses/block";
-import type { BlockOps, LayerNormSaved, LocalAttention, RopePositions } from "@ulysses/kernels";
+import {
+  type BlockContext,
+  LocalBlockAttention,
+  TransformerBlock,
+  blockWeightSpecs,
+  normComponent,
+  type BlockAttention,
+  type BlockWeights,
+  type NormComponent,
+  type NormTensors,
+} from "@ulysses/block";
+import type { BlockOps, LocalAttention, RopePositions } from "@ulysses/kernels";
 import { narrowInto, permute, Tensor } from "@ulysses/tensors";
 import type { CausalLM, CausalLMForward, LMBatch } from "./causal-lm.js";
 import { ModelError } from "./errors.js";
@@ -76,7 +86,7 @@ export interface GptContext {
   blocks: BlockContext[];
   /** Final-norm input [rows, hidden] and what the norm saved (dropped by backwardFromHidden). */
   xFinal?: F32;
-  normSaved?: LayerNormSaved | { rstd: F32 };
+  normSaved?: NormTensors;
   /** The final norm's output, the LM head's input [rows, hidden] (dropped once the head's backward ran). */
   hFinal?: F32;
   /** [rows, vocab]; absent after `forward(tokens, { logits: false })`, dropped by backward (and by the loss once dLogits exist). */
@@ -131,6 +141,8 @@ export interface GptHeadOptions {
 export class Gpt implements CausalLM<GptContext> {
   readonly config: GptConfig;
   readonly params: ParameterStore;
+  /** The final norm (the blocks' norm), chosen once. */
+  readonly finalNorm: NormComponent;
   /** One device: nothing to sum over. */
   readonly gradientGroup = null;
   readonly blocks: TransformerBlock[];
@@ -145,6 +157,7 @@ export class Gpt implements CausalLM<GptContext> {
     this.headColumns = validHeadColumns("Gpt", "headGradientColumns", options.headGradientColumns);
     this.params = new ParameterStore(gptParamSpecs(config));
     this.params.initialise(options.seed);
+    this.finalNorm = normComponent(blockConfigOf(config).norm);
     const blockConfig = blockConfigOf(config);
     let attention = options.attention;
     if (attention === undefined) {
@@ -166,6 +179,13 @@ export class Gpt implements CausalLM<GptContext> {
         }),
       );
     }
+  }
+
+  /** The final norm's weights by suffix (gamma, beta). */
+  private finalNormWeights(): NormTensors {
+    const weights: NormTensors = {};
+    for (const { suffix } of this.finalNorm.weights) weights[suffix] = this.params.value(`norm.${suffix}`);
+    return weights;
   }
 
   /** The LM head as [hidden, vocab] (a transposed copy of the embedding when tied). */
@@ -236,7 +256,7 @@ export class Gpt implements CausalLM<GptContext> {
       if (id < 0 || id >= vocab) throw new ModelError(`Gpt.forward: token id ${id} at row ${i} is outside the vocabulary of ${vocab}`);
     }
     const blocks: BlockContext[] = [];
-    const final: { x?: F32; h?: F32; saved?: LayerNormSaved | { rstd: F32 } } = {};
+    const final: { x?: F32; h?: F32; saved?: NormTensors } = {};
     const math: GptMath<F32> = {
       embed: () => this.ops.embeddingForward(ids, this.params.value("embed.weight")),
       block: async (layer, x) => {
@@ -247,17 +267,10 @@ export class Gpt implements CausalLM<GptContext> {
       },
       norm: async (x) => {
         final.x = x;
-        const gamma = this.params.value("norm.gamma");
         const eps = this.blocks[0]?.config.eps ?? blockConfigOf(this.config).eps;
-        if ((this.config.norm ?? "layernorm") === "rmsnorm") {
-          const r = await this.ops.rmsNormForward(x, gamma, eps);
-          final.saved = { rstd: r.rstd };
-          final.h = r.y;
-        } else {
-          const r = await this.ops.layerNormForward(x, gamma, this.params.value("norm.beta"), eps);
-          final.saved = { mean: r.mean, rstd: r.rstd };
-          final.h = r.y;
-        }
+        const r = await this.finalNorm.forward(this.ops, x, this.finalNormWeights(), eps);
+        final.saved = r.saved;
+        final.h = r.y;
         return final.h;
       },
       head: (x) => this.ops.linearForward(x, this.headWeight()),
@@ -343,20 +356,13 @@ export class Gpt implements CausalLM<GptContext> {
     context.normSaved = undefined;
     context.hFinal = undefined;
     context.logits = undefined;
-    const gamma = this.params.value("norm.gamma");
-    let dx: F32;
-    if ((this.config.norm ?? "layernorm") === "rmsnorm") {
-      const r = await this.ops.rmsNormBackward(xFinal, gamma, (normSaved as { rstd: F32 }).rstd, dhFinal);
-      this.params.accumulate("norm.gamma", r.dGamma.data);
-      this.ops.release?.(r.dGamma);
-      dx = r.dx;
-    } else {
-      const r = await this.ops.layerNormBackward(xFinal, gamma, normSaved as LayerNormSaved, dhFinal);
-      this.params.accumulate("norm.gamma", r.dGamma.data);
-      this.params.accumulate("norm.beta", r.dBeta.data);
-      this.ops.release?.(r.dGamma, r.dBeta);
-      dx = r.dx;
-    }
+    const r = await this.finalNorm.backward(this.ops, xFinal, this.finalNormWeights(), normSaved, dhFinal);
+    const grads = this.finalNorm.weights.map(({ suffix }) => {
+      this.params.accumulate(`norm.${suffix}`, r.grads[suffix]!.data);
+      return r.grads[suffix]!;
+    });
+    this.ops.release?.(...grads);
+    const dx = r.dx;
     // the last block's output and dhFinal, read for the last time (BlockOps.release: their memory may serve later outputs)
     this.releaseSpent(dx, xFinal, dhFinal);
     // [rows, hidden] -> [b, s, hidden]

@@ -63,4 +63,16 @@ export {
   type SequenceParallelKind,
 } from "./parallel-dims.js";
 export { parallelize, createShardedAttention, ParallelGpt, ParallelBlock, type ParallelGptContext, type ParallelBlockContext } from "./parallelize.js";
-export { ulyssesBytes, ringBytes, hybridBytes, allGatherKVBytes, type CallBytes } from "./scheme-bytes.js";
+export { ulyssesBytes, ringBytes, hybridBytes, allGatherKVBytes } from "./scheme-bytes.js";
+export type {
+  SequenceParallelScheme,
+  SchemeDegrees,
+  SchemeGroups,
+  SchemeCreateOptions,
+  SchemeBytesInput,
+  SchemeMemory,
+  SchemeMemoryInput,
+  CallBytes,
+} from "./scheme.js";
+export { registerSequenceParallelScheme, sequenceParallelScheme, findSequenceParallelScheme, sequenceParallelSchemeNames } from "./scheme-registry.js";
+export { layerFloatsPerToken, type LayerFloats } from "./layer-memory.js";

@@ -17,10 +17,15 @@
  */
 import { splitWorld, type ProcessGroup } from "@ulysses/collectives";
 import { ParallelError } from "./errors.js";
+import type { LocalAttention } from "@ulysses/kernels";
+import type { SchemeGroups, SequenceParallelScheme } from "./scheme.js";
+import type { ShardedAttention } from "./sharded-attention.js";
+import { findSequenceParallelScheme, sequenceParallelScheme, sequenceParallelSchemeNames } from "./scheme-registry.js";
 import { SEQUENCE_LAYOUTS, shardRuns, type SequenceLayoutKind, type SequenceRun } from "./sequence-shards.js";
 
-/** How each layer's attention is sequence-parallelised. */
-export type SequenceParallelKind = "ulysses" | "allgather" | "ring" | "hybrid";
+/** How each layer's attention is sequence-parallelised: the name of a registered scheme (scheme-registry.ts). */
+export type SequenceParallelKind = "ulysses" | "allgather" | "ring" | "hybrid" | (string & {});
+/** The built-in schemes' names (sequenceParallelSchemeNames() lists every registered one). */
 export const SEQUENCE_PARALLEL_KINDS: readonly SequenceParallelKind[] = ["ulysses", "allgather", "ring", "hybrid"];
 
 export interface ParallelDimsOptions {
@@ -48,35 +53,11 @@ export interface ResolvedDims {
   layout: SequenceLayoutKind;
 }
 
-function gcd(a: number, b: number): number {
-  return b === 0 ? a : gcd(b, a % b);
-}
-
-/** The degrees and layout `options` imply (before validation: may be inconsistent). */
+/** The degrees and layout `options` imply (before validation: may be inconsistent); an unknown scheme is refused. */
 export function resolveDims(options: ParallelDimsOptions, kvHeads: number): ResolvedDims {
-  const { sp } = options;
   const attention = options.attention ?? "ulysses";
-  let u: number;
-  let r: number;
-  if (attention === "hybrid") {
-    if (options.ulyssesDegree !== undefined) {
-      u = options.ulyssesDegree;
-      r = options.ringDegree ?? sp / u;
-    } else if (options.ringDegree !== undefined) {
-      r = options.ringDegree;
-      u = sp / r;
-    } else {
-      u = gcd(sp, kvHeads);
-      r = sp / u;
-    }
-  } else if (attention === "ring") {
-    u = 1;
-    r = sp;
-  } else {
-    u = sp;
-    r = 1;
-  }
-  return { attention, ulyssesDegree: u, ringDegree: r, layout: options.layout ?? (r > 1 ? "zigzag" : "contiguous") };
+  const { ulyssesDegree, ringDegree } = sequenceParallelScheme(attention).resolve(options, kvHeads);
+  return { attention, ulyssesDegree, ringDegree, layout: options.layout ?? (ringDegree > 1 ? "zigzag" : "contiguous") };
 }
 
 /** What the layout is checked against. */
@@ -126,58 +107,42 @@ export function parallelDimsProblems(options: ParallelDimsOptions, shape: Parall
   positive(n.sp, sp);
   positive(n.dp, dp);
   if (problems.length > 0) return problems;
-  if (!SEQUENCE_PARALLEL_KINDS.includes(attention))
-    problems.push(`${n.attention} must be one of ${SEQUENCE_PARALLEL_KINDS.join(", ")}, got '${String(attention)}'`);
+  const scheme = findSequenceParallelScheme(attention);
+  if (scheme === undefined) problems.push(`${n.attention} must be one of ${sequenceParallelSchemeNames().join(", ")}, got '${String(attention)}'`);
   if (sp * dp !== shape.worldSize) problems.push(`${n.sp} ${sp} x ${n.dp} ${dp} = ${sp * dp} ranks, but the world has ${shape.worldSize}`);
-  if (attention === "ulysses" && shape.heads < sp) {
-    problems.push(
-      `${n.heads} ${shape.heads} is smaller than ${n.sp} ${sp}: Ulysses gives every rank at least one attention head (use ${n.sp} <= ${n.heads}, or ring, hybrid or allgather attention)`,
-    );
-  }
-  if (attention !== "hybrid") {
-    for (const [key, value] of [
-      ["ulyssesDegree", options.ulyssesDegree],
-      ["ringDegree", options.ringDegree],
-    ] as const) {
-      if (value !== undefined) problems.push(`${n[key]} ${value} is for hybrid attention only (${n.attention} is ${attention})`);
-    }
-  }
-  const g = options.headGroups;
-  if (g !== undefined && g !== 1) {
-    if (attention !== "ulysses") problems.push(`${n.headGroups} ${g} pipelines Ulysses' exchanges; ${n.attention} is ${attention}`);
-    else if (!Number.isInteger(g) || g < 1) problems.push(`${n.headGroups} must be a positive integer, got ${g}`);
-    else if (shape.heads % g !== 0 || shape.kvHeads % g !== 0)
-      problems.push(`${n.headGroups} ${g} must divide ${n.heads} ${shape.heads} and the kv heads ${shape.kvHeads}`);
-    else if (shape.heads / g < sp)
-      problems.push(
-        `${n.heads} ${shape.heads} / ${n.headGroups} ${g} = ${shape.heads / g} heads per group is fewer than ${n.sp} ${sp}: every rank needs a head of each group`,
-      );
-  }
+  if (scheme === undefined) return problems;
+  problems.push(...settingProblems(scheme, options, n));
   const dims = resolveDims(options, shape.kvHeads);
   const { ulyssesDegree: u, ringDegree: r } = dims;
-  if (attention === "hybrid") {
-    if (!Number.isInteger(u) || u < 1 || !Number.isInteger(r) || r < 1 || u * r !== sp) {
-      problems.push(`${n.ulyssesDegree} ${fmt(u)} x ${n.ringDegree} ${fmt(r)} must be positive integers whose product is ${n.sp} ${sp}`);
-      return problems;
-    }
-    if (shape.heads < u)
-      problems.push(`${n.heads} ${shape.heads} is smaller than ${n.ulyssesDegree} ${u}: Ulysses gives every rank of its group at least one attention head`);
-  }
+  problems.push(...scheme.problems(options, shape, dims, n));
+  if (!Number.isInteger(u) || u < 1 || !Number.isInteger(r) || r < 1 || u * r !== sp) return problems;
   if (!SEQUENCE_LAYOUTS.includes(dims.layout)) {
     problems.push(`${n.layout} must be one of ${SEQUENCE_LAYOUTS.join(", ")}, got '${String(dims.layout)}'`);
     return problems;
   }
   if (dims.layout === "zigzag" && r === 1)
     problems.push(
-      `${n.layout} zigzag balances a ring; ${attention} attention${attention === "hybrid" ? ` with ${n.ringDegree} 1` : ""} has none (use contiguous)`,
+      `${n.layout} zigzag balances a ring; ${attention} attention${scheme.settings.includes("ringDegree") ? ` with ${n.ringDegree} 1` : ""} has none (use contiguous)`,
     );
   // N >= sp leaves every rank a token in either layout (zigzag: each of the r chunk pairs holds at least u tokens)
   if (shape.seqLength < sp) problems.push(`${n.seqLength} ${shape.seqLength} is too short for ${n.sp} ${sp}: every rank needs at least one token`);
   return problems;
 }
 
-function fmt(x: number): string {
-  return Number.isInteger(x) ? String(x) : x.toFixed(3);
+/** Settings given to a scheme that does not read them, naming the schemes that do. */
+function settingProblems(scheme: SequenceParallelScheme, options: ParallelDimsOptions, n: ParallelDimsNames): string[] {
+  const problems: string[] = [];
+  const readers = (key: SequenceParallelScheme["settings"][number]) =>
+    sequenceParallelSchemeNames().filter((name) => findSequenceParallelScheme(name)!.settings.includes(key));
+  for (const key of ["ulyssesDegree", "ringDegree"] as const) {
+    const value = options[key];
+    if (value !== undefined && !scheme.settings.includes(key))
+      problems.push(`${n[key]} ${value} is for ${readers(key).join(" or ")} attention only (${n.attention} is ${scheme.name})`);
+  }
+  const g = options.headGroups;
+  if (g !== undefined && g !== 1 && !scheme.settings.includes("headGroups"))
+    problems.push(`${n.headGroups} ${g} pipelines Ulysses' exchanges; ${n.attention} is ${scheme.name}`);
+  return problems;
 }
 
 /** Throws one ParallelError naming every problem of the layout. */
@@ -207,14 +172,15 @@ export class ParallelDims {
     readonly dpGroup: ProcessGroup | null,
     readonly sp: number,
     readonly dp: number,
-    readonly attention: SequenceParallelKind,
+    /** The scheme's descriptor (scheme-registry.ts). */
+    readonly scheme: SequenceParallelScheme,
     /** Ulysses degree u (sp for Ulysses and all-gather, 1 for ring). */
     readonly ulyssesDegree: number,
     /** Ring degree r (1 for Ulysses and all-gather, sp for ring). */
     readonly ringDegree: number,
     readonly layout: SequenceLayoutKind,
-    /** Hybrid attention's subgroups (null for the other kinds). */
-    readonly hybridGroups: HybridGroups | null,
+    /** The scheme's subgroups of this rank's SP group (empty when it needs none). */
+    readonly schemeGroups: SchemeGroups,
     /** Ulysses head groups pipelined with the local kernel (1: off). */
     readonly headGroups: number,
   ) {}
@@ -224,13 +190,27 @@ export class ParallelDims {
     validateParallelDims(options, { ...shape, worldSize: world.size });
     const dp = options.dp ?? 1;
     const { attention, ulyssesDegree, ringDegree, layout } = resolveDims(options, shape.kvHeads);
+    const scheme = sequenceParallelScheme(attention);
     const groups = dp === 1 ? { sp: world, dp: null } : await splitWorld(world, { sp: options.sp, dp });
-    let hybrid: HybridGroups | null = null;
-    if (attention === "hybrid") {
-      const split = await splitWorld(groups.sp, { sp: ulyssesDegree, dp: ringDegree });
-      hybrid = { ulysses: split.sp, ring: split.dp };
-    }
-    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, attention, ulyssesDegree, ringDegree, layout, hybrid, options.headGroups ?? 1);
+    const schemeGroups = (await scheme.groups?.(groups.sp, { ulyssesDegree, ringDegree })) ?? {};
+    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, scheme, ulyssesDegree, ringDegree, layout, schemeGroups, options.headGroups ?? 1);
+  }
+
+  /** The scheme's name. */
+  get attention(): SequenceParallelKind {
+    return this.scheme.name;
+  }
+
+  /** Hybrid attention's subgroups (null for schemes without them). */
+  get hybridGroups(): HybridGroups | null {
+    const { ulysses, ring } = this.schemeGroups;
+    return ulysses !== undefined && ring !== undefined ? { ulysses, ring } : null;
+  }
+
+  /** The sharded attention of one local kernel under this layout. */
+  createAttention(local: LocalAttention): ShardedAttention {
+    const degrees = { ulyssesDegree: this.ulyssesDegree, ringDegree: this.ringDegree };
+    return this.scheme.create(local, { group: this.spGroup, groups: this.schemeGroups, degrees, headGroups: this.headGroups });
   }
 
   /** Every SP rank's runs of positions for sequences of `seqLength` tokens under this layout. */

@@ -34,21 +34,17 @@ import type { ProcessGroup } from "@ulysses/collectives";
 import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
 import type { CausalLM, CausalLMForward, Gpt, GptConfig, GptContext, GptForwardOptions, GptHead, LMBatch, ParameterStore } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
-import { AllGatherKVAttention } from "./allgather-kv-attention.js";
 import { ParallelError } from "./errors.js";
-import { RingAttention } from "./ring-attention.js";
-import { HybridAttention } from "./hybrid-attention.js";
-import { PipelinedUlyssesAttention } from "./pipelined-ulysses.js";
-import { SEQUENCE_PARALLEL_KINDS, type HybridGroups, type ParallelDims, type SequenceParallelKind } from "./parallel-dims.js";
+import type { HybridGroups, ParallelDims, SequenceParallelKind } from "./parallel-dims.js";
+import { sequenceParallelScheme } from "./scheme-registry.js";
 import { runPositions, sequenceShards, type SequenceOptions, type SequenceShards } from "./sequence-shards.js";
 import { shardBatch, type Batch, type BatchShard } from "./shard-batch.js";
 import { documentRuns, documentSlice, type ShardedAttention, type ShardedAttentionOptions } from "./sharded-attention.js";
-import { UlyssesAttention } from "./ulysses-attention.js";
 
 type F32 = Tensor<"float32">;
 type I32 = Tensor<"int32">;
 
-/** The sequence-parallel wrapper of `kind` around a local attention kernel, on `group` (hybrid: with its subgroups, `ParallelDims.hybridGroups`). */
+/** The sequence-parallel wrapper of the registered scheme `kind` around a local attention kernel, on `group` (hybrid: with its subgroups, `ParallelDims.hybridGroups`). */
 export function createShardedAttention(
   kind: SequenceParallelKind,
   local: LocalAttention,
@@ -56,14 +52,9 @@ export function createShardedAttention(
   hybrid: HybridGroups | null = null,
   headGroups = 1,
 ): ShardedAttention {
-  if (kind === "ulysses") return headGroups > 1 ? new PipelinedUlyssesAttention(local, group, { headGroups }) : new UlyssesAttention(local, group);
-  if (kind === "allgather") return new AllGatherKVAttention(local, group);
-  if (kind === "ring") return new RingAttention(local, group);
-  if (kind === "hybrid") {
-    if (hybrid === null) throw new ParallelError("hybrid attention needs its Ulysses and ring subgroups (ParallelDims.create builds them)");
-    return new HybridAttention(local, group, hybrid.ulysses, hybrid.ring);
-  }
-  throw new ParallelError(`sequence-parallel attention must be one of ${SEQUENCE_PARALLEL_KINDS.join(", ")}, got '${String(kind)}'`);
+  const scheme = sequenceParallelScheme(kind);
+  const degrees = hybrid === null ? { ulyssesDegree: group.size, ringDegree: 1 } : { ulyssesDegree: hybrid.ulysses.size, ringDegree: hybrid.ring.size };
+  return scheme.create(local, { group, groups: hybrid === null ? {} : { ...hybrid }, degrees, headGroups });
 }
 
 /** The shard sizes of the forward (or backward) now running. */
@@ -139,19 +130,16 @@ function localKernelOf(block: TransformerBlock, who: string): LocalAttention {
 /** Swaps the attention of `blocks` (sharing one sharded wrapper per local kernel); returns the wrappers. */
 function shardBlocks(
   blocks: readonly TransformerBlock[],
-  group: ProcessGroup,
-  kind: SequenceParallelKind,
+  create: (local: LocalAttention) => ShardedAttention,
   layout: SequenceLayout,
   who: string,
-  hybrid: HybridGroups | null = null,
-  headGroups = 1,
 ): ShardedAttention[] {
   const byKernel = new Map<LocalAttention, LayoutAttention>();
   for (const block of blocks) {
     const local = localKernelOf(block, who);
     let attention = byKernel.get(local);
     if (attention === undefined) {
-      const sharded = createShardedAttention(kind, local, group, hybrid, headGroups);
+      const sharded = create(local);
       sharded.checkHeads(block.config.heads, block.config.kvHeads);
       attention = new LayoutAttention(sharded, layout);
       byKernel.set(local, attention);
@@ -178,7 +166,7 @@ export class ParallelBlock {
     attention: SequenceParallelKind | ShardedAttention = "ulysses",
   ) {
     if (typeof attention === "string") {
-      this.attention = shardBlocks([block], group, attention, this.layout, "ParallelBlock")[0]!;
+      this.attention = shardBlocks([block], (local) => createShardedAttention(attention, local, group), this.layout, "ParallelBlock")[0]!;
     } else {
       if (attention.group !== group) throw new ParallelError(`ParallelBlock: attention ${attention.name} runs on another group than the block`);
       localKernelOf(block, "ParallelBlock");
@@ -241,7 +229,7 @@ export class ParallelGpt implements CausalLM<ParallelGptContext> {
     readonly model: Gpt,
     readonly dims: ParallelDims,
   ) {
-    this.attention = shardBlocks(model.blocks, dims.spGroup, dims.attention, this.layout, "parallelize", dims.hybridGroups, dims.headGroups);
+    this.attention = shardBlocks(model.blocks, (local) => dims.createAttention(local), this.layout, "parallelize");
   }
 
   get config(): GptConfig {

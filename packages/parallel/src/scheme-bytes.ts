@@ -17,12 +17,8 @@
  *   (N − s_r)·2·b·Hkv·D·4 (reduce-scatter of dk, dv).
  */
 import type { HeadRouting } from "./head-routing.js";
+import type { CallBytes } from "./scheme.js";
 import { ringBackwardBytes, ringForwardBytes } from "./ring-attention.js";
-
-export interface CallBytes {
-  forward: number;
-  backward: number;
-}
 
 /** Ulysses over `sizes.length` ranks with `routing` (headRouting(heads, kvHeads, P)). */
 export function ulyssesBytes(routing: HeadRouting, sizes: readonly number[], rank: number, batch: number, headDim: number): CallBytes {

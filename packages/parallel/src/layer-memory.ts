@@ -1,0 +1,92 @@
+/**
+ * One layer's memory per local token under sequence parallelism, in floats:
+ * what a block keeps for backward, recomputes, and works with in backward,
+ * and the exchange scratch; the scheme's own part (the width of k and v as
+ * its local kernel sees them, its exchange areas) comes from its descriptor.
+ * The trainer's memory preflight and `pnpm bench:memory` multiply these by
+ * tokens and layers (see apps/trainer/src/preflight.ts for what is counted).
+ */
+import { normComponent } from "@ulysses/block";
+import { blockConfigOf, type GptConfig } from "@ulysses/model";
+import type { SequenceParallelKind } from "./parallel-dims.js";
+import { sequenceParallelScheme } from "./scheme-registry.js";
+
+export interface LayerFloats {
+  /** Floats per token one block's forward keeps for backward. */
+  saved: number;
+  /** Floats per token of the attention half a checkpointed block recomputes in backward. */
+  recomputed: number;
+  /** Floats per token of one block's backward working set (gradients alive together, the largest op's temporaries). */
+  backward: number;
+  /** Floats per token of the exchange scratch (0 without exchanges). */
+  exchange: number;
+  /** The share of an exchanged tensor that travels (the rest, a rank's own block, is copied straight across). */
+  travels: number;
+  /** Floats per row of one MLP tile's working set (tiled MLP). */
+  mlpTile: number;
+}
+
+/** Floats per token that one layer keeps, recomputes and works with. */
+export function layerFloatsPerToken(
+  model: GptConfig,
+  sp: number,
+  kind: SequenceParallelKind,
+  ulyssesDegree = sequenceParallelScheme(kind).resolve({ sp }, blockConfigOf(model).kvHeads).ulyssesDegree,
+  tiledMlp = false,
+  headGroups = 1,
+): LayerFloats {
+  const block = blockConfigOf(model);
+  const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
+  const scheme = sequenceParallelScheme(kind).memory({
+    sp,
+    kvHeads,
+    headDim,
+    degrees: { ulyssesDegree, ringDegree: sp / ulyssesDegree },
+    // the block's head groups (memory tiling) are not the scheme's pipelined ones: its widths do not depend on either
+    headGroups: 1,
+  });
+  const qWidth = heads * headDim;
+  // k and v as the local kernel sees them, per local token (the scheme's own term)
+  const kvWidth = scheme.kvWidth;
+  const moved = sp > 1; // an exchange moved q, k, v (and out back): the output exists in both layouts
+  const normStats = normComponent(block.norm).statsPerRow;
+  const mlpTensors = block.mlp === "swiglu" ? 3 : 2; // up (and gate), activation
+  const attentionHalf =
+    hidden + // h1 (norm1's output), the q, k, v projections' input
+    normStats +
+    qWidth + // q
+    2 * kvWidth + // k, v
+    qWidth + // out
+    heads + // log-sum-exp
+    (moved ? qWidth : 0) + // out in the rank's own layout, the o projection's input
+    hidden; // x2, the MLP's input (and the residual)
+  const mlpHalf = hidden + normStats + mlpTensors * mlpHidden; // h2 and its statistics, up (and gate), activation
+  const saved = hidden + attentionHalf + (tiledMlp ? 0 : mlpHalf);
+  // backward: the MLP's gradients (dy, dAct, dUp (and dGate)) and the largest op's temporaries (one MLP-wide
+  // tensor) unless tiled; then the attention's (dx2, dAttn, dq, dk, dv and RoPE's dq, dk)
+  const mlpBackward = hidden + (mlpTensors + 1) * mlpHidden;
+  const attentionBackward = hidden + qWidth + qWidth + 2 * kvWidth + qWidth + kvWidth;
+  const backward = tiledMlp ? attentionBackward : Math.max(mlpBackward, attentionBackward);
+  // (a tiled MLP's backward works on one tile at a time, before the attention's gradients exist: see mlpTile)
+  // send and receive areas of q, k, v (reused for out and the gradients), of which the fraction that travels (a rank's own
+  // block of an all-to-all is copied straight across)
+  const travels = scheme.travels;
+  const exchange = moved && scheme.exchangeAreas ? 2 * (qWidth + 2 * kvWidth) * travels : 0;
+  const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
+  if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, travels, mlpTile };
+  // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
+  // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileRowsOf),
+  // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
+  // (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
+  const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / headGroups;
+  const groupBackward = (4 * qWidth + 5 * kvWidth) / headGroups;
+  const groupedBackward = 2 * hidden + groupForward + groupBackward;
+  return {
+    saved: 2 * hidden + (tiledMlp ? 0 : mlpHalf),
+    recomputed: hidden + normStats,
+    backward: tiledMlp ? groupedBackward : Math.max(mlpBackward, groupedBackward),
+    exchange: exchange / headGroups,
+    travels,
+    mlpTile,
+  };
+}
