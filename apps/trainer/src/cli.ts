@@ -23,6 +23,7 @@ import { checkMemory, resolveMemoryArena } from "./preflight.js";
 import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
+import { planRun, type RunPlan } from "./plan.js";
 import { readMetricsFile } from "./metrics.js";
 import { checkRunDir, clearRunFiles, createRunDir, removeStaleTemporaries, type RunDirState } from "./run-dir.js";
 import { SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
@@ -57,7 +58,7 @@ function describeError(error: unknown): string {
 }
 
 /** Everything decided before the first file is written. */
-interface RunPlan {
+interface Prepared {
   config: TrainConfig;
   resumeFile: string | null;
   outDir: string;
@@ -69,13 +70,15 @@ interface RunPlan {
   /** The metrics history a resumed run continues. */
   metricsFrom: string | null;
   notes: string[];
+  /** The run resolved once (degrees, model, tiles, arena), handed to every rank. */
+  plan: RunPlan;
 }
 
 /**
  * Parses, merges a resumed checkpoint's plain settings, validates, and checks
  * the run directory and the metrics history: reads only, writes nothing.
  */
-async function plan(argv: readonly string[]): Promise<RunPlan | "help" | "version"> {
+async function plan(argv: readonly string[]): Promise<Prepared | "help" | "version"> {
   const parsed = parseArgs(argv);
   if (parsed.help) return "help";
   if (parsed.version) return "version";
@@ -116,7 +119,8 @@ async function plan(argv: readonly string[]): Promise<RunPlan | "help" | "versio
   config = { ...config, memoryArena: arena.memoryArena };
   if (arena.note !== null) notes.push(arena.note);
   // before anything is written or any rank starts: refuse a run that cannot fit in memory
-  checkMemory(config, { env: process.env, skip: config.skipMemoryCheck });
+  const runPlan = planRun(config, { model: model ?? undefined, memoryArena: arena.memoryArena });
+  checkMemory(config, { env: process.env, skip: config.skipMemoryCheck, plan: runPlan });
   const resumeDir = resumeFile === null ? null : path.dirname(resumeFile);
   const outFlag = config.out === null && resumeDir !== null ? "--resume" : "--out";
   const outDir = config.out ?? resumeDir ?? defaultOutDir();
@@ -130,11 +134,11 @@ async function plan(argv: readonly string[]): Promise<RunPlan | "help" | "versio
     if (torn !== null)
       notes.push(`metrics file '${metricsFrom}': line ${torn.line} (${torn.bytes} bytes) is a half-written record from an interrupted run; it is dropped`);
   }
-  return { config, resumeFile, outDir, outFlag, state, model, metricsFrom, notes };
+  return { config, resumeFile, outDir, outFlag, state, model, metricsFrom, notes, plan: runPlan };
 }
 
 /** Creates the run directory and cleans it up for this run (world rank 0 only); the first writes of the run. */
-function prepare(p: RunPlan, log: (line: string) => void): void {
+function prepare(p: Prepared, log: (line: string) => void): void {
   createRunDir(p.outDir, p.outFlag); // when it exists: proves it writable
   const stale = removeStaleTemporaries(p.outDir);
   if (stale.length > 0)
@@ -158,7 +162,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   // pnpm runs scripts in the package directory; paths are meant relative to where the user typed the command
   if (process.env.INIT_CWD) process.chdir(process.env.INIT_CWD);
   const note = (line: string) => process.stderr.write(`${line}\n`);
-  let p: RunPlan;
+  let p: Prepared;
   const writer = (launcherRank() ?? 0) === 0;
   try {
     const planned = await plan(argv);
@@ -180,14 +184,15 @@ export async function main(argv: readonly string[]): Promise<number> {
     return EXIT.badFlags;
   }
   try {
-    const { config, resumeFile } = p;
+    const { config, resumeFile, plan: runPlan } = p;
     const result = await runTraining({
       config,
       outDir: path.resolve(p.outDir),
       resumeFile,
       model: p.model ?? undefined,
       metricsFrom: p.metricsFrom ?? undefined,
-      startPool: () => startPool(config, resumeFile),
+      plan: runPlan,
+      startPool: () => startPool(config, resumeFile, runPlan),
     });
     // a signal that came during the last step changes nothing: the run is complete
     if (!result.interrupted) return EXIT.done;

@@ -7,6 +7,7 @@
  */
 import { init, listBackends } from "@ulysses/collectives";
 import type { TrainConfig } from "./config.js";
+import type { RunPlan } from "./plan.js";
 import { TrainerError } from "./errors.js";
 import { InProcessPool, collectiveTimeoutMs, type RankPool } from "./rank-pool.js";
 import { RankTrainer } from "./rank-trainer.js";
@@ -32,24 +33,24 @@ export function localRanksOnHost(env: NodeJS.ProcessEnv): number {
 }
 
 /** This process as one rank of a world started outside (mpirun, or a user backend). */
-async function processRank(config: TrainConfig, resumeFile: string | null): Promise<RankPool> {
+async function processRank(config: TrainConfig, resumeFile: string | null, plan: RunPlan): Promise<RankPool> {
   if (config.backend === "mpi") await loadMpiBackend();
   const world = await init({ backend: config.backend, timeoutMs: collectiveTimeoutMs(config) });
   // Ranks that mpirun placed on this host share its cores.
   const ranksInProcess = localRanksOnHost(process.env);
-  const trainer = await RankTrainer.create({ world, config, ranksInProcess, resumeFile }).catch((cause: unknown) => {
+  const trainer = await RankTrainer.create({ world, config, plan, ranksInProcess, resumeFile }).catch((cause: unknown) => {
     throw new TrainerError(`rank ${world.rank} failed to start: ${(cause as Error).message}`, { cause });
   });
   return new InProcessPool([trainer], world.size, world.rank);
 }
 
-export async function startPool(config: TrainConfig, resumeFile: string | null): Promise<RankPool> {
+export async function startPool(config: TrainConfig, resumeFile: string | null, plan: RunPlan): Promise<RankPool> {
   switch (config.backend) {
     case "threads":
-      return ThreadsPool.start(config, resumeFile);
+      return ThreadsPool.start(config, resumeFile, plan);
     case "local":
-      return InProcessPool.local(config, resumeFile);
+      return InProcessPool.local(config, resumeFile, plan);
     default:
-      return processRank(config, resumeFile);
+      return processRank(config, resumeFile, plan);
   }
 }

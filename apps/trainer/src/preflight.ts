@@ -51,19 +51,11 @@
 import fs from "node:fs";
 import os from "node:os";
 import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterCount, validateGptConfig } from "@ulysses/model";
-import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, resolveDims, sequenceParallelScheme } from "@ulysses/parallel";
-import {
-  ARENA_HEAP_GROWING_PERCENT,
-  COLLECT_GARBAGE_EVERY_BYTES,
-  gptConfigOf,
-  headGroupsOf,
-  parallelOptionsOf,
-  tileRowsOf,
-  tokensPerRankOf,
-  type TrainConfig,
-} from "./config.js";
+import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
+import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { usesNativeOps } from "./kernels.js";
+import { planRun, type RunPlan } from "./plan.js";
 
 const MiB = 1024 * 1024;
 const F32 = 4;
@@ -145,25 +137,16 @@ function ranksHere(config: TrainConfig): { ranks: number; processes: number; wor
 }
 
 /** The memory account of a training run on this machine: its estimated peak resident memory, broken down. */
-export function estimateMemory(config: TrainConfig): MemoryEstimate {
-  const model = gptConfigOf(config);
+export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(config)): MemoryEstimate {
+  const { model, tiles, tokensPerRank } = plan;
   validateGptConfig(model);
   const { ranks, processes, workers } = ranksHere(config);
   const params = parameterCount(model);
   const block = blockConfigOf(model);
-  const tokensPerRank = tokensPerRankOf(config);
-  const tiles = tileRowsOf(config);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
-  const headGroups = headGroupsOf(config);
-  const perLayer = layerFloatsPerToken(
-    model,
-    config.sp,
-    config.attention,
-    resolveDims(parallelOptionsOf(config), model.kvHeads).ulyssesDegree,
-    tiledMlp,
-    headGroups,
-  );
+  const headGroups = tiles.attentionHeadGroups;
+  const perLayer = layerFloatsPerToken(model, plan.sp, plan.scheme, plan.ulyssesDegree, tiledMlp, headGroups);
   const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
@@ -171,12 +154,12 @@ export function estimateMemory(config: TrainConfig): MemoryEstimate {
   const groupTileFloats = headGroups > 1 ? model.hidden * Math.min(tokensPerRank, headGroupTileRowsOf(model.hidden)) : 0;
   const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
   // Ulysses (unpipelined) and hybrid exchange in chunks: a send and a receive area of at most EXCHANGE_CHUNK_BYTES
-  const chunkedExchange = sequenceParallelScheme(config.attention).memory({
-    sp: config.sp,
+  const chunkedExchange = sequenceParallelScheme(plan.scheme).memory({
+    sp: plan.sp,
     kvHeads: block.kvHeads,
     headDim: block.headDim,
-    degrees: resolveDims(parallelOptionsOf(config), model.kvHeads),
-    headGroups: config.ulyssesHeadGroups,
+    degrees: plan,
+    headGroups: plan.pipelineHeadGroups,
   }).chunked;
   const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
   const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
@@ -349,6 +332,8 @@ export interface MemoryCheckOptions {
   read?: ReadText;
   /** os.freemem() (tests inject one). */
   freemem?: () => number;
+  /** The run's plan (default: planned from the config). */
+  plan?: RunPlan;
 }
 
 /**
@@ -416,7 +401,7 @@ export function checkMemory(config: TrainConfig, options: MemoryCheckOptions = {
   if (options.skip === true) return null;
   let estimate: MemoryEstimate;
   try {
-    estimate = estimateMemory(config);
+    estimate = estimateMemory(config, options.plan);
   } catch (cause) {
     throw new TrainerError(`invalid model size: ${(cause as Error).message}`, { cause });
   }

@@ -6,10 +6,12 @@
  */
 import type { RankContext } from "@ulysses/collectives";
 import type { TrainConfig } from "./config.js";
+import type { RunPlan } from "./plan.js";
 import { RankTrainer, type RankStepReport } from "./rank-trainer.js";
 
 export interface RankEntryArgs {
   config: TrainConfig;
+  plan: RunPlan;
   resumeFile: string | null;
 }
 
@@ -24,10 +26,11 @@ export interface RankApi {
 
 export default async function setup(ctx: RankContext<RankEntryArgs>): Promise<RankApi> {
   process.env.ORT_DISABLE_TELEMETRY = "1";
-  const { config, resumeFile } = ctx.args;
+  const { config, plan, resumeFile } = ctx.args;
   const trainer = await RankTrainer.create({
     world: ctx.group,
     config: { ...config, threads: config.threads ?? ctx.ortThreads },
+    plan,
     ranksInProcess: ctx.worldSize,
     resumeFile,
   });

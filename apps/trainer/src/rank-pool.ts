@@ -9,6 +9,7 @@ import { createLocalGroups } from "@ulysses/collectives";
 import { TrainerError } from "./errors.js";
 import { RankTrainer, type RankSetup, type RankStepReport } from "./rank-trainer.js";
 import type { TrainConfig } from "./config.js";
+import { planRun, type RunPlan } from "./plan.js";
 
 /** The collective timeout and stuck-rank watchdog of this run, in ms (--timeout, in seconds; default 300). */
 export function collectiveTimeoutMs(config: TrainConfig): number {
@@ -50,9 +51,9 @@ export class InProcessPool implements RankPool {
   ) {}
 
   /** All ranks in this thread, connected by the local (reference) backend. */
-  static async local(config: TrainConfig, resumeFile: string | null): Promise<InProcessPool> {
+  static async local(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config)): Promise<InProcessPool> {
     const groups = createLocalGroups(config.sp * config.dp, { timeoutMs: collectiveTimeoutMs(config) });
-    const setups: RankSetup[] = groups.map((world) => ({ world, config, ranksInProcess: groups.length, resumeFile }));
+    const setups: RankSetup[] = groups.map((world) => ({ world, config, plan, ranksInProcess: groups.length, resumeFile }));
     const ranks = await Promise.all(
       setups.map((setup, i) =>
         RankTrainer.create(setup).catch((cause: unknown) => {

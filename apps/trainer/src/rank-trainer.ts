@@ -32,21 +32,20 @@ import {
   checkpointSettings,
   dataDigest,
   gptConfigOf,
-  parallelOptionsOf,
   recallOptionsOf,
   textDataOptions,
-  headGroupsOf,
-  tileRowsOf,
   usesDocuments,
   type TrainConfig,
 } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "./kernels.js";
-import { resolveMemoryArena } from "./preflight.js";
+import { parallelOptionsOfPlan, type RunPlan } from "./plan.js";
 
 export interface RankSetup {
   world: ProcessGroup;
   config: TrainConfig;
+  /** The run as the driver planned it: degrees, model, tiles, arena. */
+  plan: RunPlan;
   /** Ranks sharing this process's cores (for the ORT thread count). */
   ranksInProcess: number;
   /** Checkpoint to resume from, or null. */
@@ -176,15 +175,15 @@ export class RankTrainer {
   ) {}
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
-    const { world, config } = setup;
+    const { world, config, plan } = setup;
     // the tensors are read only when the file describes the model this run builds (it may have changed since the CLI checked it)
     const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile, { check: (info) => checkResumedModel(config, info) });
-    const gptConfig = checkpoint?.config ?? gptConfigOf(config);
+    const gptConfig = checkpoint?.config ?? plan.model;
     // validated before any group is built: one message naming every value that is off
-    const dims = await ParallelDims.create(world, parallelOptionsOf(config), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
+    const dims = await ParallelDims.create(world, parallelOptionsOfPlan(plan), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
     const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
-    const kernels = await createRankKernels(threads, config.kernel, resolveMemoryArena(config).memoryArena);
-    const tiles = tileRowsOf(config);
+    const kernels = await createRankKernels(threads, config.kernel, plan.memoryArena);
+    const { tiles } = plan;
     // the one-device model, parallelised from outside
     const model = new Gpt(gptConfig, {
       ops: kernels.ops,
@@ -192,7 +191,7 @@ export class RankTrainer {
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
       mlpTileRows: tiles.mlp,
-      attentionHeadGroups: headGroupsOf(config),
+      attentionHeadGroups: tiles.attentionHeadGroups,
     });
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,

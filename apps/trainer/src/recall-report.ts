@@ -7,10 +7,11 @@
  * construction (@ulysses/training) and the sequence layout
  * (@ulysses/parallel); nothing here trains.
  */
-import { resolveDims, shardRuns, type SequenceRun } from "@ulysses/parallel";
+import { shardRuns, type SequenceRun } from "@ulysses/parallel";
 import { recallBaselines, recallBatch, recallDistances, recallLayout } from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
-import { DATA_STREAM, parallelOptionsOf, recallOptionsOf, vocabOf, type TrainConfig } from "./config.js";
+import { DATA_STREAM, recallOptionsOf, vocabOf, type TrainConfig } from "./config.js";
+import type { RunPlan } from "./plan.js";
 
 export interface RecallReport {
   /** The header line. */
@@ -34,12 +35,11 @@ function percent(p: number): string {
   return `${(100 * p).toFixed(1)}%`;
 }
 
-/** The recall task's report for a run of `config` (the model's kvHeads decide the hybrid degrees). */
-export function recallReport(config: TrainConfig, kvHeads: number): RecallReport {
+/** The recall task's report for a run of `config`, cut over the ranks as `plan` lays the sequence out. */
+export function recallReport(config: TrainConfig, plan: Pick<RunPlan, "layout" | "ringDegree">): RecallReport {
   const options = recallOptionsOf(config);
   const { factEnd, queryStart, minDistance } = recallLayout(config.seq);
-  const dims = resolveDims(parallelOptionsOf(config), kvHeads);
-  const runs = shardRuns(config.seq, config.sp, dims.layout, dims.ringDegree);
+  const runs = shardRuns(config.seq, config.sp, plan.layout, plan.ringDegree);
   const factRanks = ranksHolding(runs, 0, factEnd);
   const queryRanks = ranksHolding(runs, queryStart, config.seq);
   const apart = config.sp > 1 && !queryRanks.some((r) => factRanks.includes(r));

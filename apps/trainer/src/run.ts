@@ -10,23 +10,12 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { resolveDims, sequenceParallelScheme } from "@ulysses/parallel";
+import { sequenceParallelScheme } from "@ulysses/parallel";
+import { planRun, type RunPlan } from "./plan.js";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { resolveTextFormat } from "@ulysses/training";
-import {
-  COLLECT_GARBAGE_EVERY_BYTES,
-  errnoText,
-  fileProblem,
-  gptConfigOf,
-  headGroupsOf,
-  launcherRank,
-  parallelOptionsOf,
-  textDataOptions,
-  tileRowsOf,
-  usesDocuments,
-  type TrainConfig,
-} from "./config.js";
+import { COLLECT_GARBAGE_EVERY_BYTES, errnoText, fileProblem, launcherRank, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";
@@ -53,6 +42,8 @@ export interface RunOptions {
   stopAfter?: number;
   /** The model's config (default gptConfigOf(config); on resume the checkpoint's, whose maxSeq may exceed --seq). */
   model?: GptConfig;
+  /** The run resolved once (default: planned here from `config` and `model`). */
+  plan?: RunPlan;
   /** On resume, the metrics.jsonl whose rows up to the checkpoint's step the run keeps (default the run directory's own). */
   metricsFrom?: string;
 }
@@ -144,24 +135,25 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
   }
   const leader = pool.isLeader;
   if (leader) fs.mkdirSync(outDir, { recursive: true });
-  const gpt: GptConfig = options.model ?? gptConfigOf(config);
+  const plan = options.plan ?? planRun(config, { model: options.model });
+  const gpt: GptConfig = plan.model;
   const checkpoint = path.join(outDir, CHECKPOINT_FILE);
   try {
     const firstStep = pool.step;
     const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep, options.metricsFrom) : null;
     const flopsPerStep = modelFlopsPerStep(gpt, config.batch * config.dp * config.seq, config.seq);
-    const recall = leader && config.task === "recall" ? recallReport(config, gpt.kvHeads) : null;
+    const recall = leader && config.task === "recall" ? recallReport(config, plan) : null;
     if (leader) {
       log(
         `ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` +
-          `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${schemeText(config, gpt.kvHeads)}`,
+          `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${schemeText(plan)}`,
       );
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s (${ratePath.path}); run directory ${outDir}`);
-      const tiles = tileRowsOf(config);
+      const { tiles } = plan;
       const lean = [
         config.activationCheckpointing ? "activation checkpointing (each block keeps its input only)" : "",
         tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
-        headGroupsOf(config) > 1 ? `attention in ${headGroupsOf(config)} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
+        tiles.attentionHeadGroups > 1 ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
       ].filter((part) => part !== "");
       lean.push(
@@ -243,8 +235,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
 }
 
 /** "ulysses attention", "hybrid attention (Ulysses 2 x ring 2, zigzag layout)": the scheme as the run resolves it. */
-function schemeText(config: TrainConfig, kvHeads: number): string {
-  const dims = resolveDims(parallelOptionsOf(config), kvHeads);
-  if (config.sp === 1) return `${config.attention} attention`;
-  return sequenceParallelScheme(config.attention).describe(dims, dims.layout);
+function schemeText(plan: RunPlan): string {
+  if (plan.sp === 1) return `${plan.scheme} attention`;
+  return sequenceParallelScheme(plan.scheme).describe(plan, plan.layout);
 }

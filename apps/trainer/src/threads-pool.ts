@@ -7,6 +7,7 @@
 import { launch, type LaunchedWorld } from "@ulysses/collectives";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
+import { planRun, type RunPlan } from "./plan.js";
 import type { RankApi, RankEntryArgs } from "./rank-entry.js";
 import { collectiveTimeoutMs, type RankPool } from "./rank-pool.js";
 import type { RankStepReport } from "./rank-trainer.js";
@@ -42,9 +43,9 @@ export class ThreadsPool implements RankPool {
     private readonly timeoutMs: number,
   ) {}
 
-  static async start(config: TrainConfig, resumeFile: string | null): Promise<ThreadsPool> {
+  static async start(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config)): Promise<ThreadsPool> {
     const worldSize = config.sp * config.dp;
-    const args: RankEntryArgs = { config, resumeFile };
+    const args: RankEntryArgs = { config, plan, resumeFile };
     const timeoutMs = collectiveTimeoutMs(config);
     let world: LaunchedWorld<RankApi>;
     try {

@@ -1,0 +1,62 @@
+/**
+ * The run planned once: the flags (a validated TrainConfig) resolved into the
+ * plain values every part of the run reads, the parallel layout's degrees,
+ * the model's config, the tiles and the arena choice, so that nothing
+ * downstream derives them again. The driver makes it after validation and
+ * hands it to every rank (it crosses to worker threads as data); under
+ * mpirun each process makes the same plan from the same flags.
+ */
+import type { GptConfig } from "@ulysses/model";
+import { resolveDims, sequenceParallelScheme, type ParallelDimsOptions, type SequenceLayoutKind } from "@ulysses/parallel";
+import { gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
+
+export interface RunPlan {
+  /** The model the ranks build (a resumed run's comes from its checkpoint). */
+  model: GptConfig;
+  /** The sequence-parallel scheme's registered name. */
+  scheme: string;
+  sp: number;
+  dp: number;
+  /** Ranks of each Ulysses group (u) and groups around the ring (r), u x r = sp. */
+  ulyssesDegree: number;
+  ringDegree: number;
+  layout: SequenceLayoutKind;
+  /** Ulysses' exchanges pipelined over this many head groups (1: off). */
+  pipelineHeadGroups: number;
+  /** Rows per tile of each block's MLP and of the LM head and loss (0: untiled), and the attention's head groups (1: off). */
+  tiles: { mlp: number; loss: number; attentionHeadGroups: number };
+  /** Tokens each rank holds per step (batch x its shard of the sequence). */
+  tokensPerRank: number;
+  /** ONNX Runtime's arenas and glibc's heap kept (true) or freed memory returned to the OS (false). */
+  memoryArena: boolean;
+}
+
+/** The plan of a validated configuration; `model` on resume (default: the one the flags describe), `memoryArena` once decided. */
+export function planRun(config: TrainConfig, options: { model?: GptConfig; memoryArena?: boolean } = {}): RunPlan {
+  const model = options.model ?? gptConfigOf(config);
+  const dims = resolveDims(parallelOptionsOf(config), model.kvHeads ?? model.heads);
+  const tiles = tileRowsOf(config);
+  return {
+    model,
+    scheme: dims.attention,
+    sp: config.sp,
+    dp: config.dp,
+    ulyssesDegree: dims.ulyssesDegree,
+    ringDegree: dims.ringDegree,
+    layout: dims.layout,
+    pipelineHeadGroups: config.ulyssesHeadGroups,
+    tiles: { mlp: tiles.mlp, loss: tiles.loss, attentionHeadGroups: headGroupsOf(config) },
+    tokensPerRank: tokensPerRankOf(config),
+    memoryArena: options.memoryArena ?? config.memoryArena === true,
+  };
+}
+
+/** ParallelDims' options of a plan: every degree explicit, so ParallelDims resolves nothing again. */
+export function parallelOptionsOfPlan(plan: RunPlan): ParallelDimsOptions {
+  const options: ParallelDimsOptions = { sp: plan.sp, dp: plan.dp, attention: plan.scheme, layout: plan.layout };
+  const { settings } = sequenceParallelScheme(plan.scheme);
+  if (settings.includes("ulyssesDegree")) options.ulyssesDegree = plan.ulyssesDegree;
+  if (settings.includes("ringDegree")) options.ringDegree = plan.ringDegree;
+  if (plan.pipelineHeadGroups !== 1) options.headGroups = plan.pipelineHeadGroups;
+  return options;
+}
