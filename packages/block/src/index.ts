@@ -20,11 +20,5 @@ export { registerNorm, normComponent, normNames, type NormComponent, type NormTe
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
 export { addWith, blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
 export { headGroupTileRowsOf } from "./head-groups.js";
-export {
-  TransformerBlock,
-  BlockContext,
-  type TransformerBlockOptions,
-  type BlockForwardOptions,
-  type BlockBackwardOptions,
-  type BlockGradients,
-} from "./transformer-block.js";
+export { TransformerBlock, type TransformerBlockOptions, type BlockForwardOptions, type BlockBackwardOptions } from "./transformer-block.js";
+export { BlockContext, type BlockGradients } from "./block-activations.js";

@@ -18,7 +18,8 @@ import { learningRateAt } from "./lr-schedule.js";
 import { replicatedScheme } from "./testing-fixtures/replicated-scheme.js";
 import { maxRelative } from "./testing-fixtures/compare.js";
 import { toyRmsNorm } from "./testing-fixtures/toy-rms-norm.js";
-import { Trainer, type TrainModel } from "./train-step.js";
+import type { TrainModel } from "./loss.js";
+import { Trainer } from "./train-step.js";
 
 const task = { seq: 18, keys: 3, values: 4, vocab: 32 };
 const base: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "swiglu", mlpRatio: 2, maxSeq: 64, tiedHead: false };

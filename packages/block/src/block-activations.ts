@@ -1,0 +1,173 @@
+/**
+ * What a TransformerBlock's forward keeps for its backward: the call's
+ * inputs, the activations the recorder saved (each taken out as backward
+ * reads it), the context handed to the caller, and the gradients passed
+ * between backward stages.
+ */
+import type { AttentionDocuments, RopePositions } from "@ulysses/kernels";
+import type { Tensor } from "@ulysses/tensors";
+import type { BlockAttention, BlockAttentionContext } from "./block-attention.js";
+import type { LinearName, NormName } from "./block-forward.js";
+import type { BlockWeights } from "./block-weights.js";
+import { BlockError } from "./errors.js";
+import type { NormTensors } from "./norms.js";
+import type { BlockForwardOptions } from "./block-options.js";
+import type { TransformerBlock } from "./transformer-block.js";
+
+type F32 = Tensor<"float32">;
+
+/** What a forward was called with, kept for backward (and the recompute under checkpointing). */
+export interface Inputs {
+  positions: RopePositions;
+  documents: AttentionDocuments | undefined;
+}
+
+export type NormSaved = NormTensors;
+export interface NormRecord {
+  /** The norm's input. */
+  x: F32;
+  saved: NormSaved;
+}
+export type MlpSavedName = "geluInput" | "gate" | "up";
+
+/** Gets and deletes: the map no longer references the value. */
+export function take<K, V>(map: Map<K, V>, key: K): V {
+  const value = map.get(key);
+  if (value === undefined) throw new BlockError(`TransformerBlock.backward: '${String(key)}' was not saved, or was read already`);
+  map.delete(key);
+  return value;
+}
+
+/**
+ * Everything the backward pass reads, as the recorder saw it (a forward, a
+ * checkpoint recompute, or one MLP tile's recompute). Backward takes each
+ * entry out as it reads it.
+ */
+export class Activations {
+  readonly norms = new Map<NormName, NormRecord>();
+  /** The input of each linear layer. */
+  readonly inputs = new Map<LinearName, F32>();
+  /** GELU: its input; SwiGLU: gate and up. */
+  readonly mlp = new Map<MlpSavedName, F32>();
+  attention: BlockAttentionContext | null = null;
+  /** attention output [b, s, H, D] (handed back with the attention's context) */
+  attentionOut: F32 | null = null;
+  /** Tiled MLP: its input x2 [rows, hidden] (norm2's input), all the MLP keeps. */
+  mlpInput: F32 | null = null;
+  /** Set by backward and release(): the entries are consumed, or being consumed. */
+  spent = false;
+
+  takeNorm(name: NormName): NormRecord {
+    return take(this.norms, name);
+  }
+
+  takeInput(name: LinearName): F32 {
+    return take(this.inputs, name);
+  }
+
+  takeMlp(name: MlpSavedName): F32 {
+    return take(this.mlp, name);
+  }
+
+  takeMlpInput(): F32 {
+    const x2 = this.mlpInput;
+    if (x2 === null) throw new BlockError("TransformerBlock.backward: the tiled MLP's input was not saved, or was read already");
+    this.mlpInput = null;
+    return x2;
+  }
+
+  savedAttention(): BlockAttentionContext {
+    if (this.attention === null) throw new BlockError("TransformerBlock.backward: the attention's context was not saved, or was released already");
+    return this.attention;
+  }
+
+  /** Gives the attention's context and output (and `tensors`, which it returned) back to it, and drops them. */
+  releaseAttention(attention: BlockAttention, ...tensors: F32[]): void {
+    if (this.attention !== null) attention.release(this.attention, this.attentionOut!, ...tensors);
+    this.attention = null;
+    this.attentionOut = null;
+  }
+
+  clear(): void {
+    this.norms.clear();
+    this.inputs.clear();
+    this.mlp.clear();
+    this.attention = null;
+    this.attentionOut = null;
+    this.mlpInput = null;
+  }
+}
+
+/** What forward keeps for backward. */
+export class BlockContext {
+  constructor(
+    readonly owner: TransformerBlock,
+    /** Input [b, s, hidden]. */
+    readonly input: F32,
+    readonly inputs: Inputs,
+    /** Null under activation checkpointing. */
+    readonly activations: Activations | null,
+  ) {}
+
+  /** Bytes of the tensors this context keeps alive (the input included). */
+  get savedBytes(): number {
+    const a = this.activations;
+    if (a === null) return this.input.byteLength;
+    const tensors: F32[] = [this.input, ...a.inputs.values(), ...a.mlp.values()];
+    for (const { x, saved } of a.norms.values()) tensors.push(x, ...Object.values(saved));
+    if (a.mlpInput !== null) tensors.push(a.mlpInput);
+    // each buffer once: reshaped views share their data (h1 feeds q, k and v; norm1's input is the block input)
+    const buffers = new Set(tensors.map((t) => t.data));
+    return [...buffers].reduce((n, d) => n + d.byteLength, 0) + (a.attention?.savedBytes ?? 0);
+  }
+}
+
+export interface BlockGradients {
+  /** [b, s, hidden] */
+  dx: F32;
+  /** Weight gradients by name (views into `flat`). */
+  grads: BlockWeights;
+  /** Every weight gradient back to back, in `blockWeightSpecs` order. */
+  flat: Float32Array;
+}
+
+/** The MLP's gradients between two backward stages; the stage that reads one takes it out. */
+export interface MlpGradients {
+  dGate?: F32 | undefined;
+  dUp?: F32 | undefined;
+}
+
+export function takeGradient(d: MlpGradients, key: keyof MlpGradients): F32 {
+  const t = d[key];
+  if (t === undefined) throw new BlockError(`TransformerBlock.backward: no ${key}`);
+  d[key] = undefined;
+  return t;
+}
+
+/** The [b, s] layout of the input and the call's inputs: what the attention half needs. */
+export interface Geometry {
+  batch: number;
+  seq: number;
+  call: Inputs;
+}
+
+/** Checks the forward options against x [b, s, hidden]. */
+export function blockInputs(x: F32, options: BlockForwardOptions): Inputs {
+  const positions = options.positions ?? 0;
+  const tokens = x.shape[0]! * x.shape[1]!;
+  if (typeof positions === "number") {
+    if (!Number.isInteger(positions) || positions < 0)
+      throw new BlockError(`TransformerBlock.forward: positions must be an integer >= 0 or an Int32Array, got ${positions}`);
+  } else if (!(positions instanceof Int32Array) || positions.length !== tokens) {
+    throw new BlockError(
+      `TransformerBlock.forward: per-token positions must be an Int32Array of b * s = ${tokens} entries, got ${positions?.length ?? typeof positions}`,
+    );
+  }
+  const ids = options.documents;
+  if (ids === undefined) return { positions, documents: undefined };
+  if (!(ids instanceof Int32Array) || ids.length !== tokens) {
+    throw new BlockError(`TransformerBlock.forward: documents must be an Int32Array of b * s = ${tokens} document ids, got ${ids?.length ?? typeof ids}`);
+  }
+  // queries and keys are the same tokens on one device
+  return { positions, documents: { query: ids, key: ids } };
+}
