@@ -61,140 +61,22 @@
  */
 import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
-import { ReferenceAttention, type AttentionGradients, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
+import { ReferenceAttention, type AttentionGradients, type LocalAttention } from "@ulysses/kernels";
 import { narrow, type Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
 import { checkHeads } from "./head-routing.js";
-import { isContiguous, sequenceShards, takeRuns, type SequenceShards } from "./sequence-shards.js";
-import {
-  checkSequenceDocuments,
-  documentRuns,
-  shardDims,
-  type ShardedAttention,
-  type ShardedAttentionForward,
-  type ShardedAttentionOptions,
-} from "./sharded-attention.js";
+import { sequenceShards } from "./sequence-shards.js";
+import { shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
+import { addInto, addRows, mergeInto } from "./ring-math.js";
+import { carries, ringHolds, RingPlan } from "./ring-plan.js";
+
+export { ringBackwardBytes, ringForwardBytes, ringHolds, ringSends, type BlockCall } from "./ring-plan.js";
 
 type F32 = Tensor<"float32">;
 
 /** Point-to-point tags: k, v and the dk, dv accumulators, all to r + 1. */
 const TAGS = { k: 7101, v: 7102, dk: 7103, dv: 7104 } as const;
-
-/** Whether `rank` holds a block at ring step `step` (the block of rank (rank − step) mod size); skipsFuture (contiguous causal): blocks j <= rank only. */
-export function ringHolds(rank: number, size: number, step: number, skipsFuture: boolean): boolean {
-  return step >= 0 && step < size && (!skipsFuture || step <= rank);
-}
-
-/** The blocks `rank` sends forward (k, v) and, in backward, the accumulators it sends (dk, dv). */
-export function ringSends(rank: number, size: number, skipsFuture: boolean): { kv: number[]; accumulators: number[] } {
-  const kv: number[] = [];
-  const accumulators: number[] = [];
-  for (let t = 0; ringHolds(rank, size, t, skipsFuture); t++) {
-    const block = (rank - t + size) % size;
-    if (ringHolds((rank + 1) % size, size, t + 1, skipsFuture)) kv.push(block);
-  }
-  for (let t = 1; t < size; t++) {
-    const block = (rank - t + size) % size;
-    if (carries(block, size, skipsFuture)) accumulators.push(block);
-  }
-  return { kv, accumulators };
-}
-
-/** Bytes `rank` sends in one forward; tokenBytes = 2·b·Hkv·D·4 (one token's k and v over the batch). */
-export function ringForwardBytes(sizes: readonly number[], rank: number, skipsFuture: boolean, tokenBytes: number): number {
-  return ringSends(rank, sizes.length, skipsFuture).kv.reduce((n, j) => n + sizes[j]! * tokenBytes, 0);
-}
-
-/** Bytes `rank` sends in one backward (k, v around the ring again, then dk, dv accumulators). */
-export function ringBackwardBytes(sizes: readonly number[], rank: number, skipsFuture: boolean, tokenBytes: number): number {
-  const { accumulators } = ringSends(rank, sizes.length, skipsFuture);
-  return ringForwardBytes(sizes, rank, skipsFuture, tokenBytes) + accumulators.reduce((n, j) => n + sizes[j]! * tokenBytes, 0);
-}
-
-/** One local kernel call on a block: queries [qStart, qStart + qLength) of this rank against the block's first kLength keys. */
-export interface BlockCall {
-  qStart: number;
-  qLength: number;
-  kLength: number;
-  options: AttentionOptions;
-}
-
-/** Which blocks this rank computes on, with which calls (kept for backward). */
-class RingPlan {
-  private readonly calls = new Map<number, BlockCall[]>();
-  /** Contiguous causal: blocks in a rank's future never travel to it. */
-  readonly skipsFuture: boolean;
-
-  constructor(
-    readonly shards: SequenceShards,
-    readonly rank: number,
-    readonly batch: number,
-    readonly causal: boolean,
-    readonly scale: number | undefined,
-    private readonly documents: Int32Array | undefined,
-    private readonly who: string,
-  ) {
-    this.skipsFuture = causal && isContiguous(shards);
-    // checks the ids before any communication
-    checkSequenceDocuments(documents, batch, shards.length, who);
-  }
-
-  /** The calls for block j (none when no query of this rank sees any of its keys). */
-  blockCalls(block: number): BlockCall[] {
-    let calls = this.calls.get(block);
-    if (calls === undefined) {
-      calls = this.plan(block);
-      this.calls.set(block, calls);
-    }
-    return calls;
-  }
-
-  private plan(block: number): BlockCall[] {
-    const { shards, rank } = this;
-    const size = shards.sizes[rank]!;
-    const keys = shards.sizes[block]!;
-    const spans: { qStart: number; qLength: number; kLength: number; causal: boolean }[] = [];
-    if (block === rank || !this.causal) {
-      spans.push({ qStart: 0, qLength: size, kLength: keys, causal: this.causal });
-    } else {
-      // each query run sees the key runs before it (a prefix of the block); neighbouring runs with the same prefix share a call
-      let qStart = 0;
-      for (const run of shards.runs[rank]!) {
-        let kLength = 0;
-        for (const key of shards.runs[block]!) if (key.start < run.start) kLength += key.length;
-        const last = spans[spans.length - 1];
-        if (last !== undefined && last.kLength === kLength && last.qStart + last.qLength === qStart) last.qLength += run.length;
-        else spans.push({ qStart, qLength: run.length, kLength, causal: false });
-        qStart += run.length;
-      }
-    }
-    const calls: BlockCall[] = [];
-    for (const span of spans) {
-      if (span.kLength === 0) continue;
-      const options: AttentionOptions = { causal: span.causal };
-      if (this.scale !== undefined) options.scale = this.scale;
-      if (this.documents !== undefined) {
-        const query = documentRuns(this.documents, this.batch, shards.length, takeRuns(shards.runs[rank]!, span.qStart, span.qLength), this.who)!;
-        const key = documentRuns(this.documents, this.batch, shards.length, takeRuns(shards.runs[block]!, 0, span.kLength), this.who)!;
-        if (!documentsOverlap(query, key, this.batch)) continue;
-        options.documents = { query, key };
-      }
-      calls.push({ qStart: span.qStart, qLength: span.qLength, kLength: span.kLength, options });
-    }
-    return calls;
-  }
-}
-
-/** Whether any row's query ids [b * sq] and key ids [b * sk] (non-decreasing per row) share a document range. */
-function documentsOverlap(query: Int32Array, key: Int32Array, batch: number): boolean {
-  const sq = query.length / batch;
-  const sk = key.length / batch;
-  for (let row = 0; row < batch; row++) {
-    if (query[row * sq]! <= key[row * sk + sk - 1]! && key[row * sk]! <= query[row * sq + sq - 1]!) return true;
-  }
-  return false;
-}
 
 /** What ring forward keeps: this rank's q, k, v, the merged out [b, s_r, H, D] and log-sum-exp [b, H, s_r]. */
 export type RingContext = SavedLocalAttention<RingPlan>;
@@ -444,69 +326,5 @@ export class RingAttention implements ShardedAttention<RingContext> {
     const all = Promise.all(posted);
     all.catch(() => {});
     return all;
-  }
-}
-
-/** Whether block j's dk, dv accumulator travels (contiguous causal: block P − 1 has no user but its owner). */
-function carries(block: number, size: number, skipsFuture: boolean): boolean {
-  return !skipsFuture || block !== size - 1;
-}
-
-/** sum [b, S, ...] rows [start, start + L) += part [b, L, ...]; returns sum. */
-function addRows(sum: F32, part: F32, start: number): F32 {
-  const [b, rows] = sum.shape as unknown as [number, number];
-  const l = part.shape[1]!;
-  const inner = sum.data.length / (b * rows);
-  const a = sum.data;
-  const x = part.data;
-  for (let row = 0; row < b; row++) {
-    const to = (row * rows + start) * inner;
-    const from = row * l * inner;
-    for (let i = 0; i < l * inner; i++) a[to + i]! += x[from + i]!;
-  }
-  return sum;
-}
-
-/** sum += part (same shapes); returns sum. */
-function addInto(sum: F32, part: F32): F32 {
-  const a = sum.data;
-  const x = part.data;
-  for (let i = 0; i < a.length; i++) a[i]! += x[i]!;
-  return sum;
-}
-
-/**
- * Merges one call's partial attention into the running one, in place:
- * out [b, s, H, D], lse [b, H, s] (float64 while merging) with part
- * [b, L, H, D], partLse [b, H, L] for queries [start, start + L).
- */
-function mergeInto(out: F32, lse: Float64Array, part: F32, partLse: F32, start: number): void {
-  const [b, s, heads, d] = out.shape as unknown as [number, number, number, number];
-  const l = part.shape[1]!;
-  const o = out.data;
-  const p = part.data;
-  for (let row = 0; row < b; row++) {
-    for (let h = 0; h < heads; h++) {
-      for (let i = 0; i < l; i++) {
-        const at = (row * heads + h) * s + start + i;
-        const lj = partLse.data[(row * heads + h) * l + i]!;
-        if (lj === -Infinity) continue;
-        const l0 = lse[at]!;
-        // out [row, start + i, h, :] and part [row, i, h, :]
-        const base = ((row * s + start + i) * heads + h) * d;
-        const from = ((row * l + i) * heads + h) * d;
-        if (l0 === -Infinity) {
-          o.set(p.subarray(from, from + d), base);
-          lse[at] = lj;
-          continue;
-        }
-        const m = Math.max(l0, lj);
-        const merged = m + Math.log(Math.exp(l0 - m) + Math.exp(lj - m));
-        const a = Math.exp(l0 - merged);
-        const c = Math.exp(lj - merged);
-        for (let e = 0; e < d; e++) o[base + e] = a * o[base + e]! + c * p[from + e]!;
-        lse[at] = merged;
-      }
-    }
   }
 }
