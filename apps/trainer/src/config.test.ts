@@ -3,7 +3,9 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
-import { checkpointSettings, DEFAULTS, gptConfigOf, headGroupsOf, tileRowsOf, validateConfig, type TrainConfig } from "./config.js";
+import { checkpointSettings, DEFAULTS, gptConfigOf, tileRowsOf, type TrainConfig } from "./config.js";
+import { headGroupsOf } from "./plan.js";
+import { validateConfig } from "./validate.js";
 
 function parse(argv: string[]): TrainConfig {
   const result = parseArgs(argv);

@@ -5,4 +5,5 @@
  * peak of every row), with the configuration type and defaults it takes.
  */
 export { estimateMemory, type MemoryEstimate, type MemoryTerm } from "./preflight.js";
-export { AUTO_MLP_TILE_BYTES, AUTO_TILE_BYTES, DEFAULTS, headGroupsOf, tileRowsOf, type TileSetting, type TrainConfig } from "./config.js";
+export { AUTO_MLP_TILE_BYTES, AUTO_TILE_BYTES, DEFAULTS, tileRowsOf, type TileSetting, type TrainConfig } from "./config.js";
+export { headGroupsOf } from "./plan.js";

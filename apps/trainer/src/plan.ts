@@ -7,8 +7,8 @@
  * mpirun each process makes the same plan from the same flags.
  */
 import type { GptConfig } from "@ulysses/model";
-import { resolveDims, sequenceParallelScheme, type ParallelDimsOptions, type SequenceLayoutKind } from "@ulysses/parallel";
-import { gptConfigOf, headGroupsOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
+import { findSequenceParallelScheme, resolveDims, sequenceParallelScheme, type ParallelDimsOptions, type SequenceLayoutKind } from "@ulysses/parallel";
+import { gptConfigOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 
 export interface RunPlan {
   /** The model the ranks build (a resumed run's comes from its checkpoint). */
@@ -52,6 +52,26 @@ export function planRun(config: TrainConfig, options: { model?: GptConfig; memor
 }
 
 /** ParallelDims' options of a plan: every degree explicit, so ParallelDims resolves nothing again. */
+/** Ranks that split a head group's heads: the Ulysses degree (plain or hybrid), 1 for ring and all-gather-KV (every rank runs every head). */
+export function headSplit(config: TrainConfig): number {
+  const scheme = findSequenceParallelScheme(config.attention);
+  return scheme === undefined ? 1 : scheme.headRanks(resolveDims(parallelOptionsOf(config), config.kvHeads));
+}
+
+/**
+ * Head groups of every block's attention half (1: all heads at once). A
+ * number is taken as given; auto is the most groups the layout allows: the
+ * largest G that divides --heads and --kv-heads and leaves each rank of a
+ * Ulysses group a query head (8 heads: 8 groups at SP 1, 4 at SP 2).
+ */
+export function headGroupsOf(config: TrainConfig): number {
+  if (config.tileAttention !== "auto") return config.tileAttention;
+  const { heads, kvHeads } = config;
+  const split = headSplit(config);
+  for (let groups = kvHeads; groups > 1; groups--) if (heads % groups === 0 && kvHeads % groups === 0 && heads / groups >= split) return groups;
+  return 1;
+}
+
 export function parallelOptionsOfPlan(plan: RunPlan): ParallelDimsOptions {
   const options: ParallelDimsOptions = { sp: plan.sp, dp: plan.dp, attention: plan.scheme, layout: plan.layout };
   const { settings } = sequenceParallelScheme(plan.scheme);

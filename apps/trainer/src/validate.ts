@@ -1,0 +1,183 @@
+/**
+ * Validation of a run configuration: every flag's value against its own
+ * rules, the parallel layout's rules (in flag names, from the scheme
+ * registry), the task's and the model package's own bounds, and the
+ * launcher's world, before any rank starts. One message lists every problem.
+ */
+import fs from "node:fs";
+import os from "node:os";
+import { validateGptConfig } from "@ulysses/model";
+import { parallelDimsProblems } from "@ulysses/parallel";
+import { BYTE_VOCAB, validateRecallTask } from "@ulysses/training";
+import {
+  BACKENDS,
+  fileProblem,
+  MAX_THREADS_PER_CORE,
+  MAX_TIMEOUT_S,
+  MAX_WEIGHT_DECAY,
+  MIN_TIMEOUT_S,
+  isModulePath,
+  kebab,
+  launcherWorldSize,
+  parallelOptionsOf,
+  recallOptionsOf,
+  vocabOf,
+  type TrainConfig,
+} from "./config.js";
+import { documentFlagProblems, textDataProblems } from "./data-config.js";
+import { TrainerError } from "./errors.js";
+import { headSplit } from "./plan.js";
+
+/**
+ * Checks a configuration before any rank starts; throws a TrainerError
+ * listing every problem with the offending values.
+ */
+export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = process.env): void {
+  const problems: string[] = [];
+  const positive = (key: keyof TrainConfig) => {
+    const value = config[key];
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
+      problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
+  };
+  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "keys", "values", "ulyssesHeadGroups"] as const)
+    positive(key);
+  if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
+    problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
+  for (const key of ["tileMlp", "tileLoss"] as const) {
+    const value = config[key];
+    if (value !== "auto" && (!Number.isSafeInteger(value) || value < 0))
+      problems.push(`--${kebab(key)} must be 0 (off), auto or a positive number of rows per tile, got ${String(value)}`);
+  }
+  if (config.tileAttention !== "auto" && (!Number.isSafeInteger(config.tileAttention) || config.tileAttention < 1))
+    problems.push(`--tile-attention must be 1 (off), auto or a positive number of head groups, got ${String(config.tileAttention)}`);
+  if (!Number.isSafeInteger(config.warmup) || config.warmup < 0) problems.push(`--warmup must be a non-negative integer, got ${config.warmup}`);
+  if (!Number.isSafeInteger(config.seed) || config.seed < 0) problems.push(`--seed must be an integer in [0, 2^53 - 1], got ${config.seed}`);
+  for (const key of ["lr", "minLr", "weightDecay", "gradClip", "mlpRatio"] as const) {
+    if (!(typeof config[key] === "number" && Number.isFinite(config[key]) && config[key] >= 0))
+      problems.push(`--${kebab(key)} must be a non-negative number, got ${String(config[key])}`);
+  }
+  if (!(config.lr > 0)) problems.push(`--lr must be positive, got ${config.lr}`);
+  if (!(config.mlpRatio > 0)) problems.push(`--mlp-ratio must be positive, got ${config.mlpRatio}`);
+  if (config.minLr > config.lr) problems.push(`--min-lr ${config.minLr} is above --lr ${config.lr}: the cosine decay ends at --min-lr, at most --lr`);
+  if (config.weightDecay > MAX_WEIGHT_DECAY)
+    problems.push(
+      `--weight-decay ${config.weightDecay} is above ${MAX_WEIGHT_DECAY}: AdamW's decoupled decay scales each matrix by 1 - lr x decay a step, so a larger value is no longer a decay`,
+    );
+  const maxThreads = MAX_THREADS_PER_CORE * os.availableParallelism();
+  if (config.threads !== null && (!Number.isSafeInteger(config.threads) || config.threads < 1 || config.threads > maxThreads))
+    problems.push(
+      `--threads must be an integer from 1 to ${maxThreads} (${MAX_THREADS_PER_CORE} x this machine's ${os.availableParallelism()} cores), got ${config.threads}`,
+    );
+  if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
+  if (!["gelu", "swiglu"].includes(config.mlp)) problems.push(`--mlp must be gelu or swiglu, got '${config.mlp}'`);
+  if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);
+  if (!(BACKENDS as readonly string[]).includes(config.backend) && !isModulePath(config.backend)) {
+    problems.push(`unknown backend '${config.backend}': use ${BACKENDS.join(", ")} or a module path (./my-backend.js)`);
+  } else if (isModulePath(config.backend)) {
+    // only looked at here: the module is imported once every check has passed
+    const problem = fileProblem(config.backend);
+    if (problem !== null)
+      problems.push(`--backend '${config.backend}': ${problem} (a backend module path names a .js or .mjs file that registers a collectives backend)`);
+  }
+  if (config.task === "text" && config.vocab !== null) {
+    problems.push(`--vocab ${String(config.vocab)} is for the recall task; --task text is byte-level (vocab ${BYTE_VOCAB}): drop --vocab`);
+  }
+  if (config.task === "recall" && config.data !== null) {
+    problems.push(`--data '${config.data}' is for --task text; the recall task reads no data file (drop --data or --task recall)`);
+  }
+  problems.push(...documentFlagProblems(config));
+  if (problems.length === 0) {
+    const { sp, dp, seq, hidden, heads, kvHeads } = config;
+    if (hidden % heads !== 0) problems.push(`--hidden ${hidden} is not divisible by --heads ${heads}`);
+    else if ((hidden / heads) % 2 !== 0) problems.push(`head dimension hidden/heads = ${hidden}/${heads} = ${hidden / heads} must be even (rotary embeddings)`);
+    if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
+    // the layout's own checks (heads per rank, hybrid degrees, layout, tokens per rank), in flag names
+    if (!["auto", "contiguous", "zigzag"].includes(config.sequenceLayout))
+      problems.push(`--sequence-layout must be auto, contiguous or zigzag, got '${config.sequenceLayout}'`);
+    else
+      problems.push(
+        ...parallelDimsProblems(
+          parallelOptionsOf(config),
+          { worldSize: sp * dp, heads, kvHeads, seqLength: seq },
+          {
+            sp: "--sp",
+            dp: "--dp",
+            heads: "--heads",
+            seqLength: "--seq",
+            attention: "--attention",
+            ulyssesDegree: "--ulysses-degree",
+            ringDegree: "--ring-degree",
+            layout: "--sequence-layout",
+            headGroups: "--ulysses-head-groups",
+          },
+        ),
+      );
+    problems.push(...tileAttentionProblems(config));
+    const mlpWidth = hidden * config.mlpRatio;
+    if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
+    if (config.task === "recall") {
+      try {
+        validateRecallTask(recallOptionsOf(config));
+      } catch (error) {
+        // the task's message in flag names
+        problems.push((error as Error).message.replace(/^recall task: (seq|keys|values|vocab) /, "--$1 "));
+      }
+    } else if (config.data === null) {
+      problems.push("--task text needs --data <file>");
+    } else {
+      problems.push(...textDataProblems(config));
+    }
+    if (problems.length === 0) {
+      // the model package's own bounds (sizes it refuses to build)
+      try {
+        validateGptConfig({
+          vocab: vocabOf(config),
+          hidden,
+          heads,
+          kvHeads,
+          layers: config.layers,
+          mlp: config.mlp,
+          mlpRatio: config.mlpRatio,
+          maxSeq: seq,
+          tiedHead: config.tiedHead,
+        });
+      } catch (error) {
+        problems.push((error as Error).message);
+      }
+    }
+    const world = launcherWorldSize(env);
+    if (config.backend === "mpi" && world === null) {
+      problems.push(
+        `--backend mpi runs one process per rank, started by mpirun, and this process was not (no OMPI_COMM_WORLD_SIZE or PMI_SIZE in its environment): run it under mpirun -np ${sp * dp} --bind-to none ulysses-train --backend mpi --out DIR ... (-np = --sp ${sp} x --dp ${dp}), or use --backend threads`,
+      );
+    } else if (config.backend === "mpi" && world !== sp * dp) {
+      problems.push(`--sp ${sp} x --dp ${dp} = ${sp * dp} ranks, but mpirun started ${world}`);
+    }
+  }
+  if (config.resume !== null && !fs.existsSync(config.resume)) problems.push(`--resume '${config.resume}' does not exist`);
+  if (typeof config.overwrite !== "boolean") problems.push(`--overwrite is a switch, got ${String(config.overwrite)}`);
+  if (!(typeof config.timeout === "number" && config.timeout >= MIN_TIMEOUT_S && config.timeout <= MAX_TIMEOUT_S))
+    problems.push(
+      `--timeout must be a number of seconds from ${MIN_TIMEOUT_S} to ${MAX_TIMEOUT_S} (about 24 days, the longest timer Node keeps), got ${config.timeout}`,
+    );
+  if (config.out !== null && config.out.trim() === "") problems.push("--out needs a directory name, got ''");
+  if (typeof config.memoryArena !== "boolean" && config.memoryArena !== "auto")
+    problems.push(`--memory-arena is on, off (--no-memory-arena) or auto, got ${String(config.memoryArena)}`);
+  if (typeof config.skipMemoryCheck !== "boolean") problems.push(`--skip-memory-check is a switch, got ${String(config.skipMemoryCheck)}`);
+  if (problems.length > 0) throw new TrainerError(`invalid configuration:\n  - ${problems.join("\n  - ")}`);
+}
+
+/** --tile-attention G: G divides the heads and the kv heads, and leaves a Ulysses group a query head per rank. */
+function tileAttentionProblems(config: TrainConfig): string[] {
+  const groups = config.tileAttention;
+  if (groups === 1 || groups === "auto") return [];
+  const { heads, kvHeads } = config;
+  if (heads % groups !== 0 || kvHeads % groups !== 0)
+    return [`--tile-attention ${groups} must divide --heads ${heads} and --kv-heads ${kvHeads} (each group of heads keeps its kv heads)`];
+  const split = headSplit(config);
+  if (heads / groups < split)
+    return [
+      `--tile-attention ${groups} leaves ${heads / groups} heads per group, fewer than the ${split} ranks of a Ulysses group (each needs a query head): use at most ${Math.floor(heads / split)} groups`,
+    ];
+  return [];
+}
