@@ -53,8 +53,7 @@ export function usesNativeOps(kernel: TrainConfig["kernel"]): boolean {
 /**
  * Where the trainer measures the MatMul rate, its MFU's denominator: ONNX Runtime's MatMul kernel on the addon's path (a
  * NativeSessionCache, outputs reused) whenever the addon loads, whatever kernels the run itself uses; else onnxruntime-node, whose
- * per-run output allocation and copy count in the rate (18-28% lower on the 2-core AMD EPYC VM of docs/results/memory, 2026-12-04), so the MFU
- * reads high. `path` says which, for the run header.
+ * per-run output allocation and copy count in the rate (measured lower: docs/results/memory/calibration.md), so the MFU reads high. `path` says which, for the run header.
  */
 export function matmulRateCache(): { cache: MatmulRateOptions["cache"]; path: string } {
   const status = fusedAttentionStatus();

@@ -4,6 +4,6 @@
  * peak resident memory (`pnpm bench:memory` prints it next to the measured
  * peak of every row), with the configuration type and defaults it takes.
  */
-export { estimateMemory, type MemoryEstimate, type MemoryTerm } from "./preflight.js";
+export { estimateMemory, type MemoryEstimate, type MemoryTerm } from "./memory-account.js";
 export { AUTO_MLP_TILE_BYTES, AUTO_TILE_BYTES, DEFAULTS, tileRowsOf, type TileSetting, type TrainConfig } from "./config.js";
 export { headGroupsOf } from "./plan.js";

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { DEFAULTS, type TrainConfig } from "./config.js";
-import { availableMemory, cgroupMemoryLimit, checkMemory, estimateMemory, memAvailable, parseBytes, parseCgroupLimit, type ReadText } from "./preflight.js";
+import { estimateMemory } from "./memory-account.js";
+import { availableMemory, cgroupMemoryLimit, checkMemory, memAvailable, parseBytes, parseCgroupLimit, type ReadText } from "./preflight.js";
 
 // the MLP and loss untiled: auto tiles (the defaults) stop their buffers growing with the sequence past 4 MiB per rank
 const MODEL: TrainConfig = { ...DEFAULTS, layers: 2, hidden: 256, heads: 8, kvHeads: 8, batch: 1, sp: 2, tileMlp: 0, tileLoss: 0 };

@@ -1,0 +1,205 @@
+/**
+ * The trainer's memory account: the estimated peak resident memory of a run
+ * on this machine, term by term, which the preflight (preflight.ts) holds
+ * against the memory available and `pnpm bench:memory` prints next to the
+ * measured peak of every row (docs/results/memory).
+ *
+ * The account counts, for every rank on this machine (all of them for the
+ * threads and local backends, each its own process under mpirun on one
+ * host), what is alive at the peak, the backward of the last block:
+ *
+ * - a measured baseline: the process (Node, the loader, ONNX Runtime and its
+ *   first sessions) and, on the threads backend, each rank's worker thread;
+ * - weights, the flat gradient and one layer's, AdamW moments m and v (1/ranks
+ *   of them per rank under --zero1, plus the full pair gathered for a
+ *   checkpoint);
+ * - saved activations, per token and layer (TransformerBlock's savedBytes):
+ *   the block input, norm1's output and statistics, the attention's q, k, v,
+ *   out and log-sum-exp in the local kernel's layout (and the output in the
+ *   rank's own layout when an exchange moved it), x2, and, unless the MLP is
+ *   tiled, norm2's output and statistics and the MLP's up (and gate) and
+ *   activation. Activation checkpointing keeps only each block's input, and
+ *   the block in backward holds its recomputed attention half; attention in
+ *   head groups (--tile-attention) keeps nothing of the attention half, and
+ *   its backward holds norm1's output, dx2, dh1 and one group's tensors;
+ * - the backward working set, the larger of its two phases, which never
+ *   overlap: the loss and the final norm's backward (one loss tile's logits,
+ *   softmax and dLogits and the head weight gradient [hidden, vocab] each
+ *   tile makes, two of them, the previous one freed but not yet collected;
+ *   or, untiled, logits, softmax and dLogits [tokens, vocab]; and the final
+ *   norm's input, output and gradient), then one block's backward (the
+ *   gradients alive together, the MLP's unless tiled, then the attention's,
+ *   and the largest ONNX Runtime op's temporaries; a tiled MLP's one tile:
+ *   its recomputed up, activation and their gradients);
+ * - the exchange scratch (send and receive areas, the gathered gradients)
+ *   when sequence parallelism moves tensors: at most EXCHANGE_CHUNK_BYTES
+ *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
+ *   Ulysses pipelined over head groups (--ulysses-head-groups), whose
+ *   concurrent exchanges are whole;
+ * - the local kernel's score tiles (bounded per call).
+ *
+ * With --no-memory-arena, ONNX Runtime's CPU arenas are off
+ * (session-cache.ts) and glibc returns freed large buffers
+ * (setMallocMmapThreshold), so nothing else grows with the sequence; with
+ * arenas (the default when they fit, resolveMemoryArena) a measured slack on
+ * the per-token terms counts what the arenas and glibc's heap keep. The
+ * account is meant to be within 15% of the measured peak.
+ */
+import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterCount, validateGptConfig } from "@ulysses/model";
+import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
+import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
+import { usesNativeOps } from "./kernels.js";
+import { planRun, type RunPlan } from "./plan.js";
+
+const MiB = 1024 * 1024;
+const F32 = 4;
+
+// Measured constants: how each was measured is in docs/results/memory/calibration.md.
+/** One process with its first rank's sessions, and each worker thread of the threads backend. */
+export const PROCESS_BASELINE_BYTES = 140 * MiB;
+export const WORKER_BASELINE_BYTES = 72 * MiB;
+/** With --memory-arena: what the arenas and glibc's heap keep per byte of the per-token terms (ONNX graphs; native ops). */
+export const ARENA_SLACK = 1.5;
+export const NATIVE_OPS_ARENA_SLACK = 0.3;
+/** With --memory-arena: what the arenas keep per rank whatever the sequence length (ONNX graphs; native ops). */
+export const ARENA_FLOOR_BYTES = 64 * MiB;
+export const NATIVE_OPS_ARENA_FLOOR_BYTES = 30 * MiB;
+/** With --memory-arena: freed tensors waiting longer for V8's full collection, per rank. */
+export const V8_DEFERRED_BYTES = 40 * MiB;
+/** Score tiles and kernel scratch of one rank's local attention (forward scores are capped at 8 MiB per run). */
+export const ATTENTION_SCRATCH_BYTES = 16 * MiB;
+
+export interface MemoryTerm {
+  name: string;
+  bytes: number;
+}
+
+export interface MemoryEstimate {
+  /** Sum of the terms. */
+  bytes: number;
+  terms: MemoryTerm[];
+  /** Ranks whose memory is counted (those on this machine). */
+  ranks: number;
+  /** Tokens each rank holds per step (batch x its shard of the sequence). */
+  tokensPerRank: number;
+}
+
+/** Ranks whose memory lands on this machine (every rank: threads and local run them in this process; mpirun on one host). */
+function ranksHere(config: TrainConfig): { ranks: number; processes: number; workers: number } {
+  const ranks = config.sp * config.dp;
+  if (config.backend === "mpi") return { ranks, processes: ranks, workers: 0 };
+  return { ranks, processes: 1, workers: config.backend === "threads" ? ranks : 0 };
+}
+
+/** The memory account of a training run on this machine: its estimated peak resident memory, broken down. */
+export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(config)): MemoryEstimate {
+  const { model, tiles, tokensPerRank } = plan;
+  validateGptConfig(model);
+  const { ranks, processes, workers } = ranksHere(config);
+  const params = parameterCount(model);
+  const block = blockConfigOf(model);
+  const tiledMlp = tiles.mlp > 0;
+  const tiledLoss = tiles.loss > 0;
+  const headGroups = tiles.attentionHeadGroups;
+  const perLayer = layerFloatsPerToken(model, plan.sp, plan.scheme, plan.ulyssesDegree, tiledMlp, headGroups);
+  const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
+  const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
+  const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
+  // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
+  const groupTileFloats = headGroups > 1 ? model.hidden * Math.min(tokensPerRank, headGroupTileRowsOf(model.hidden)) : 0;
+  const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
+  // Ulysses (unpipelined) and hybrid exchange in chunks: a send and a receive area of at most EXCHANGE_CHUNK_BYTES
+  const chunkedExchange = sequenceParallelScheme(plan.scheme).memory({
+    sp: plan.sp,
+    kvHeads: block.kvHeads,
+    headDim: block.headDim,
+    degrees: plan,
+    headGroups: plan.pipelineHeadGroups,
+  }).chunked;
+  const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
+  const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
+  const all = (bytesPerRank: number) => bytesPerRank * ranks;
+  // The backward's two phases never overlap (GPT.backward drops the final norm's input and gradient before the blocks run backward):
+  // first the loss, tile by tile, and the final norm's backward with the final norm's input, output and gradient alive; then the
+  // blocks, one at a time, where a tiled MLP's backward (one tile) comes before the attention's gradients exist.
+  // Each tile's head weight gradient is made a block of vocabulary columns at a time (headGradientColumns): a new
+  // [hidden, columns] tensor from a copy of dLogits' columns [tile rows, columns] (no copy when one block is the whole
+  // vocabulary), added into the flat gradient and dropped. With --no-memory-arena the garbage collector runs before an op
+  // whose outputs would reach its budget (willAllocate), so the previous block's is gone before a budget-sized one is made
+  // (smaller ones are in the freed-tensors term); otherwise V8 decides and the previous one may still be there.
+  // With the fused kernel (FusedOps: linearWeightGradientInto) the head's gradient is added in place, with no block at all: the
+  // term then over-counts by the blocks (5 MiB per rank at hidden 256, vocab 32768, 64-row tiles), which the account keeps.
+  const headGradients = config.memoryArena === false ? 1 : 2;
+  const headColumns = tiledLoss ? headGradientColumns(model.hidden, model.vocab, lossTileRows) : model.vocab;
+  const headBlockFloats = headColumns === model.vocab ? model.hidden * model.vocab : (model.hidden + lossTileRows) * headColumns;
+  const headBlock = headColumns === model.vocab ? "[hidden, vocab]" : `[hidden, ${headColumns} of vocab ${model.vocab}] and its dLogits columns`;
+  const lossPhase = tiledLoss
+    ? {
+        name: `one loss tile: logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one block of a tile's head weight gradient" : "two blocks of a tile's head weight gradient"} ${headBlock}, the final norm's input, output and gradient`,
+        bytes: F32 * (2 * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank),
+      }
+    : {
+        name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient`,
+        bytes: F32 * (3 * model.vocab + finalNormFloats) * tokensPerRank,
+      };
+  const blockPhase = {
+    name: tiledMlp
+      ? `the larger of the attention's gradients${headGroups > 1 ? ` in ${headGroups} head groups` : ""} and one MLP tile of ${mlpTileRows} tokens`
+      : "its gradients and the largest op's temporaries",
+    bytes: F32 * Math.max(perLayer.backward * tokensPerRank + groupTileFloats, perLayer.mlpTile * mlpTileRows),
+  };
+  const terms: MemoryTerm[] = [
+    {
+      name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}${workers > 0 ? `, ${workers} worker thread${workers > 1 ? "s" : ""}` : ""}: Node, ONNX Runtime sessions)`,
+      bytes: processes * PROCESS_BASELINE_BYTES + workers * WORKER_BASELINE_BYTES,
+    },
+    { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(F32 * params) },
+    { name: "gradients (flat vector and one layer's)", bytes: all(F32 * (params + layerParams)) },
+    {
+      name: config.zero1 ? `AdamW moments (ZeRO-1: 1/${ranks} per rank, plus the full pair gathered for a checkpoint)` : "AdamW moments m, v (per rank)",
+      bytes: config.zero1 ? 2 * F32 * params + 2 * F32 * params : all(2 * F32 * params),
+    },
+    {
+      name: config.activationCheckpointing
+        ? `saved activations (checkpointing: ${model.layers} layer inputs + ${headGroups > 1 ? "norm1's output" : "one recomputed attention half"}, ${tokensPerRank} tokens per rank)`
+        : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}, ${tokensPerRank} tokens per rank)`,
+      bytes: all(F32 * activationFloats * tokensPerRank),
+    },
+    {
+      name: `backward working set, the larger of its two phases: the loss and the final norm's backward (${lossPhase.name}) or one block's backward (${blockPhase.name})`,
+      bytes: all(Math.max(lossPhase.bytes, blockPhase.bytes)),
+    },
+    {
+      name: `attention working buffers (score tiles; head dim ${block.headDim})`,
+      bytes: all(ATTENTION_SCRATCH_BYTES),
+    },
+    {
+      name: `sequence-parallel exchange scratch (send and receive areas${headGroups > 1 ? ", one head group's" : ""}${chunkedExchange ? `, in chunks of at most ${EXCHANGE_CHUNK_BYTES / MiB} MiB` : ""})`,
+      // chunks are sized on the whole tensors (seqAllToAll's chunkCount); the travelling share of one fills the areas
+      bytes: all(chunkedExchange ? Math.min(exchangeBytes, 2 * EXCHANGE_CHUNK_BYTES * perLayer.travels) : exchangeBytes),
+    },
+  ];
+  if (config.memoryArena === false) {
+    terms.push({
+      name: `freed tensors awaiting V8's collection (at most ${COLLECT_GARBAGE_EVERY_BYTES / MiB} MiB of op outputs per rank, --no-memory-arena)`,
+      bytes: all(COLLECT_GARBAGE_EVERY_BYTES),
+    });
+  } else {
+    // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
+    const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
+    const native = usesNativeOps(config.kernel);
+    const slack = native ? NATIVE_OPS_ARENA_SLACK : ARENA_SLACK;
+    const floor = native ? NATIVE_OPS_ARENA_FLOOR_BYTES : ARENA_FLOOR_BYTES;
+    terms.push({
+      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena${native ? ", LayerNorm, rope and GELU native" : ""}: ${slack}x the per-token terms and ${floor / MiB} MiB per rank, measured)`,
+      bytes: slack * perToken + all(floor),
+    });
+    terms.push({
+      name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows ${1 + ARENA_HEAP_GROWING_PERCENT / 100}x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,
+      bytes: all(V8_DEFERRED_BYTES),
+    });
+  }
+  return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
+}
+
+/** Reads a file's text, or null when it is missing or unreadable. */
