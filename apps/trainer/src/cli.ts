@@ -115,12 +115,13 @@ async function plan(argv: readonly string[]): Promise<Prepared | "help" | "versi
       throw new TrainerError(`--backend '${config.backend}': ${(cause as Error).message}`, { cause });
     }
   }
-  // the allocation --memory-arena auto stands for, decided once here (every rank then allocates alike)
-  const arena = resolveMemoryArena(config, { env: process.env });
+  // the run planned once: the layout, model, tiles; then the allocation --memory-arena auto stands for (every rank then allocates alike)
+  const runPlan = planRun(config, { model: model ?? undefined });
+  const arena = resolveMemoryArena(config, { env: process.env, plan: runPlan });
   config = { ...config, memoryArena: arena.memoryArena };
+  runPlan.memoryArena = arena.memoryArena;
   if (arena.note !== null) notes.push(arena.note);
   // before anything is written or any rank starts: refuse a run that cannot fit in memory
-  const runPlan = planRun(config, { model: model ?? undefined, memoryArena: arena.memoryArena });
   checkMemory(config, { env: process.env, skip: config.skipMemoryCheck, plan: runPlan });
   const resumeDir = resumeFile === null ? null : path.dirname(resumeFile);
   const outFlag = config.out === null && resumeDir !== null ? "--resume" : "--out";

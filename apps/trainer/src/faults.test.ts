@@ -1,7 +1,7 @@
 /**
  * The fault-injection suite (`pnpm test:faults`; not part of `pnpm test`: it
  * spawns about 50 trainer processes). Every case runs the CLI on a tiny model
- * with a fault injected by ULYSSES_TRAINER_FAULT (see rank-trainer.ts) at a
+ * with a fault injected by ULYSSES_TRAINER_FAULT (testing-fixtures/fault-injector.ts) at a
  * moment drawn from a seeded generator; the seed and the moment are in each
  * test's name, so a failing trial reruns alone with `-t "seed 7:"`.
  *

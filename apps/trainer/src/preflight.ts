@@ -132,7 +132,7 @@ export function availableMemory(options: MemoryCheckOptions = {}): AvailableMemo
  */
 export function resolveMemoryArena(config: TrainConfig, options: MemoryCheckOptions = {}): { memoryArena: boolean; note: string | null } {
   if (config.memoryArena !== "auto") return { memoryArena: config.memoryArena, note: null };
-  const withArenas = estimateMemory({ ...config, memoryArena: true }).bytes;
+  const withArenas = estimateMemory({ ...config, memoryArena: true }, options.plan).bytes;
   const available = availableMemory(options);
   if (withArenas <= available.bytes) return { memoryArena: true, note: null };
   return {

@@ -13,6 +13,8 @@ export interface RankEntryArgs {
   config: TrainConfig;
   plan: RunPlan;
   resumeFile: string | null;
+  /** Modules that install rank hooks (rankHookModules of the driver's thread), imported here first. */
+  hookModules?: string[];
 }
 
 export interface RankApi {
@@ -27,6 +29,7 @@ export interface RankApi {
 export default async function setup(ctx: RankContext<RankEntryArgs>): Promise<RankApi> {
   process.env.ORT_DISABLE_TELEMETRY = "1";
   const { config, plan, resumeFile } = ctx.args;
+  for (const module of ctx.args.hookModules ?? []) await import(module);
   const trainer = await RankTrainer.create({
     world: ctx.group,
     config: { ...config, threads: config.threads ?? ctx.ortThreads },

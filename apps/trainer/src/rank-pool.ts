@@ -52,7 +52,7 @@ export class InProcessPool implements RankPool {
 
   /** All ranks in this thread, connected by the local (reference) backend. */
   static async local(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config)): Promise<InProcessPool> {
-    const groups = createLocalGroups(config.sp * config.dp, { timeoutMs: collectiveTimeoutMs(config) });
+    const groups = createLocalGroups(plan.sp * plan.dp, { timeoutMs: collectiveTimeoutMs(config) });
     const setups: RankSetup[] = groups.map((world) => ({ world, config, plan, ranksInProcess: groups.length, resumeFile }));
     const ranks = await Promise.all(
       setups.map((setup, i) =>

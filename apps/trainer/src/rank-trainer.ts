@@ -1,13 +1,3 @@
-/**
- * The training loop's per-rank half, SPMD: every rank of the world runs the
- * same code with its own ProcessGroup, whatever started it (the in-thread
- * local backend, worker threads, or mpirun). It builds the SP and DP groups,
- * the model and the optimizer, draws the global batch from a data RNG that is
- * identical on every rank (each takes its DP rows and its SP shard), and runs
- * one step per `step()` call. Output files are written by world rank 0 only;
- * logging, progress and signals belong to the driver (`run.ts`).
- */
-import fs from "node:fs";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { commDelta } from "@ulysses/measure";
 import { Gpt } from "@ulysses/model";
@@ -72,76 +62,33 @@ export interface RankStepReport {
 }
 
 /**
- * Fault injection for tests of failure handling (never set in real runs):
- * - ULYSSES_TRAINER_FAIL="rank:step": that rank throws at the start of that step.
- * - ULYSSES_TRAINER_FAULT="kind:rank:step[:delayMs]": at the start of that
- *   step, that rank arms a timer; after delayMs (default 0) the fault hits
- *   wherever the rank then is (inside a kernel run, a collective, between ops):
- *   `error` throws an uncaught Error, `exit` calls process.exit(3) (ends a
- *   worker thread, or an mpirun process), `hang` spins forever on the rank's
- *   thread (a rank stuck in compute), `throw` throws from runStep at once,
- *   `hang-end` spins forever once the step's last collective is done (the
- *   peers finish the step and wait for nothing: only a watchdog notices),
- *   `kill-in-write` SIGKILLs the process inside the rank's next checkpoint
- *   write, its temporary written and flushed but not yet renamed over
- *   checkpoint.safetensors (a kill sent from outside when the temporary
- *   appears races the write: a small checkpoint is renamed within a
- *   millisecond). It wraps this thread's fs.renameSync, which the atomic
- *   write calls; nothing else renames onto that name.
+ * What a rank calls around each step: nothing in a real run. Tests of
+ * failure handling install hooks that inject faults there
+ * (testing-fixtures/fault-injector.ts, loaded with `node --import`).
  */
-function injectedFailure(rank: number, step: number, atEnd = false): void {
-  if (process.env.ULYSSES_TRAINER_FAIL === `${rank}:${step}`) throw new TrainerError(`injected failure (ULYSSES_TRAINER_FAIL=${rank}:${step})`);
-  const spec = process.env.ULYSSES_TRAINER_FAULT;
-  if (!spec) return;
-  const [kind, r, s, delay] = spec.split(":");
-  if (Number(r) !== rank || Number(s) !== step || atEnd !== (kind === "hang-end")) return;
-  const delayMs = Number(delay ?? 0) || 0;
-  const what = `injected ${kind} (ULYSSES_TRAINER_FAULT=${spec})`;
-  // The marker tells a test when the fault hit (epoch ms).
-  const mark = () => process.stderr.write(`fault: ${what} on rank ${rank} at ${Date.now()}\n`);
-  switch (kind) {
-    case "throw":
-      mark();
-      throw new TrainerError(what);
-    case "error":
-      setTimeout(() => {
-        mark();
-        throw new Error(what);
-      }, delayMs);
-      return;
-    case "exit":
-      setTimeout(() => {
-        mark();
-        process.exit(3);
-      }, delayMs);
-      return;
-    case "kill-in-write": {
-      const rename = fs.renameSync;
-      fs.renameSync = (from, to) => {
-        if (String(to).endsWith("checkpoint.safetensors") && String(from).includes(".tmp-")) {
-          mark();
-          process.kill(process.pid, "SIGKILL");
-        }
-        rename(from, to);
-      };
-      return;
-    }
-    case "hang-end":
-      mark();
-      for (;;) {
-        // stuck in compute after the step's collectives
-      }
-    case "hang":
-      setTimeout(() => {
-        mark();
-        for (;;) {
-          // stuck in compute: never yields to the event loop
-        }
-      }, delayMs);
-      return;
-    default:
-      throw new TrainerError(`ULYSSES_TRAINER_FAULT=${spec}: kind must be throw, error, exit, hang, hang-end or kill-in-write`);
-  }
+export interface RankHooks {
+  /** At the start of `step` on world rank `rank`, before its first collective. */
+  stepStart?(rank: number, step: number): void;
+  /** Once the step's last collective is done. */
+  stepEnd?(rank: number, step: number): void;
+}
+
+let rankHooks: RankHooks = {};
+const hookModules: string[] = [];
+
+/**
+ * Installs `hooks` for every RankTrainer of this thread. `module` (the
+ * installing module's URL) is imported again by each rank the threads
+ * backend starts, so that its ranks install the same hooks in their threads.
+ */
+export function installRankHooks(hooks: RankHooks, module?: string): void {
+  rankHooks = hooks;
+  if (module !== undefined && !hookModules.includes(module)) hookModules.push(module);
+}
+
+/** The modules that installed rank hooks in this thread (for rank threads to import). */
+export function rankHookModules(): string[] {
+  return [...hookModules];
 }
 
 /** Whether a checkpoint's settings record the corpus `config.data` holds now (its SHA-256). */
@@ -249,9 +196,9 @@ export class RankTrainer {
     const groups = dims.spGroup === world ? [world] : [world, dims.spGroup];
     const before = groups.map((g) => g.stats());
     const started = performance.now();
-    injectedFailure(world.rank, step);
+    rankHooks.stepStart?.(world.rank, step);
     const result = await this.trainer.trainStep(rows, lr);
-    injectedFailure(world.rank, step, true);
+    rankHooks.stepEnd?.(world.rank, step);
     const stepMs = performance.now() - started;
     const { timeMs: commMs, bytesSent: commBytes } = commDelta(
       before,

@@ -10,7 +10,7 @@ import { TrainerError } from "./errors.js";
 import { planRun, type RunPlan } from "./plan.js";
 import type { RankApi, RankEntryArgs } from "./rank-entry.js";
 import { collectiveTimeoutMs, type RankPool } from "./rank-pool.js";
-import type { RankStepReport } from "./rank-trainer.js";
+import { rankHookModules, type RankStepReport } from "./rank-trainer.js";
 
 // From dist/ (the installed bin) the ranks run dist/rank-entry.js with plain
 // node; from src/ (the monorepo, under tsx or vitest) they run the TypeScript
@@ -44,8 +44,8 @@ export class ThreadsPool implements RankPool {
   ) {}
 
   static async start(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config)): Promise<ThreadsPool> {
-    const worldSize = config.sp * config.dp;
-    const args: RankEntryArgs = { config, plan, resumeFile };
+    const worldSize = plan.sp * plan.dp;
+    const args: RankEntryArgs = { config, plan, resumeFile, hookModules: rankHookModules() };
     const timeoutMs = collectiveTimeoutMs(config);
     let world: LaunchedWorld<RankApi>;
     try {

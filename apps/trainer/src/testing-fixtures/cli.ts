@@ -37,10 +37,16 @@ export interface SpawnOptions {
   script?: string;
 }
 
+/** The environment variables of testing-fixtures/fault-injector.ts. */
+const FAULT_VARIABLES = ["ULYSSES_TRAINER_FAULT", "ULYSSES_TRAINER_FAIL"];
+
 /** Runs the trainer CLI (or `options.command`) with `args` in apps/trainer; resolves when it has closed. */
 export function spawnTrainer(args: string[], options: SpawnOptions = {}): Promise<Spawned> {
   const command = options.command ?? process.execPath;
-  const argv = options.command === undefined ? ["--conditions=@ulysses/source", "--import", "tsx", options.script ?? "src/cli.ts", ...args] : args;
+  // a test that injects a fault preloads the injector (every rank's thread inherits the flag)
+  const faults = Object.keys(options.env ?? {}).some((name) => FAULT_VARIABLES.includes(name));
+  const injector = faults ? ["--import", "./src/testing-fixtures/fault-injector.ts"] : [];
+  const argv = options.command === undefined ? ["--conditions=@ulysses/source", "--import", "tsx", ...injector, options.script ?? "src/cli.ts", ...args] : args;
   return new Promise((resolve) => {
     const child = spawn(command, argv, { cwd: trainerDir, env: { ...process.env, ORT_DISABLE_TELEMETRY: "1", INIT_CWD: "", ...options.env } });
     let stdout = "";
