@@ -10,6 +10,7 @@
  */
 import "@ulysses/fused-attention"; // registers attention implementation "fused"
 import {
+  NATIVE_OPS,
   createFusedOps,
   fusedAttentionStatus,
   MALLOC_MMAP_THRESHOLD_MAX,
@@ -18,6 +19,7 @@ import {
   setMallocMmapThreshold,
   setMallocTrimThreshold,
 } from "@ulysses/fused-attention";
+import { blockConfigOf, elementwiseOpsOf, type GptConfig } from "@ulysses/model";
 import { SessionCache, createAttention, createOrtOps, setHeapGrowingPercent, type BlockOps, type LocalAttention } from "@ulysses/kernels";
 import type { MatmulRateOptions } from "@ulysses/measure";
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
@@ -28,6 +30,8 @@ export interface RankKernels {
   attention: LocalAttention;
   /** Human-readable names, for the run header. */
   description: string;
+  /** Whether FusedOps' native elementwise kernels run (else every op is an ONNX Runtime graph). */
+  nativeOps: boolean;
   release(): Promise<void>;
 }
 
@@ -48,6 +52,18 @@ export function usesNativeOps(kernel: TrainConfig["kernel"]): boolean {
   if (kernel === "ort") return false;
   const status = fusedAttentionStatus();
   return status.available && status.info.cpuIsa !== "portable";
+}
+
+/**
+ * The header's note on the elementwise ops of `model` (its norm, activation
+ * and RoPE) that run as ONNX Runtime graphs although the run has native
+ * kernels for others (e.g. RMSNorm or SwiGLU beside native LayerNorm and
+ * GELU); empty when none does or no native kernels run.
+ */
+export function slowerPathNote(model: GptConfig, nativeOps: boolean): string {
+  if (!nativeOps) return "";
+  const slower = [...new Set<string>(elementwiseOpsOf(blockConfigOf(model)))].filter((op) => !NATIVE_OPS.has(op));
+  return slower.length === 0 ? "" : `; slower path (ONNX Runtime graphs, no native kernel): ${slower.join(", ")}`;
 }
 
 /**
@@ -99,6 +115,7 @@ export async function createRankKernels(threads: number, kernel: TrainConfig["ke
     ops: nativeOps ? createFusedOps(cache) : createOrtOps(cache),
     attention,
     description: `${name}${chosen.note} (${threadNote})`,
+    nativeOps,
     release: async () => {
       await attention.release();
       await cache.release();

@@ -28,7 +28,7 @@ import {
   type TrainConfig,
 } from "./config.js";
 import { TrainerError } from "./errors.js";
-import { createRankKernels, type RankKernels } from "./kernels.js";
+import { createRankKernels, slowerPathNote, type RankKernels } from "./kernels.js";
 import { parallelOptionsOfPlan, type RunPlan } from "./plan.js";
 
 export interface RankSetup {
@@ -172,7 +172,7 @@ export class RankTrainer {
   }
 
   get description(): string {
-    return this.kernels.description;
+    return this.kernels.description + slowerPathNote(this.trainer.model.config, this.kernels.nativeOps);
   }
 
   /** The global batch (batch x dp sequences), identical on every rank. */

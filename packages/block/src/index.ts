@@ -16,6 +16,7 @@ export {
   type BlockAttentionForward,
 } from "./block-attention.js";
 export { blockForward, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
+export { elementwiseOpsOf } from "./elementwise-ops.js";
 export { registerNorm, normComponent, normNames, type NormComponent, type NormTensors } from "./norms.js";
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
 export { addWith, blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";

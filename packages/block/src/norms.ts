@@ -23,6 +23,8 @@ export interface NormComponent {
   readonly weights: readonly { readonly suffix: string; readonly init: "ones" | "zeros" }[];
   /** Floats per row of the statistics forward saves for backward (the memory account's term). */
   readonly statsPerRow: number;
+  /** The BlockOps methods it calls (empty: it computes on the tensors itself), so a run can name those without a native kernel. */
+  readonly ops: readonly (keyof BlockOps)[];
   /** x [rows, hidden] -> y [rows, hidden] and what backward needs besides x and the weights. */
   forward(ops: BlockOps, x: F32, weights: NormTensors, eps: number): Promise<{ y: F32; saved: NormTensors }>;
   /** dy [rows, hidden] -> dx and the weights' gradients (by suffix). */
@@ -38,6 +40,7 @@ const layerNorm: NormComponent = {
     { suffix: "beta", init: "zeros" },
   ],
   statsPerRow: 2,
+  ops: ["layerNormForward", "layerNormBackward"],
   async forward(ops, x, w, eps) {
     const { y, mean, rstd } = await ops.layerNormForward(x, w.gamma!, w.beta!, eps);
     return { y, saved: { mean, rstd } };
@@ -53,6 +56,7 @@ const rmsNorm: NormComponent = {
   name: "rmsnorm",
   weights: [{ suffix: "gamma", init: "ones" }],
   statsPerRow: 1,
+  ops: ["rmsNormForward", "rmsNormBackward"],
   async forward(ops, x, w, eps) {
     const { y, rstd } = await ops.rmsNormForward(x, w.gamma!, eps);
     return { y, saved: { rstd } };

@@ -51,6 +51,19 @@ function checkFloat32(op: string, name: string, t: Tensor): void {
   if (t.dtype !== "float32") throw new FusedAttentionError(`${op}: ${name} must be float32, got ${t}`);
 }
 
+/** The BlockOps methods FusedOps runs natively; every other op is OrtOps' ONNX Runtime graph. */
+export const NATIVE_OPS: ReadonlySet<string> = new Set([
+  "geluForward",
+  "geluBackward",
+  "layerNormForward",
+  "layerNormBackward",
+  "ropeForward",
+  "ropeBackward",
+  "addInto",
+  "adamwUpdate",
+  "linearWeightGradientInto",
+]);
+
 export class FusedOps extends OrtOps {
   readonly isa: CpuIsa;
   private readonly binding: NativeBinding;

@@ -19,6 +19,8 @@ export {
 export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, GPT_CONFIG_LIMITS, type GptConfig, type ParamSpec } from "./gpt-config.js";
 /** The default rows of a head group's row tile (TransformerBlock headGroupTileRows), for memory accounts. */
 export { headGroupTileRowsOf } from "@ulysses/block";
+/** The norm, activation and RoPE ops a block calls (a run names those without a native kernel). */
+export { elementwiseOpsOf } from "@ulysses/block";
 export { ParameterStore, type ParamSlot } from "./parameters.js";
 export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 export {

@@ -17,6 +17,7 @@ export const toyRmsNorm: NormComponent = {
   name: "toy-rms",
   weights: [{ suffix: "gamma", init: "ones" }],
   statsPerRow: 1,
+  ops: [],
   async forward(_ops, x, w, eps) {
     const [rows, hidden] = rowsOf(x);
     const gamma = w.gamma!.data;

@@ -1,0 +1,19 @@
+/**
+ * The elementwise BlockOps a block of a given configuration calls: its
+ * norm's (from the norm component), its MLP activation's and RoPE's. A run
+ * compares them with the ops its kernels run natively to name, in its header,
+ * every one that takes a slower path instead of failing to say so.
+ */
+import type { BlockOps } from "@ulysses/kernels";
+import type { ResolvedBlockConfig } from "./block-config.js";
+import { normComponent } from "./norms.js";
+
+const ACTIVATION_OPS: Record<string, readonly (keyof BlockOps)[]> = {
+  gelu: ["geluForward", "geluBackward"],
+  swiglu: ["swigluForward", "swigluBackward"],
+};
+
+/** The norm, activation and RoPE ops a block of `config` calls, forward and backward. */
+export function elementwiseOpsOf(config: ResolvedBlockConfig): (keyof BlockOps)[] {
+  return [...normComponent(config.norm).ops, ...(ACTIVATION_OPS[config.mlp] ?? []), "ropeForward", "ropeBackward"];
+}
