@@ -24,7 +24,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { seededRandom } from "@ulysses/kernels";
+import { seededRandom } from "@ulysses/kernels/testing";
 import { readSafetensors } from "@ulysses/model";
 import { type SpawnOptions, type Spawned, spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
 

@@ -3,7 +3,8 @@
  * may block the calling thread (nothing of the block's is in flight around
  * them), unless its caller says otherwise; the results are the kernel's own.
  */
-import { maxRelativeError, randomTensor, ReferenceAttention, seededRandom, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
+import { ReferenceAttention, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { describe, expect, it } from "vitest";
 import { LocalBlockAttention } from "./block-attention.js";
 

@@ -6,7 +6,8 @@
  * tiled MLP, with per-token positions and packed documents; what a grouped
  * block saves; and the validation of the group count.
  */
-import { randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import type { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig } from "./block-config.js";

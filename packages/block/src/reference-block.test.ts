@@ -4,6 +4,7 @@
  * forward outputs directly, and every gradient against central finite
  * differences of that composition.
  */
+import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
 import {
   dot,
   geluForward64,
@@ -11,16 +12,14 @@ import {
   linearForward64,
   maxRelativeError,
   randomTensor,
-  ReferenceAttention,
   referenceForward64,
-  ReferenceOps,
   rmsNormForward64,
   ropeRotate64,
   seededRandom,
   swigluForward64,
   toFloat64,
   type F64,
-} from "@ulysses/kernels";
+} from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";

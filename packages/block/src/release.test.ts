@@ -6,7 +6,8 @@
  * the caller's (x, dy, a weight) or a result (y, dx, a gradient), and no
  * buffer may be given back twice in one step.
  */
-import { PoisoningOps, randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { PoisoningOps, randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import type { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig } from "./block-config.js";

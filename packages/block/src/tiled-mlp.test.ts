@@ -5,7 +5,8 @@
  * checkpointing; what each mode saves (`savedBytes`, by hand); what backward
  * recomputes; and that no [rows, mlpHidden] tensor spans more than one tile.
  */
-import { randomTensor, ReferenceAttention, ReferenceOps, seededRandom } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import type { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";

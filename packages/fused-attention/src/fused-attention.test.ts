@@ -6,7 +6,8 @@
  * native addon is not built.
  */
 import { afterAll, describe, expect, it } from "vitest";
-import { OrtAttention, maxRelativeError, randomTensor, referenceBackward64, referenceForward64, seededRandom } from "@ulysses/kernels";
+import { OrtAttention } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, referenceBackward64, referenceForward64, seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttention, FusedAttentionError, fusedAttentionStatus, type CpuIsa } from "./index.js";
 

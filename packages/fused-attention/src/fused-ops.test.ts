@@ -16,11 +16,10 @@
  * in the suite's name, only when the native addon is not built.
  */
 import { afterAll, describe, expect, it, vi } from "vitest";
+import { SessionCache, createOrtOps } from "@ulysses/kernels";
 import {
   GELU_C,
   GELU_K,
-  SessionCache,
-  createOrtOps,
   geluBackward64,
   geluDerivative,
   geluForward64,
@@ -28,7 +27,7 @@ import {
   randomTensor,
   seededRandom,
   type Real,
-} from "@ulysses/kernels";
+} from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttentionError, FusedOps, createFusedOps, fusedAttentionStatus, type CpuIsa } from "./index.js";
 import { loadNative } from "./native.js";

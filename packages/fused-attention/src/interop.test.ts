@@ -7,7 +7,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { Worker } from "node:worker_threads";
 import { describe, expect, it } from "vitest";
-import { maxRelativeError, referenceForward64 } from "@ulysses/kernels";
+import { maxRelativeError, referenceForward64 } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { FusedAttention, fusedAttentionStatus } from "./index.js";
 

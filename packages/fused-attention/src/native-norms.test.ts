@@ -12,17 +12,8 @@
  * addon is not built.
  */
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  SessionCache,
-  createOrtOps,
-  layerNormBackward64,
-  layerNormForward64,
-  maxRelativeError,
-  randomTensor,
-  ropeRotate64,
-  seededRandom,
-  type RopePositions,
-} from "@ulysses/kernels";
+import { SessionCache, createOrtOps, type RopePositions } from "@ulysses/kernels";
+import { layerNormBackward64, layerNormForward64, maxRelativeError, randomTensor, ropeRotate64, seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { fusedAttentionStatus } from "./index.js";
 import { loadNative } from "./native.js";

@@ -6,7 +6,8 @@
  * when the native addon is not built.
  */
 import { afterAll, describe, expect, it } from "vitest";
-import { GraphBuilder, SessionCache, createOrtOps, randomTensor, seededRandom, type BlockOps } from "@ulysses/kernels";
+import { GraphBuilder, SessionCache, createOrtOps, type BlockOps } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { NativeSessionCache, fusedAttentionStatus, nativeRateCache } from "./index.js";
 

@@ -5,7 +5,7 @@
  * default only with memoryArena.
  */
 import { afterAll, describe, expect, it } from "vitest";
-import { randomTensor, seededRandom } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { createFusedOps, fusedAttentionStatus, NativeSessionCache, OUTPUT_POOL_BYTES } from "./index.js";
 

@@ -6,7 +6,8 @@
  * name, only when the native addon is not built.
  */
 import { describe, expect, it } from "vitest";
-import { SessionCache, attentionImplementations, createAttention, maxRelativeError, randomTensor, referenceForward64, seededRandom } from "@ulysses/kernels";
+import { SessionCache, attentionImplementations, createAttention } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, referenceForward64, seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { FUSED_ATTENTION_NAME, FusedAttention, fusedAttentionStatus, registerFusedAttention } from "./index.js";
 

@@ -8,7 +8,8 @@
  * accumulation over at most 600 terms stays far inside it. Skipped, with
  * the reason in the suite's name, only when the native addon is not built.
  */
-import { ReferenceOps, SessionCache, seededRandom } from "@ulysses/kernels";
+import { ReferenceOps, SessionCache } from "@ulysses/kernels";
+import { seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
 import { FusedAttentionError, FusedOps, fusedAttentionStatus } from "./index.js";

@@ -5,7 +5,8 @@
  * step on ReferenceOps bit for bit, and releases no parameter, no gradient
  * and nothing twice.
  */
-import { PoisoningOps, ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { PoisoningOps } from "@ulysses/kernels/testing";
 import { Rng, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { Gpt, type GptOptions } from "./gpt.js";

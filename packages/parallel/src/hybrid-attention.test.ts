@@ -8,7 +8,6 @@
  */
 import { createLocalGroups } from "@ulysses/collectives";
 import {
-  maxRelativeError,
   ReferenceAttention,
   StatsReferenceAttention,
   type AttentionForwardResult,
@@ -16,6 +15,7 @@ import {
   type AttentionOptions,
   type LocalAttention,
 } from "@ulysses/kernels";
+import { maxRelativeError } from "@ulysses/kernels/testing";
 import type { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { headRouting } from "./head-routing.js";

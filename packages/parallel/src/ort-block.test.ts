@@ -3,7 +3,8 @@ import { blockWeightSpecs, initBlockWeights, resolveBlockConfig } from "@ulysses
  * The block with ONNX Runtime kernels (OrtAttention, createOrtOps) on 2 and 4
  * local ranks against the reference kernels on one rank.
  */
-import { createOrtOps, maxRelativeError, OrtAttention, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, SessionCache } from "@ulysses/kernels";
+import { createOrtOps, OrtAttention, ReferenceAttention, ReferenceOps, SessionCache } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import type { BlockOps, LocalAttention } from "@ulysses/kernels";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";

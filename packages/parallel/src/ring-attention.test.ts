@@ -7,7 +7,6 @@
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import {
-  maxRelativeError,
   ReferenceAttention,
   StatsReferenceAttention,
   type AttentionForwardResult,
@@ -15,6 +14,7 @@ import {
   type AttentionOptions,
   type LocalAttention,
 } from "@ulysses/kernels";
+import { maxRelativeError } from "@ulysses/kernels/testing";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { ParallelError } from "./errors.js";

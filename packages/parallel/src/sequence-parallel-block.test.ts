@@ -1,5 +1,6 @@
 import { BlockError, blockWeightSpecs, initBlockWeights, resolveBlockConfig } from "@ulysses/block";
-import { maxRelativeError, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, StatsReferenceAttention } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps, StatsReferenceAttention } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { ParallelError } from "./errors.js";

@@ -1,12 +1,5 @@
-import {
-  maxRelativeError,
-  randomTensor,
-  ReferenceAttention,
-  seededRandom,
-  StatsReferenceAttention,
-  type AttentionOptions,
-  type LocalAttention,
-} from "@ulysses/kernels";
+import { ReferenceAttention, StatsReferenceAttention, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
+import { maxRelativeError, randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";

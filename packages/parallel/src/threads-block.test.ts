@@ -4,7 +4,8 @@
  * pipelined over head groups), all-gather-KV and ring.
  */
 import { createLocalGroups, launch } from "@ulysses/collectives";
-import { maxRelativeError, ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { maxRelativeError } from "@ulysses/kernels/testing";
 import { evenSplitSizes, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { joinShards, spBlock } from "./testing-fixtures/test-support.js";

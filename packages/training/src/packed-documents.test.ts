@@ -8,7 +8,8 @@
  */
 import { createLocalGroups } from "@ulysses/collectives";
 import { FusedAttention, fusedAttentionStatus } from "@ulysses/fused-attention";
-import { OrtAttention, SessionCache, createOrtOps, seededRandom } from "@ulysses/kernels";
+import { OrtAttention, SessionCache, createOrtOps } from "@ulysses/kernels";
+import { seededRandom } from "@ulysses/kernels/testing";
 import { Gpt, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type Batch, type SequenceParallelKind } from "@ulysses/parallel";
 import { Tensor } from "@ulysses/tensors";

@@ -7,7 +7,8 @@
  * gradients of every step and final logits.
  */
 import { createLocalGroups } from "@ulysses/collectives";
-import { PoisoningOps, ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAttention } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAttention } from "@ulysses/kernels";
+import { PoisoningOps } from "@ulysses/kernels/testing";
 import { Gpt, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type ParallelDimsOptions, type SequenceParallelKind, type SequenceRun } from "@ulysses/parallel";
 import { Rng, Tensor } from "@ulysses/tensors";

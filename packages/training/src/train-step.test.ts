@@ -1,5 +1,5 @@
 import { createLocalGroups } from "@ulysses/collectives";
-import { seededRandom } from "@ulysses/kernels";
+import { seededRandom } from "@ulysses/kernels/testing";
 import { describe, expect, it } from "vitest";
 import { allGatherInChunks, allReduceInChunks, reduceScatterInChunks } from "./train-step.js";
 

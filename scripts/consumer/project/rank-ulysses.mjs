@@ -1,7 +1,8 @@
 // Rank entry: UlyssesAttention around ONNX Runtime attention on this rank's
 // sequence shard; returns the shard's out, dq, dk, dv.
 import { UlyssesAttention } from "@ulysses/parallel";
-import { OrtAttention, SessionCache, randomTensor, seededRandom } from "@ulysses/kernels";
+import { OrtAttention, SessionCache } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { evenSplitSizes, narrow } from "@ulysses/tensors";
 
 export default function setup({ group, ortThreads }) {

@@ -10,7 +10,8 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { OrtOps, ReferenceOps, SessionCache, randomTensor, seededRandom, type BlockOps } from "@ulysses/kernels";
+import { OrtOps, ReferenceOps, SessionCache, type BlockOps } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { median } from "@ulysses/measure";
 import { Tensor } from "@ulysses/tensors";
 import { parseFlags, positiveInteger, readCommandLine } from "./cli-flags.js";

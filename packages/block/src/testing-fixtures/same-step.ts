@@ -4,7 +4,7 @@
  * gradient equal the plain block's within 1e-5 relative, and none of the
  * plain block's is trivially zero (so the comparison cannot pass on zeros).
  */
-import { maxRelativeError } from "@ulysses/kernels";
+import { maxRelativeError } from "@ulysses/kernels/testing";
 import type { Tensor } from "@ulysses/tensors";
 import { expect } from "vitest";
 import type { ResolvedBlockConfig } from "../block-config.js";

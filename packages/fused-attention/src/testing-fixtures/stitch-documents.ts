@@ -10,7 +10,8 @@
  * device or in all-gather-KV): then a document's own bottom-right causal
  * alignment is the packed one.
  */
-import { referenceBackward64, referenceForward64, type AttentionDocuments, type LocalAttention } from "@ulysses/kernels";
+import type { AttentionDocuments, LocalAttention } from "@ulysses/kernels";
+import { referenceBackward64, referenceForward64 } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 
 export interface StitchProblem {

@@ -6,7 +6,8 @@ import { initBlockWeights, resolveBlockConfig } from "@ulysses/block";
  * backward on its shard, and returns its outputs and byte counts.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
-import { OrtAttention, randomTensor, ReferenceAttention, ReferenceOps, seededRandom, SessionCache } from "@ulysses/kernels";
+import { OrtAttention, ReferenceAttention, ReferenceOps, SessionCache } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { evenSplitSizes } from "@ulysses/tensors";
 import { PipelinedUlyssesAttention } from "../pipelined-ulysses.js";
 import { shardOf, spBlock, type SpBlockConfig } from "./test-support.js";

@@ -5,7 +5,7 @@
  */
 import { createLocalGroups, type ProcessGroup } from "@ulysses/collectives";
 import { TransformerBlock, type BlockConfig, type TransformerBlockOptions } from "@ulysses/block";
-import { randomTensor, seededRandom } from "@ulysses/kernels";
+import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { concat, narrow, type Tensor } from "@ulysses/tensors";
 import type { SequenceParallelKind } from "../parallel-dims.js";
 import { ParallelBlock } from "../parallelize.js";
