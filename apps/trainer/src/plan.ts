@@ -45,7 +45,7 @@ export function planRun(config: TrainConfig, options: { model?: GptConfig; memor
     ringDegree: dims.ringDegree,
     layout: dims.layout,
     pipelineHeadGroups: config.ulyssesHeadGroups,
-    tiles: { mlp: tiles.mlp, loss: tiles.loss, attentionHeadGroups: headGroupsOf(config) },
+    tiles: { mlp: tiles.mlp, loss: tiles.loss, attentionHeadGroups: headGroupsOf(config, sequenceParallelScheme(dims.attention).headRanks(dims)) },
     tokensPerRank: tokensPerRankOf(config),
     memoryArena: options.memoryArena ?? config.memoryArena === true,
   };
@@ -64,10 +64,9 @@ export function headSplit(config: TrainConfig): number {
  * largest G that divides --heads and --kv-heads and leaves each rank of a
  * Ulysses group a query head (8 heads: 8 groups at SP 1, 4 at SP 2).
  */
-export function headGroupsOf(config: TrainConfig): number {
+export function headGroupsOf(config: TrainConfig, split = headSplit(config)): number {
   if (config.tileAttention !== "auto") return config.tileAttention;
   const { heads, kvHeads } = config;
-  const split = headSplit(config);
   for (let groups = kvHeads; groups > 1; groups--) if (heads % groups === 0 && kvHeads % groups === 0 && heads / groups >= split) return groups;
   return 1;
 }
