@@ -6,7 +6,7 @@
  * crashing or hanging inside MPI. A header too long for the slot is sent
  * again, whole, with MPI_Allgatherv (every rank learns that from the slots).
  */
-import type { OpHeader } from "@ulysses/collectives";
+import type { OpHeader } from "@ulysses/collectives/backend";
 import { displacements, type Channel } from "./channel.js";
 import { MpiError } from "./errors.js";
 

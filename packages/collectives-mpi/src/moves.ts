@@ -6,7 +6,7 @@
  * are always distinct. Validation happened before (planOp); reductions live
  * in reductions.ts.
  */
-import { outputShapeOf, type Plan } from "@ulysses/collectives";
+import { outputShapeOf, type Plan } from "@ulysses/collectives/backend";
 import { Tensor } from "@ulysses/tensors";
 import { displacements, MPI_INT_MAX, type Channel } from "./channel.js";
 import { MpiError } from "./errors.js";

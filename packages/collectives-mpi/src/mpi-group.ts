@@ -14,7 +14,8 @@
  * exit hook (lifecycle.ts) aborts the job with a line naming the rank and the
  * failure, instead of a hang or a native crash.
  */
-import { checkP2P, clipText, CollectiveError, GroupBase, planOp, type Exchanged, type OpHeader, type P2PHeader, type ProcessGroup } from "@ulysses/collectives";
+import { CollectiveError, type ProcessGroup } from "@ulysses/collectives";
+import { checkP2P, clipText, GroupBase, planOp, type Exchanged, type OpHeader, type P2PHeader } from "@ulysses/collectives/backend";
 import type { Tensor } from "@ulysses/tensors";
 import type { NativeMpi } from "./addon.js";
 import { Scratch, type Channel } from "./channel.js";

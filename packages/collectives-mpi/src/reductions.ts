@@ -10,7 +10,7 @@
  * Both move the bytes `trafficOf` accounts for in the direct algorithm.
  */
 import { evenSplitSizes, type Storage, type Tensor } from "@ulysses/tensors";
-import { reduceInto, type Plan, type Source } from "@ulysses/collectives";
+import { reduceInto, type Plan, type Source } from "@ulysses/collectives/backend";
 import { displacements, type Channel } from "./channel.js";
 import { checkIntRange, outputFor } from "./moves.js";
 

@@ -14,11 +14,6 @@ export {
   type BackendInitOptions,
   type BackendFactory,
 } from "./types.js";
-export { StatsRecorder, trafficOf, type Traffic } from "./stats.js";
-export { planOp, outputShapeOf, checkP2P, clipText, type OpHeader, type Plan, type PlanResult, type P2PHeader } from "./plan.js";
-export { reduceInto, type Source } from "./reduce.js";
-export { asTensor } from "./buffer.js";
-export { GroupBase, type Exchanged } from "./group-base.js";
 export { createLocalGroups, type LocalGroupsOptions } from "./local/local-group.js";
 export { registerBackend, getBackend, listBackends, loadBackend, init, type InitOptions } from "./registry.js";
 export { launch, type LaunchOptions, type LaunchedWorld, type ShutdownOptions } from "./threads/launch.js";
