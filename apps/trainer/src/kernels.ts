@@ -20,13 +20,13 @@ import {
   setMallocTrimThreshold,
 } from "@ulysses/fused-attention";
 import { blockConfigOf, elementwiseOpsOf, type GptConfig } from "@ulysses/model";
-import { SessionCache, createAttention, createOrtOps, setHeapGrowingPercent, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+import { SessionCache, createAttention, createOrtOps, setHeapGrowingPercent, type LocalAttention, type TrainingOps } from "@ulysses/kernels";
 import type { MatmulRateOptions } from "@ulysses/measure";
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 export interface RankKernels {
-  ops: BlockOps;
+  ops: TrainingOps;
   attention: LocalAttention;
   /** Human-readable names, for the run header. */
   description: string;

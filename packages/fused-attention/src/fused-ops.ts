@@ -26,7 +26,7 @@ import {
   DEFAULT_ROPE_BASE,
   OrtOps,
   type AdamWUpdate,
-  type BlockOps,
+  type TrainingOps,
   type LayerNormSaved,
   type RopePositions,
   type SessionCache,
@@ -227,6 +227,6 @@ export class FusedOps extends OrtOps {
  * FusedOps on `cache` (GELU, LayerNorm and rope native, with the optional addInto, adamwUpdate and linearWeightGradientInto; every
  * other op OrtOps'); throws FusedAttentionError when the addon is not built.
  */
-export function createFusedOps(cache: SessionCache, options: FusedOpsOptions = {}): BlockOps {
+export function createFusedOps(cache: SessionCache, options: FusedOpsOptions = {}): TrainingOps {
   return new FusedOps(cache, options);
 }

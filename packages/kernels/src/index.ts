@@ -15,7 +15,7 @@ export { GarbageCollector, setHeapGrowingPercent, MAX_HEAP_GROWING_PERCENT } fro
 export { BufferPool, type BufferPoolOptions } from "./runtime/buffer-pool.js";
 export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeOptions, type ExecutionProvider } from "./runtime/session-cache.js";
 export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
-export type { AdamWUpdate, BlockOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";
+export type { AdamWUpdate, BlockOps, LossOps, OptimizerOps, TrainingOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";
 export { ReferenceAttention } from "./reference/attention.js";
 export { StatsReferenceAttention } from "./reference/stats-attention.js";
 export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionErrorFactory } from "./attention/shapes.js";

@@ -19,7 +19,7 @@
  * [tile, vocab] (and its gradient) exist at a time instead of [rows, vocab];
  * tiles without a labelled row are skipped (their gradient is zero).
  */
-import type { BlockOps } from "@ulysses/kernels";
+import type { TrainingOps } from "@ulysses/kernels";
 import type { CausalLM, CausalLMContext, LMBatch } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
 import { IGNORE_INDEX } from "./data/batch.js";
@@ -101,7 +101,7 @@ function labelled(labels: I32, from = 0, to = labels.size): number {
  * weight gradients into model.params.grads. `lossTileRows` tiles the head and
  * the loss (see the module comment); `backward: false` evaluates only.
  */
-export async function lossAndGradients(model: TrainModel, ops: BlockOps, batch: LMBatch, options: LossOptions = {}): Promise<LossResult> {
+export async function lossAndGradients(model: TrainModel, ops: TrainingOps, batch: LMBatch, options: LossOptions = {}): Promise<LossResult> {
   const tileRows = validateLossTileRows(options.lossTileRows);
   const withBackward = options.backward ?? true;
   const group = model.gradientGroup;
@@ -147,14 +147,14 @@ function handOver(tiled: { dhFinal: F32 | null }): F32 {
 }
 
 /** This rank's [lossSum, count, correct] from the context's logits. */
-async function untiledStats(ops: BlockOps, run: Run): Promise<number[]> {
+async function untiledStats(ops: TrainingOps, run: Run): Promise<number[]> {
   const logits = run.context.logits!;
   const local = await ops.crossEntropyForward(logits, run.labels, IGNORE_INDEX);
   return [local.lossSum, local.count, countCorrect(logits, run.labels)];
 }
 
 /** dLogits of the context's logits; drops the logits from the context (the model's backward needs only dLogits). */
-async function untiledGradient(ops: BlockOps, run: Run, gradScale: number): Promise<F32> {
+async function untiledGradient(ops: TrainingOps, run: Run, gradScale: number): Promise<F32> {
   const logits = run.context.logits!;
   const dLogits = await ops.crossEntropyBackward(logits, run.labels, gradScale, IGNORE_INDEX);
   run.context.logits = undefined;
@@ -170,7 +170,7 @@ async function untiledGradient(ops: BlockOps, run: Run, gradScale: number): Prom
  * context.hFinal dropped). Tiles without a labelled row are skipped.
  */
 async function tiledHead(
-  ops: BlockOps,
+  ops: TrainingOps,
   run: Run,
   tileRows: number,
   gradScale: number | null,

@@ -9,7 +9,7 @@
  * (lossAndGradients), so the full [rows, vocab] logits never exist.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
-import type { AdamWUpdate, BlockOps } from "@ulysses/kernels";
+import type { AdamWUpdate, TrainingOps } from "@ulysses/kernels";
 import type { LMBatch } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES } from "@ulysses/parallel";
 import { Tensor, evenSplitSizes } from "@ulysses/tensors";
@@ -18,7 +18,7 @@ import { clipGradNorm } from "./grad-clip.js";
 import { lossAndGradients, validateLossTileRows, type LossResult, type TrainModel } from "./loss.js";
 
 export interface TrainStepOptions {
-  ops: BlockOps;
+  ops: TrainingOps;
   /** Global gradient-norm clip (0: off). */
   gradClip: number;
   adamw: AdamWOptions;

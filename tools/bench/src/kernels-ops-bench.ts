@@ -10,7 +10,7 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { OrtOps, ReferenceOps, SessionCache, type BlockOps } from "@ulysses/kernels";
+import { OrtOps, ReferenceOps, SessionCache, type TrainingOps } from "@ulysses/kernels";
 import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { median } from "@ulysses/measure";
 import { Tensor } from "@ulysses/tensors";
@@ -65,8 +65,8 @@ interface Case {
   /** Bytes forward must read + write (float32), or flops for linear. */
   fwdBytes?: number;
   fwdFlops?: number;
-  forward: (ops: BlockOps) => Promise<unknown>;
-  backward: (ops: BlockOps) => Promise<unknown>;
+  forward: (ops: TrainingOps) => Promise<unknown>;
+  backward: (ops: TrainingOps) => Promise<unknown>;
 }
 
 const x = r([rows, hidden]),

@@ -15,7 +15,7 @@ import { DEFAULT_ROPE_BASE } from "../reference/ops.js";
 import { ropeAngle } from "../reference/rope.js";
 import type { SessionCache } from "../runtime/session-cache.js";
 import * as graphs from "./ort-graphs.js";
-import type { BlockOps, CrossEntropyResult, LayerNormSaved, RopePositions } from "./types.js";
+import type { CrossEntropyResult, LayerNormSaved, RopePositions, TrainingOps } from "./types.js";
 import { checkIds, checkLabels, expectSameShape, expectShape, expectSize, linearGradientShapes, linearShapes, ropeShape, rowsAndLast } from "./validate.js";
 
 type F32 = Tensor<"float32">;
@@ -51,7 +51,7 @@ function sameValues(a: Int32Array, b: Int32Array): boolean {
   return true;
 }
 
-export class OrtOps implements BlockOps {
+export class OrtOps implements TrainingOps {
   private readonly ropeTables = new Map<string, { cos: F32; sin: F32 }>();
   private lastTokenTable: { key: string; positions: Int32Array; table: { cos: F32; sin: F32 } } | undefined;
 
@@ -329,6 +329,6 @@ export class OrtOps implements BlockOps {
 }
 
 /** A BlockOps backed by ONNX Runtime sessions from `cache`. */
-export function createOrtOps(cache: SessionCache): BlockOps {
+export function createOrtOps(cache: SessionCache): TrainingOps {
   return new OrtOps(cache);
 }

@@ -68,14 +68,6 @@ export interface BlockOps {
    */
   addInto?(target: F32, ...terms: F32[]): F32;
   /**
-   * One AdamW update in place (params, m and v, one slice of the same
-   * length as grads), with the arithmetic of @ulysses/training's
-   * AdamW.update: float64 per element, the same operations in the same
-   * order, so the same bits. Optional: without it the optimizer runs in
-   * JavaScript.
-   */
-  adamwUpdate?(update: AdamWUpdate): void;
-  /**
    * The caller will neither read nor write these tensors again (nor any view
    * of their data): an implementation may hand their memory out again as
    * later outputs. Optional, and only a hint: without it, or for tensors it
@@ -118,9 +110,27 @@ export interface BlockOps {
    * a fresh zero [vocab, hidden] gradient.
    */
   embeddingBackward(ids: Tensor<"int32">, dy: F32, vocab: number, into?: F32): Promise<F32>;
+}
 
+/** The loss's ops: cross-entropy over the vocabulary (what the training loss needs besides a model's BlockOps). */
+export interface LossOps {
   /** logits [rows, vocab], labels int32 [rows]; labels equal to ignoreIndex (default -100) do not count. */
   crossEntropyForward(logits: F32, labels: Tensor<"int32">, ignoreIndex?: number): Promise<CrossEntropyResult>;
   /** d(gradScale * lossSum)/dlogits; ignored rows get zero gradient. */
   crossEntropyBackward(logits: F32, labels: Tensor<"int32">, gradScale: number, ignoreIndex?: number): Promise<F32>;
 }
+
+/** The optimizer's ops: an optional native AdamW loop. */
+export interface OptimizerOps {
+  /**
+   * One AdamW update in place (params, m and v, one slice of the same
+   * length as grads), with the arithmetic of @ulysses/training's
+   * AdamW.update: float64 per element, the same operations in the same
+   * order, so the same bits. Optional: without it the optimizer runs in
+   * JavaScript.
+   */
+  adamwUpdate?(update: AdamWUpdate): void;
+}
+
+/** Everything a training step calls: a block's ops, the loss's and the optimizer's. */
+export type TrainingOps = BlockOps & LossOps & OptimizerOps;

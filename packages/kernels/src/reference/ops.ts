@@ -6,7 +6,7 @@
  * for finite-difference tests.
  */
 import type { Tensor } from "@ulysses/tensors";
-import type { BlockOps, CrossEntropyResult, LayerNormSaved, RopePositions } from "../ops/types.js";
+import type { CrossEntropyResult, LayerNormSaved, RopePositions, TrainingOps } from "../ops/types.js";
 import { geluBackward64, geluForward64, swigluBackward64, swigluForward64 } from "./activations.js";
 import { crossEntropyBackward64, crossEntropyForward64, DEFAULT_IGNORE_INDEX, embeddingBackward64, embeddingForward64 } from "./embedding-loss.js";
 import { toFloat32 } from "./float64.js";
@@ -19,7 +19,7 @@ type F32 = Tensor<"float32">;
 
 export const DEFAULT_ROPE_BASE = 10000;
 
-export class ReferenceOps implements BlockOps {
+export class ReferenceOps implements TrainingOps {
   async linearForward(x: F32, w: F32, b?: F32): Promise<F32> {
     return toFloat32(linearForward64(x, w, b));
   }

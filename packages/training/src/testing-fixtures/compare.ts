@@ -1,9 +1,9 @@
 /** Shared by the training equivalence tests: the kernels they run and how they compare vectors. */
-import { ReferenceAttention, ReferenceOps, type BlockOps, type LocalAttention } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps, type TrainingOps, type LocalAttention } from "@ulysses/kernels";
 
 /** Ops and a fresh local attention kernel per model. */
 export interface Kernels {
-  ops: BlockOps;
+  ops: TrainingOps;
   attention: () => LocalAttention;
 }
 
