@@ -45,7 +45,8 @@
  * the per-token terms counts what the arenas and glibc's heap keep. The
  * account is meant to be within 15% of the measured peak.
  */
-import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterCount, validateGptConfig } from "@ulysses/model";
+import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, validateGptConfig } from "@ulysses/model";
+import { adamwMomentBytes } from "@ulysses/training";
 import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
 import { usesNativeOps } from "./kernels.js";
@@ -96,7 +97,8 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
   const { model, tiles, tokensPerRank } = plan;
   validateGptConfig(model);
   const { ranks, processes, workers } = ranksHere(config);
-  const params = parameterCount(model);
+  const replica = parameterMemory(model);
+  const params = replica.parameters;
   const block = blockConfigOf(model);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
@@ -117,7 +119,6 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
     headGroups: plan.pipelineHeadGroups,
   }).chunked;
   const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
-  const layerParams = (params - model.vocab * model.hidden * (model.tiedHead ? 1 : 2)) / model.layers;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;
   // The backward's two phases never overlap (GPT.backward drops the final norm's input and gradient before the blocks run backward):
   // first the loss, tile by tile, and the final norm's backward with the final norm's input, output and gradient alive; then the
@@ -153,11 +154,11 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
       name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}${workers > 0 ? `, ${workers} worker thread${workers > 1 ? "s" : ""}` : ""}: Node, ONNX Runtime sessions)`,
       bytes: processes * PROCESS_BASELINE_BYTES + workers * WORKER_BASELINE_BYTES,
     },
-    { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(F32 * params) },
-    { name: "gradients (flat vector and one layer's)", bytes: all(F32 * (params + layerParams)) },
+    { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
+    { name: "gradients (flat vector and one layer's)", bytes: all(replica.gradientBytes) },
     {
       name: config.zero1 ? `AdamW moments (ZeRO-1: 1/${ranks} per rank, plus the full pair gathered for a checkpoint)` : "AdamW moments m, v (per rank)",
-      bytes: config.zero1 ? 2 * F32 * params + 2 * F32 * params : all(2 * F32 * params),
+      bytes: adamwMomentBytes(params, ranks, config.zero1),
     },
     {
       name: config.activationCheckpointing

@@ -22,6 +22,7 @@ export { headGroupTileRowsOf } from "@ulysses/block";
 /** The norm, activation and RoPE ops a block calls (a run names those without a native kernel). */
 export { elementwiseOpsOf } from "@ulysses/block";
 export { ParameterStore, type ParamSlot } from "./parameters.js";
+export { parameterMemory, type ParameterMemory } from "./memory-terms.js";
 export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 export {
   Gpt,

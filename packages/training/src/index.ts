@@ -47,3 +47,4 @@ export {
   type CheckpointInfo,
   type CheckpointSettings,
 } from "./checkpoint.js";
+export { adamwMomentBytes } from "./memory-terms.js";
