@@ -20,6 +20,8 @@ type F32 = Tensor<"float32">;
 export interface Inputs {
   positions: RopePositions;
   documents: AttentionDocuments | undefined;
+  /** BlockForwardOptions.attentionRun. */
+  run: unknown;
 }
 
 export type NormSaved = NormTensors;
@@ -164,10 +166,11 @@ export function blockInputs(x: F32, options: BlockForwardOptions): Inputs {
     );
   }
   const ids = options.documents;
-  if (ids === undefined) return { positions, documents: undefined };
+  const run = options.attentionRun;
+  if (ids === undefined) return { positions, documents: undefined, run };
   if (!(ids instanceof Int32Array) || ids.length !== tokens) {
     throw new BlockError(`TransformerBlock.forward: documents must be an Int32Array of b * s = ${tokens} document ids, got ${ids?.length ?? typeof ids}`);
   }
   // queries and keys are the same tokens on one device
-  return { positions, documents: { query: ids, key: ids } };
+  return { positions, documents: { query: ids, key: ids }, run };
 }

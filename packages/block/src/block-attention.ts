@@ -38,9 +38,14 @@ export interface BlockAttentionForward<C extends BlockAttentionContext = BlockAt
   context: C;
 }
 
+/** The options of a block's attention call: the kernel's, and the forward's `attentionRun` (opaque to the block). */
+export interface BlockAttentionOptions extends AttentionOptions {
+  run?: unknown;
+}
+
 export interface BlockAttention<C extends BlockAttentionContext = BlockAttentionContext> {
   readonly name: string;
-  forward(q: F32, k: F32, v: F32, options: AttentionOptions): Promise<BlockAttentionForward<C>>;
+  forward(q: F32, k: F32, v: F32, options: BlockAttentionOptions): Promise<BlockAttentionForward<C>>;
   /** dOut [b, s, heads, D] -> dq [b, s, heads, D], dk and dv [b, s, kvHeads, D]. */
   backward(context: C, dOut: F32): Promise<AttentionGradients>;
   /**
@@ -97,9 +102,10 @@ export class LocalBlockAttention implements BlockAttention<SavedLocalAttention> 
     this.name = local.name;
   }
 
-  async forward(q: F32, k: F32, v: F32, options: AttentionOptions): Promise<BlockAttentionForward<SavedLocalAttention>> {
+  async forward(q: F32, k: F32, v: F32, options: BlockAttentionOptions): Promise<BlockAttentionForward<SavedLocalAttention>> {
     // nothing of ours is in flight around the kernel (its backward reuses these options): it may run on this thread
-    const localOptions: AttentionOptions = { ...options, onCallerThread: options.onCallerThread ?? true };
+    const { run: _run, ...kernelOptions } = options;
+    const localOptions: AttentionOptions = { ...kernelOptions, onCallerThread: options.onCallerThread ?? true };
     const { out, logSumExp } = await this.local.forward(q, k, v, localOptions);
     return { out, context: new SavedLocalAttention(this, null, localOptions, q, k, v, out, logSumExp) };
   }

@@ -47,6 +47,12 @@ export interface BlockForwardOptions {
   positions?: RopePositions;
   /** Packed documents: each token's document id, int32 [b * s], non-decreasing per row; attention never crosses a document. */
   documents?: Int32Array;
+  /**
+   * What this forward's attention needs besides its tensors, opaque to the
+   * block: handed to the attention's forward (BlockAttentionOptions.run), and
+   * again on a recompute in backward. A sharded attention's shard layout.
+   */
+  attentionRun?: unknown;
 }
 
 export interface BlockBackwardOptions {

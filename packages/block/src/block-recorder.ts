@@ -6,7 +6,7 @@
  */
 import type { BlockOps } from "@ulysses/kernels";
 import type { Tensor } from "@ulysses/tensors";
-import type { BlockAttentionContext } from "./block-attention.js";
+import type { BlockAttentionContext, BlockAttentionOptions } from "./block-attention.js";
 import type { Activations, Geometry } from "./block-activations.js";
 import type { BlockMath, LinearName, NormName } from "./block-forward.js";
 import { addWith } from "./block-weights.js";
@@ -70,8 +70,10 @@ export class Recorder implements BlockMath<F32> {
   }
 
   async attention(q: F32, k: F32, v: F32): Promise<F32> {
-    const { documents } = this.where().call;
-    const options = documents === undefined ? { causal: this.block.config.causal } : { causal: this.block.config.causal, documents };
+    const { documents, run } = this.where().call;
+    const options: BlockAttentionOptions = { causal: this.block.config.causal };
+    if (documents !== undefined) options.documents = documents;
+    if (run !== undefined) options.run = run;
     const { out, context } = await this.block.attention.forward(q, k, v, options);
     // q and k (the rotations' outputs) and v (attn.v's) are read by nothing else: they go back to the ops unless the context
     // keeps them (the one-device attention saves them; a sharded one saves its exchanged copies)

@@ -21,7 +21,7 @@
  */
 import type { AttentionDocuments, BlockOps, RopePositions } from "@ulysses/kernels";
 import { narrow, Tensor } from "@ulysses/tensors";
-import type { BlockAttention } from "./block-attention.js";
+import type { BlockAttention, BlockAttentionOptions } from "./block-attention.js";
 import type { ResolvedBlockConfig } from "./block-config.js";
 import { addWith, type BlockWeights, type FlatTensors } from "./block-weights.js";
 import { BlockError } from "./errors.js";
@@ -39,6 +39,8 @@ export interface HeadGroupsCall {
   seq: number;
   positions: RopePositions;
   documents: AttentionDocuments | undefined;
+  /** The forward's attentionRun (BlockAttentionOptions.run). */
+  run: unknown;
   /** Rows per tile of a group's full-width terms (x2's in forward, dh1's in backward). */
   tileRows: number;
 }
@@ -129,8 +131,11 @@ async function project(c: HeadGroupsCall, s: Slice, h1: F32): Promise<{ q: F32; 
   return { q, k, v };
 }
 
-function attentionOptions(c: HeadGroupsCall) {
-  return c.documents === undefined ? { causal: c.config.causal } : { causal: c.config.causal, documents: c.documents };
+function attentionOptions(c: HeadGroupsCall): BlockAttentionOptions {
+  const options: BlockAttentionOptions = { causal: c.config.causal };
+  if (c.documents !== undefined) options.documents = c.documents;
+  if (c.run !== undefined) options.run = c.run;
+  return options;
 }
 
 /**

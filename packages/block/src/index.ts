@@ -8,6 +8,7 @@
 export { BlockError } from "./errors.js";
 export {
   LocalBlockAttention,
+  type BlockAttentionOptions,
   SavedLocalAttention,
   checkGradShape,
   exclusive,

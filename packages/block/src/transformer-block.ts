@@ -199,7 +199,18 @@ export class TransformerBlock {
 
   private headGroupsCall({ batch, seq, call }: Geometry): HeadGroupsCall {
     const { config, weights, ops, attention } = this;
-    return { config, weights, ops, attention, batch, seq, positions: call.positions, documents: call.documents, tileRows: this.headGroupTileRows };
+    return {
+      config,
+      weights,
+      ops,
+      attention,
+      batch,
+      seq,
+      positions: call.positions,
+      documents: call.documents,
+      run: call.run,
+      tileRows: this.headGroupTileRows,
+    };
   }
 
   /** The MLP half tile by tile over x2's rows, saving (when `saved`) only x2. */

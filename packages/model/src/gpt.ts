@@ -30,6 +30,9 @@ import type { BlockOps, LocalAttention, RopePositions } from "@ulysses/kernels";
 import { narrowInto, permute, Tensor } from "@ulysses/tensors";
 import type { CausalLM, CausalLMForward, LMBatch } from "./causal-lm.js";
 import { ModelError } from "./errors.js";
+import { headGradientColumns, validHeadColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
+
+export { HEAD_GRADIENT_BLOCK_BYTES, headGradientColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
 import { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
 import { ParameterStore } from "./parameters.js";
@@ -68,6 +71,8 @@ export interface GptForwardOptions {
   positions?: RopePositions;
   /** Packed documents: each token's document id, int32 [b * s], non-decreasing per row. */
   documents?: Int32Array;
+  /** Handed to every block's attention (BlockForwardOptions.attentionRun): a sharded attention's shard layout. */
+  attentionRun?: unknown;
   /**
    * false: stop at the final norm; the context has `hFinal` and no logits
    * (apply the head with `lmHead()`, backpropagate with `backwardFromHidden`).
@@ -95,48 +100,6 @@ export interface GptContext {
 
 /** The context of a forward that computed logits (the default). */
 export type GptLogitsContext = GptContext & { logits: F32 };
-
-/**
- * The LM head, for applying it a tile of rows at a time (the tiled loss of
- * @ulysses/training). The weight [hidden, vocab] is fetched once (transposed
- * from the embedding when tied) and shared by every tile.
- */
-export interface GptHead {
-  /** h [n, hidden] -> logits [n, vocab] */
-  forward(h: F32): Promise<F32>;
-  /**
-   * Adds this tile's weight gradient h^T dLogits into params.grads (the
-   * embedding's, transposed, when tied); returns dh = dLogits W^T [n, hidden].
-   * The weight gradient is made in blocks of vocabulary columns (see
-   * HEAD_GRADIENT_BLOCK_BYTES), each added and dropped before the next.
-   */
-  backward(h: F32, dLogits: F32): Promise<F32>;
-}
-
-/**
- * The widest buffer the LM head's backward makes for its weight gradient: a
- * block of columns of h^T dLogits [hidden, columns] and the dLogits columns it
- * reads [n, columns] are each at most this size, so a large vocabulary's
- * [hidden, vocab] gradient (32 MiB at hidden 256, vocab 32768) never exists
- * as one tensor beside the gradient it is added into.
- */
-export const HEAD_GRADIENT_BLOCK_BYTES = 4 * 1024 * 1024;
-
-/** Vocabulary columns per block of the head's weight gradient for n rows (all of them when the whole gradient fits the block). */
-export function headGradientColumns(hidden: number, vocab: number, rows: number): number {
-  return Math.max(1, Math.min(vocab, Math.floor(HEAD_GRADIENT_BLOCK_BYTES / (4 * Math.max(hidden, rows)))));
-}
-
-function validHeadColumns(where: string, name: string, columns: number | undefined): number | undefined {
-  if (columns !== undefined && (!Number.isSafeInteger(columns) || columns < 1))
-    throw new ModelError(`${where}: ${name} must be a positive integer, got ${columns}`);
-  return columns;
-}
-
-export interface GptHeadOptions {
-  /** Vocabulary columns per block of the weight gradient (default: headGradientColumns). */
-  gradientColumns?: number;
-}
 
 export class Gpt implements CausalLM<GptContext> {
   readonly config: GptConfig;
@@ -261,7 +224,11 @@ export class Gpt implements CausalLM<GptContext> {
       embed: () => this.ops.embeddingForward(ids, this.params.value("embed.weight")),
       block: async (layer, x) => {
         // [rows, hidden] -> [b, s, hidden] -> [rows, hidden]
-        const { y, context } = await this.blocks[layer]!.forward(x.reshape([batch, seqLength, hidden]), { positions, documents: options.documents });
+        const { y, context } = await this.blocks[layer]!.forward(x.reshape([batch, seqLength, hidden]), {
+          positions,
+          documents: options.documents,
+          attentionRun: options.attentionRun,
+        });
         blocks.push(context);
         return y.reshape([rows, hidden]);
       },

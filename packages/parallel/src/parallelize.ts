@@ -12,17 +12,18 @@
  *
  * The sharded attention needs the global shard sizes, which a rank cannot
  * infer from its own tokens (1000 over 3 ranks: is 333 tokens of 999 or of
- * 1000?). The wrapper sets them on a SequenceLayout for the duration of each
- * forward and backward; the attention adapter reads them from there.
+ * 1000?). The wrapper hands them, with the whole sequence's document ids,
+ * to the model's forward as its `attentionRun`; each block passes it to its
+ * attention (and keeps it for a recompute in backward), where the adapter
+ * reads it. Nothing is held between calls.
  *
  * A tiled loss runs `forward(..., { logits: false })` (no logits), the head
- * a tile at a time through `lmHead()`, and `backwardFromHidden`: the head
- * involves no attention, so only the backward from the hidden state runs
- * inside the layout.
+ * a tile at a time through `lmHead()`, and `backwardFromHidden`.
  */
 import {
   LocalBlockAttention,
   type BlockAttention,
+  type BlockAttentionOptions,
   type BlockAttentionContext,
   type BlockBackwardOptions,
   type BlockContext,
@@ -31,7 +32,7 @@ import {
   type TransformerBlock,
 } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
-import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
+import type { AttentionGradients, LocalAttention } from "@ulysses/kernels";
 import type { CausalLM, CausalLMForward, Gpt, GptConfig, GptContext, GptForwardOptions, GptHead, LMBatch, ParameterStore } from "@ulysses/model";
 import { Tensor } from "@ulysses/tensors";
 import { ParallelError } from "./errors.js";
@@ -57,24 +58,6 @@ export function createShardedAttention(
   return scheme.create(local, { group, groups: hybrid === null ? {} : { ...hybrid }, degrees, headGroups });
 }
 
-/** The shard sizes of the forward (or backward) now running. */
-class SequenceLayout {
-  shards: SequenceShards | null = null;
-  /** Packed documents: every token's document id in the whole sequence, [b * N]. */
-  documents: Int32Array | undefined = undefined;
-
-  async during<T>(run: RunLayout, fn: () => Promise<T>): Promise<T> {
-    this.shards = run.shards;
-    this.documents = run.documents;
-    try {
-      return await fn();
-    } finally {
-      this.shards = null;
-      this.documents = undefined;
-    }
-  }
-}
-
 /** The layout one forward ran with (kept for its backward). */
 export interface RunLayout {
   shards: SequenceShards;
@@ -90,24 +73,21 @@ export interface ParallelSequenceOptions extends SequenceOptions {
   positions?: Int32Array;
 }
 
-/** A ShardedAttention seen as the block's BlockAttention: the shard sizes come from the running layout. */
+/** A ShardedAttention seen as the block's BlockAttention: the shard sizes come with each call, as its run (the forward's attentionRun). */
 class LayoutAttention implements BlockAttention {
   readonly name: string;
 
-  constructor(
-    readonly sharded: ShardedAttention,
-    private readonly layout: SequenceLayout,
-  ) {
+  constructor(readonly sharded: ShardedAttention) {
     this.name = sharded.name;
   }
 
-  forward(q: F32, k: F32, v: F32, options: AttentionOptions) {
-    const shards = this.layout.shards;
-    if (shards === null)
+  forward(q: F32, k: F32, v: F32, options: BlockAttentionOptions) {
+    const run = options.run as RunLayout | undefined;
+    if (run === undefined || run.shards === undefined)
       throw new ParallelError(`${this.name}: called outside a parallel forward (run the block through ParallelBlock or the model through parallelize)`);
     // the block's own documents are this rank's tokens only; the sharded attention takes the whole sequence's
-    const sharded: ShardedAttentionOptions = { causal: options.causal, scale: options.scale, seqRuns: shards.runs };
-    if (this.layout.documents !== undefined) sharded.sequenceDocuments = this.layout.documents;
+    const sharded: ShardedAttentionOptions = { causal: options.causal, scale: options.scale, seqRuns: run.shards.runs };
+    if (run.documents !== undefined) sharded.sequenceDocuments = run.documents;
     return this.sharded.forward(q, k, v, sharded);
   }
 
@@ -128,12 +108,7 @@ function localKernelOf(block: TransformerBlock, who: string): LocalAttention {
 }
 
 /** Swaps the attention of `blocks` (sharing one sharded wrapper per local kernel); returns the wrappers. */
-function shardBlocks(
-  blocks: readonly TransformerBlock[],
-  create: (local: LocalAttention) => ShardedAttention,
-  layout: SequenceLayout,
-  who: string,
-): ShardedAttention[] {
+function shardBlocks(blocks: readonly TransformerBlock[], create: (local: LocalAttention) => ShardedAttention, who: string): ShardedAttention[] {
   const byKernel = new Map<LocalAttention, LayoutAttention>();
   for (const block of blocks) {
     const local = localKernelOf(block, who);
@@ -141,7 +116,7 @@ function shardBlocks(
     if (attention === undefined) {
       const sharded = create(local);
       sharded.checkHeads(block.config.heads, block.config.kvHeads);
-      attention = new LayoutAttention(sharded, layout);
+      attention = new LayoutAttention(sharded);
       byKernel.set(local, attention);
     }
     block.attention = attention;
@@ -156,7 +131,6 @@ export interface ParallelBlockContext extends RunLayout {
 
 /** One TransformerBlock, sequence-parallel over `group`. */
 export class ParallelBlock {
-  private readonly layout = new SequenceLayout();
   readonly attention: ShardedAttention;
 
   /** `attention`: the kind of wrapper to build, or an existing wrapper to share (its buffers serve one call at a time). */
@@ -166,13 +140,13 @@ export class ParallelBlock {
     attention: SequenceParallelKind | ShardedAttention = "ulysses",
   ) {
     if (typeof attention === "string") {
-      this.attention = shardBlocks([block], (local) => createShardedAttention(attention, local, group), this.layout, "ParallelBlock")[0]!;
+      this.attention = shardBlocks([block], (local) => createShardedAttention(attention, local, group), "ParallelBlock")[0]!;
     } else {
       if (attention.group !== group) throw new ParallelError(`ParallelBlock: attention ${attention.name} runs on another group than the block`);
       localKernelOf(block, "ParallelBlock");
       attention.checkHeads(block.config.heads, block.config.kvHeads);
       this.attention = attention;
-      block.attention = new LayoutAttention(attention, this.layout);
+      block.attention = new LayoutAttention(attention);
     }
   }
 
@@ -180,16 +154,16 @@ export class ParallelBlock {
   async forward(x: F32, sequence: ParallelSequenceOptions = {}): Promise<{ y: F32; context: ParallelBlockContext }> {
     const [b, s] = x.shape as [number, number, number];
     const run = runLayout(s, b, this.group, sequence, "ParallelBlock.forward");
-    const options: BlockForwardOptions = { positions: sequence.positions ?? shardPositions(run.shards, this.group.rank, b) };
+    const options: BlockForwardOptions = { positions: sequence.positions ?? shardPositions(run.shards, this.group.rank, b), attentionRun: run };
     if (run.documents !== undefined)
       options.documents = documentRuns(run.documents, b, run.shards.length, run.shards.runs[this.group.rank]!, "ParallelBlock.forward")!;
-    const { y, context } = await this.layout.during(run, () => this.block.forward(x, options));
+    const { y, context } = await this.block.forward(x, options);
     return { y, context: { ...run, block: context } };
   }
 
   /** dy [b, s_r, hidden] -> dx and the weight gradients, summed over the group unless `reduceGradients` is false. */
   async backward(context: ParallelBlockContext, dy: F32, options: { reduceGradients?: boolean } & BlockBackwardOptions = {}): Promise<BlockGradients> {
-    const g = await this.layout.during(context, () => this.block.backward(context.block, dy, { overwriteDy: options.overwriteDy ?? false }));
+    const g = await this.block.backward(context.block, dy, { overwriteDy: options.overwriteDy ?? false });
     if (options.reduceGradients ?? true) await this.group.allReduce(new Tensor("float32", [g.flat.length], g.flat), { op: "sum" });
     return g;
   }
@@ -222,14 +196,13 @@ function runLayout(localLength: number, batch: number, group: ProcessGroup, sequ
 
 /** A Gpt whose layers run sequence-parallel over `dims.spGroup`. */
 export class ParallelGpt implements CausalLM<ParallelGptContext> {
-  private readonly layout = new SequenceLayout();
   readonly attention: readonly ShardedAttention[];
 
   constructor(
     readonly model: Gpt,
     readonly dims: ParallelDims,
   ) {
-    this.attention = shardBlocks(model.blocks, (local) => dims.createAttention(local), this.layout, "parallelize");
+    this.attention = shardBlocks(model.blocks, (local) => dims.createAttention(local), "parallelize");
   }
 
   get config(): GptConfig {
@@ -265,10 +238,14 @@ export class ParallelGpt implements CausalLM<ParallelGptContext> {
     const [b, s] = tokens.shape as [number, number];
     const laid = sequence.seqRuns !== undefined || sequence.seqSizes !== undefined ? sequence : { ...sequence, seqRuns: this.dims.runs(sequence.seqLength) };
     const run = runLayout(s, b, spGroup, laid, "ParallelGpt.forward");
-    const options: GptForwardOptions = { positions: sequence.positions ?? shardPositions(run.shards, spGroup.rank, b), logits: sequence.logits ?? true };
+    const options: GptForwardOptions = {
+      positions: sequence.positions ?? shardPositions(run.shards, spGroup.rank, b),
+      logits: sequence.logits ?? true,
+      attentionRun: run,
+    };
     if (run.documents !== undefined)
       options.documents = documentRuns(run.documents, b, run.shards.length, run.shards.runs[spGroup.rank]!, "ParallelGpt.forward")!;
-    const context = await this.layout.during(run, () => this.model.forward(tokens, options));
+    const context = await this.model.forward(tokens, options);
     return Object.assign(context, run);
   }
 
@@ -296,19 +273,14 @@ export class ParallelGpt implements CausalLM<ParallelGptContext> {
 
   /** Backpropagates dLogits [b * s_r, vocab]; adds this rank's (unreduced) weight gradients into params.grads. Spends the context. */
   backward(context: ParallelGptContext, dLogits: F32): Promise<void> {
-    // the head runs outside the layout, so nothing holds dLogits past it
     return this.model.headBackward(context, dLogits).then((dh) => this.backwardFromHidden(context, dh));
   }
 
   /** Backpropagates dhFinal [b * s_r, hidden] (Gpt.backwardFromHidden); adds this rank's (unreduced) weight gradients except the head's. */
   backwardFromHidden(context: ParallelGptContext, dhFinal: F32): Promise<void> {
-    // handed over through a holder the callback empties: nothing waiting on the layout keeps dhFinal alive while the blocks run
-    const holder: { dh?: F32 } = { dh: dhFinal };
-    return this.layout.during(context, () => {
-      const dh = holder.dh!;
-      holder.dh = undefined;
-      return this.model.backwardFromHidden(context, dh);
-    });
+    // not async: no frame of this call keeps dhFinal alive while the blocks run (a checkpointed block's recompute finds the
+    // shard layout in its own context, BlockForwardOptions.attentionRun)
+    return this.model.backwardFromHidden(context, dhFinal);
   }
 
   release(context: ParallelGptContext): void {
