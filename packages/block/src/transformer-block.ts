@@ -65,6 +65,8 @@ export class TransformerBlock {
   readonly config: ResolvedBlockConfig;
   /** The config's norm, chosen once. */
   readonly norm: NormComponent;
+  /** Each norm's weights by suffix (views of `weights`, which are updated in place). */
+  private readonly normTensors: Record<NormName, NormTensors>;
   readonly weights: BlockWeights;
   /** The attention forward and backward call; sequence parallelism replaces it. */
   attention: BlockAttention;
@@ -104,6 +106,9 @@ export class TransformerBlock {
     this.headGroupTileRows = groupTile;
     this.weights = options.weights ?? initBlockWeights(this.config, options.seed ?? 0);
     checkBlockWeights(this.config, this.weights);
+    const normTensors = (name: NormName): NormTensors =>
+      Object.fromEntries(this.norm.weights.map(({ suffix }) => [suffix, this.weights[`${name}.${suffix}`]!]));
+    this.normTensors = { norm1: normTensors("norm1"), norm2: normTensors("norm2") };
   }
 
   /** x [b, s, hidden] -> y [b, s, hidden] and the context backward needs. */
@@ -378,10 +383,8 @@ export class TransformerBlock {
     return r.dx;
   }
 
-  /** The weights of norm `name` by suffix (gamma, beta). */
+  /** The weights of norm `name` by suffix (gamma, beta), resolved once in the constructor. */
   normWeights(name: NormName): NormTensors {
-    const weights: NormTensors = {};
-    for (const { suffix } of this.norm.weights) weights[suffix] = this.weights[`${name}.${suffix}`]!;
-    return weights;
+    return this.normTensors[name];
   }
 }

@@ -106,6 +106,8 @@ export class Gpt implements CausalLM<GptContext> {
   readonly params: ParameterStore;
   /** The final norm (the blocks' norm), chosen once. */
   readonly finalNorm: NormComponent;
+  /** Its weights by suffix (views of the parameters, which are updated in place). */
+  private readonly finalNormTensors: NormTensors;
   /** One device: nothing to sum over. */
   readonly gradientGroup = null;
   readonly blocks: TransformerBlock[];
@@ -121,6 +123,7 @@ export class Gpt implements CausalLM<GptContext> {
     this.params = new ParameterStore(gptParamSpecs(config));
     this.params.initialise(options.seed);
     this.finalNorm = normComponent(blockConfigOf(config).norm);
+    this.finalNormTensors = Object.fromEntries(this.finalNorm.weights.map(({ suffix }) => [suffix, this.params.value(`norm.${suffix}`)]));
     const blockConfig = blockConfigOf(config);
     let attention = options.attention;
     if (attention === undefined) {
@@ -144,11 +147,9 @@ export class Gpt implements CausalLM<GptContext> {
     }
   }
 
-  /** The final norm's weights by suffix (gamma, beta). */
+  /** The final norm's weights by suffix (gamma, beta), resolved once in the constructor. */
   private finalNormWeights(): NormTensors {
-    const weights: NormTensors = {};
-    for (const { suffix } of this.finalNorm.weights) weights[suffix] = this.params.value(`norm.${suffix}`);
-    return weights;
+    return this.finalNormTensors;
   }
 
   /** The LM head as [hidden, vocab] (a transposed copy of the embedding when tied). */

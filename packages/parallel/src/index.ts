@@ -54,7 +54,6 @@ export {
   parallelDimsProblems,
   validateParallelDims,
   resolveDims,
-  SEQUENCE_PARALLEL_KINDS,
   type HybridGroups,
   type ResolvedDims,
   type ParallelDimsOptions,

@@ -25,8 +25,6 @@ import { SEQUENCE_LAYOUTS, shardRuns, type SequenceLayoutKind, type SequenceRun 
 
 /** How each layer's attention is sequence-parallelised: the name of a registered scheme (scheme-registry.ts). */
 export type SequenceParallelKind = "ulysses" | "allgather" | "ring" | "hybrid" | (string & {});
-/** The built-in schemes' names (sequenceParallelSchemeNames() lists every registered one). */
-export const SEQUENCE_PARALLEL_KINDS: readonly SequenceParallelKind[] = ["ulysses", "allgather", "ring", "hybrid"];
 
 export interface ParallelDimsOptions {
   /** Ranks sharing one sequence. */
