@@ -165,17 +165,6 @@ export function tokensPerRankOf(config: Pick<TrainConfig, "batch" | "seq" | "sp"
  */
 export type MemoryArenaSetting = boolean | "auto";
 
-/** With --no-memory-arena: V8 collects freed tensors after every this many bytes of op outputs per rank (GarbageCollector of @ulysses/kernels). */
-export const COLLECT_GARBAGE_EVERY_BYTES = 16 * 1024 * 1024;
-
-/**
- * With --memory-arena: V8's heap growing factor, as a percent (900: 10x; setHeapGrowingPercent of @ulysses/kernels). On the speed
- * rows of bench:memory (SP 2, N = 4096, 2-core VM) a step took 614 / 625 ms against 750 ms with V8's own factor (full collections
- * 30 against 230 in 12 steps), and the peak grew by 45-50 MiB (80 MiB at N = 16384): the memory account's V8_DEFERRED_BYTES.
- * Without arenas the trainer collects every 16 MiB of outputs itself, and V8's own factor is kept.
- */
-export const ARENA_HEAP_GROWING_PERCENT = 900;
-
 /** --tile-mlp / --tile-loss: rows per tile, 0 for off, or auto. */
 export type TileSetting = number | "auto";
 

@@ -20,9 +20,18 @@ import {
   setMallocTrimThreshold,
 } from "@ulysses/fused-attention";
 import { blockConfigOf, elementwiseOpsOf, type GptConfig } from "@ulysses/model";
-import { SessionCache, createAttention, createOrtOps, setHeapGrowingPercent, type LocalAttention, type TrainingOps } from "@ulysses/kernels";
+import {
+  ARENA_HEAP_GROWING_PERCENT,
+  COLLECT_GARBAGE_EVERY_BYTES,
+  SessionCache,
+  createAttention,
+  createOrtOps,
+  setHeapGrowingPercent,
+  type LocalAttention,
+  type TrainingOps,
+} from "@ulysses/kernels";
 import type { MatmulRateOptions } from "@ulysses/measure";
-import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
+import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
 export interface RankKernels {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { DEFAULTS, type TrainConfig } from "./config.js";
-import { estimateMemory } from "./memory-account.js";
-import { availableMemory, cgroupMemoryLimit, checkMemory, memAvailable, parseBytes, parseCgroupLimit, type ReadText } from "./preflight.js";
+import { availableMemory, type ReadText } from "@ulysses/measure";
+import { checkMemory, estimateMemory } from "./preflight.js";
 
 // the MLP and loss untiled: auto tiles (the defaults) stop their buffers growing with the sequence past 4 MiB per rank
 const MODEL: TrainConfig = { ...DEFAULTS, layers: 2, hidden: 256, heads: 8, kvHeads: 8, batch: 1, sp: 2, tileMlp: 0, tileLoss: 0 };
@@ -153,44 +153,5 @@ describe("checkMemory", () => {
     expect(() => checkMemory({ ...MODEL, layers: 1e8 }, { read: files({}), env: {} })).toThrow(
       /invalid model size: GPT config: layers 100000000 is above the limit/,
     );
-  });
-});
-
-describe("cgroup and meminfo parsing", () => {
-  it("parses limit files: numbers, 'max', v1's no-limit sentinel, missing and garbage", () => {
-    expect(parseCgroupLimit("1073741824\n")).toBe(GiB);
-    expect(parseCgroupLimit("max\n")).toBeNull();
-    expect(parseCgroupLimit("9223372036854771712\n")).toBeNull();
-    expect(parseCgroupLimit(null)).toBeNull();
-    expect(parseCgroupLimit("")).toBeNull();
-    expect(parseCgroupLimit("-1")).toBeNull();
-  });
-
-  it("finds the tightest limit of this process's cgroup and its ancestors (v2 and v1)", () => {
-    const v2 = files({
-      "/proc/self/cgroup": "0::/user.slice/job.scope\n",
-      "/sys/fs/cgroup/user.slice/job.scope/memory.max": "max\n",
-      "/sys/fs/cgroup/user.slice/memory.max": "4294967296\n",
-    });
-    expect(cgroupMemoryLimit(v2)).toEqual({ bytes: 4 * GiB, file: "/sys/fs/cgroup/user.slice/memory.max" });
-    const v1 = files({
-      "/proc/self/cgroup": "9:name=systemd:/\n4:memory:/docker/abc\n3:cpuset:/\n",
-      "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "2147483648\n",
-      "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
-    });
-    expect(cgroupMemoryLimit(v1)).toEqual({ bytes: 2 * GiB, file: "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes" });
-    expect(cgroupMemoryLimit(files({ "/sys/fs/cgroup/memory.max": "max" }))).toBeNull();
-    expect(cgroupMemoryLimit(files({}))).toBeNull();
-  });
-
-  it("reads MemAvailable and byte counts with suffixes", () => {
-    expect(memAvailable(files({ "/proc/meminfo": meminfo(1024) }))).toBe(1024 * 1024);
-    expect(memAvailable(files({ "/proc/meminfo": "MemTotal: 1 kB\n" }))).toBeNull();
-    expect(memAvailable(files({}))).toBeNull();
-    expect(parseBytes("8G")).toBe(8 * GiB);
-    expect(parseBytes("512MiB")).toBe(512 * 2 ** 20);
-    expect(parseBytes("1.5k")).toBe(1536);
-    expect(parseBytes("123")).toBe(123);
-    expect(parseBytes("-1G")).toBeNull();
   });
 });

@@ -10,8 +10,8 @@
 import { blockConfigOf, type GptConfig } from "@ulysses/model";
 import { DocumentData } from "@ulysses/training";
 import { textDataOptions, type TrainConfig } from "./config.js";
-import { estimateMemory } from "./memory-account.js";
-import { formatBytes } from "./preflight.js";
+import { formatBytes } from "@ulysses/measure";
+import { estimateMemory } from "./preflight.js";
 
 /** Copies of the RoPE tables the ONNX export holds at its peak (arrays, graph, serialised bytes: 3.5 GB measured for 1 GiB of tables). */
 export const EXPORT_TABLE_COPIES = 4;

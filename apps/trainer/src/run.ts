@@ -10,12 +10,13 @@
  */
 import fs from "node:fs";
 import path from "node:path";
+import { COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
 import { sequenceParallelScheme } from "@ulysses/parallel";
 import { planRun, type RunPlan } from "./plan.js";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import { resolveTextFormat } from "@ulysses/training";
-import { COLLECT_GARBAGE_EVERY_BYTES, errnoText, fileProblem, launcherRank, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import { errnoText, fileProblem, launcherRank, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";

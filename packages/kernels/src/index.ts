@@ -11,7 +11,13 @@ export {
   type DecodedDim,
   type DecodedTensor,
 } from "./graph/decode.js";
-export { GarbageCollector, setHeapGrowingPercent, MAX_HEAP_GROWING_PERCENT } from "./runtime/garbage-collector.js";
+export {
+  GarbageCollector,
+  setHeapGrowingPercent,
+  MAX_HEAP_GROWING_PERCENT,
+  ARENA_HEAP_GROWING_PERCENT,
+  COLLECT_GARBAGE_EVERY_BYTES,
+} from "./runtime/garbage-collector.js";
 export { BufferPool, type BufferPoolOptions } from "./runtime/buffer-pool.js";
 export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeOptions, type ExecutionProvider } from "./runtime/session-cache.js";
 export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionForwardResult, AttentionGradients } from "./attention/types.js";

@@ -22,3 +22,15 @@ export { fastestRound, measureMatmulRate, type MatmulRateOptions, type RateCache
 export { commDelta, commSnapshot, type CommDelta } from "./comm-delta.js";
 export { niceRange, niceStep, niceTicks } from "./nice-ticks.js";
 export { lineChart, type ChartOptions, type ChartPoint, type RightAxis, type Series } from "./line-chart.js";
+export {
+  availableMemory,
+  cgroupMemoryLimit,
+  formatBytes,
+  memAvailable,
+  parseBytes,
+  parseCgroupLimit,
+  type AvailableMemory,
+  type AvailableMemoryOptions,
+  type CgroupLimit,
+  type ReadText,
+} from "./available-memory.js";

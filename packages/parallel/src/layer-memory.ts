@@ -4,7 +4,7 @@
  * and the exchange scratch; the scheme's own part (the width of k and v as
  * its local kernel sees them, its exchange areas) comes from its descriptor.
  * The trainer's memory preflight and `pnpm bench:memory` multiply these by
- * tokens and layers (see apps/trainer/src/preflight.ts for what is counted).
+ * tokens and layers (see @ulysses/training memory-account.ts for what is counted).
  */
 import { normComponent } from "@ulysses/block";
 import { blockConfigOf, type GptConfig } from "@ulysses/model";

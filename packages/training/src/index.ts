@@ -48,3 +48,4 @@ export {
   type CheckpointSettings,
 } from "./checkpoint.js";
 export { adamwMomentBytes } from "./memory-terms.js";
+export { estimateTrainingMemory, type TrainingMemoryInput, type MemoryEstimate, type MemoryTerm } from "./memory-account.js";

@@ -1,8 +1,11 @@
 /**
- * The trainer's memory account: the estimated peak resident memory of a run
- * on this machine, term by term, which the preflight (preflight.ts) holds
- * against the memory available and `pnpm bench:memory` prints next to the
- * measured peak of every row (docs/results/memory).
+ * The memory account of a training run: its estimated peak resident memory
+ * on one machine, term by term, from the run's plan (model, scheme and
+ * degrees, tiles, tokens per rank) and where its ranks live. The trainer's
+ * preflight holds it against the memory available, and `pnpm bench:memory`
+ * prints it next to the measured peak of every row (docs/results/memory).
+ * The model reports its weights and gradients (parameterMemory), the scheme
+ * its per-token terms (layerFloatsPerToken), training its AdamW moments.
  *
  * The account counts, for every rank on this machine (all of them for the
  * threads and local backends, each its own process under mpirun on one
@@ -38,19 +41,17 @@
  *   concurrent exchanges are whole;
  * - the local kernel's score tiles (bounded per call).
  *
- * With --no-memory-arena, ONNX Runtime's CPU arenas are off
+ * Without arenas (`memoryArena: false`), ONNX Runtime's CPU arenas are off
  * (session-cache.ts) and glibc returns freed large buffers
  * (setMallocMmapThreshold), so nothing else grows with the sequence; with
- * arenas (the default when they fit, resolveMemoryArena) a measured slack on
+ * arenas a measured slack on
  * the per-token terms counts what the arenas and glibc's heap keep. The
  * account is meant to be within 15% of the measured peak.
  */
-import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, validateGptConfig } from "@ulysses/model";
-import { adamwMomentBytes } from "@ulysses/training";
+import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
+import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
-import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES, type TrainConfig } from "./config.js";
-import { usesNativeOps } from "./kernels.js";
-import { planRun, type RunPlan } from "./plan.js";
+import { adamwMomentBytes } from "./memory-terms.js";
 
 const MiB = 1024 * 1024;
 const F32 = 4;
@@ -85,38 +86,56 @@ export interface MemoryEstimate {
   tokensPerRank: number;
 }
 
-/** Ranks whose memory lands on this machine (every rank: threads and local run them in this process; mpirun on one host). */
-function ranksHere(config: TrainConfig): { ranks: number; processes: number; workers: number } {
-  const ranks = config.sp * config.dp;
-  if (config.backend === "mpi") return { ranks, processes: ranks, workers: 0 };
-  return { ranks, processes: 1, workers: config.backend === "threads" ? ranks : 0 };
+/** What the account reads of a run: its plan's resolved values, the memory settings, and where the ranks live. */
+export interface TrainingMemoryInput {
+  model: GptConfig;
+  /** The sequence-parallel scheme's registered name and its degrees (u x r = sp). */
+  scheme: string;
+  sp: number;
+  ulyssesDegree: number;
+  ringDegree: number;
+  /** Ulysses' exchanges pipelined over this many head groups (1: off). */
+  pipelineHeadGroups: number;
+  /** Rows per tile of each block's MLP and of the LM head and loss (0: untiled), and the attention's head groups (1: off). */
+  tiles: { mlp: number; loss: number; attentionHeadGroups: number };
+  /** Tokens each rank holds per step (batch x its shard of the sequence). */
+  tokensPerRank: number;
+  activationCheckpointing: boolean;
+  /** AdamW moments sharded over the ranks (ZeRO stage 1). */
+  zero1: boolean;
+  /** ONNX Runtime's arenas and glibc's heap kept (their measured slack is counted) or freed memory returned to the OS. */
+  memoryArena: boolean;
+  /** FusedOps' native elementwise kernels run (a smaller arena slack). */
+  nativeOps: boolean;
+  /** Ranks whose memory lands on this machine, and the processes and worker threads they live in. */
+  placement: { ranks: number; processes: number; workers: number };
 }
 
-/** The memory account of a training run on this machine: its estimated peak resident memory, broken down. */
-export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(config)): MemoryEstimate {
-  const { model, tiles, tokensPerRank } = plan;
+/** The memory account of a training run on one machine: its estimated peak resident memory, broken down. */
+export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstimate {
+  const { model, tiles, tokensPerRank, activationCheckpointing, zero1, memoryArena, nativeOps } = input;
   validateGptConfig(model);
-  const { ranks, processes, workers } = ranksHere(config);
+  const { ranks, processes, workers } = input.placement;
   const replica = parameterMemory(model);
   const params = replica.parameters;
   const block = blockConfigOf(model);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
   const headGroups = tiles.attentionHeadGroups;
-  const perLayer = layerFloatsPerToken(model, plan.sp, plan.scheme, plan.ulyssesDegree, tiledMlp, headGroups);
-  const activationFloats = config.activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
+  const perLayer = layerFloatsPerToken(model, input.sp, input.scheme, input.ulyssesDegree, tiledMlp, headGroups);
+  const activationFloats = activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
   // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
   const groupTileFloats = headGroups > 1 ? model.hidden * Math.min(tokensPerRank, headGroupTileRowsOf(model.hidden)) : 0;
   const finalNormFloats = 3 * model.hidden + 2; // the final norm's input, output and gradient
   // Ulysses (unpipelined) and hybrid exchange in chunks: a send and a receive area of at most EXCHANGE_CHUNK_BYTES
-  const chunkedExchange = sequenceParallelScheme(plan.scheme).memory({
-    sp: plan.sp,
+  const chunkedExchange = sequenceParallelScheme(input.scheme).memory({
+    sp: input.sp,
     kvHeads: block.kvHeads,
     headDim: block.headDim,
-    degrees: plan,
-    headGroups: plan.pipelineHeadGroups,
+    degrees: input,
+    headGroups: input.pipelineHeadGroups,
   }).chunked;
   const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;
@@ -130,7 +149,7 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
   // (smaller ones are in the freed-tensors term); otherwise V8 decides and the previous one may still be there.
   // With the fused kernel (FusedOps: linearWeightGradientInto) the head's gradient is added in place, with no block at all: the
   // term then over-counts by the blocks (5 MiB per rank at hidden 256, vocab 32768, 64-row tiles), which the account keeps.
-  const headGradients = config.memoryArena === false ? 1 : 2;
+  const headGradients = memoryArena ? 2 : 1;
   const headColumns = tiledLoss ? headGradientColumns(model.hidden, model.vocab, lossTileRows) : model.vocab;
   const headBlockFloats = headColumns === model.vocab ? model.hidden * model.vocab : (model.hidden + lossTileRows) * headColumns;
   const headBlock = headColumns === model.vocab ? "[hidden, vocab]" : `[hidden, ${headColumns} of vocab ${model.vocab}] and its dLogits columns`;
@@ -157,11 +176,11 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
     { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
     { name: "gradients (flat vector and one layer's)", bytes: all(replica.gradientBytes) },
     {
-      name: config.zero1 ? `AdamW moments (ZeRO-1: 1/${ranks} per rank, plus the full pair gathered for a checkpoint)` : "AdamW moments m, v (per rank)",
-      bytes: adamwMomentBytes(params, ranks, config.zero1),
+      name: zero1 ? `AdamW moments (ZeRO-1: 1/${ranks} per rank, plus the full pair gathered for a checkpoint)` : "AdamW moments m, v (per rank)",
+      bytes: adamwMomentBytes(params, ranks, zero1),
     },
     {
-      name: config.activationCheckpointing
+      name: activationCheckpointing
         ? `saved activations (checkpointing: ${model.layers} layer inputs + ${headGroups > 1 ? "norm1's output" : "one recomputed attention half"}, ${tokensPerRank} tokens per rank)`
         : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}, ${tokensPerRank} tokens per rank)`,
       bytes: all(F32 * activationFloats * tokensPerRank),
@@ -180,7 +199,7 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
       bytes: all(chunkedExchange ? Math.min(exchangeBytes, 2 * EXCHANGE_CHUNK_BYTES * perLayer.travels) : exchangeBytes),
     },
   ];
-  if (config.memoryArena === false) {
+  if (!memoryArena) {
     terms.push({
       name: `freed tensors awaiting V8's collection (at most ${COLLECT_GARBAGE_EVERY_BYTES / MiB} MiB of op outputs per rank, --no-memory-arena)`,
       bytes: all(COLLECT_GARBAGE_EVERY_BYTES),
@@ -188,11 +207,10 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
   } else {
     // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
     const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
-    const native = usesNativeOps(config.kernel);
-    const slack = native ? NATIVE_OPS_ARENA_SLACK : ARENA_SLACK;
-    const floor = native ? NATIVE_OPS_ARENA_FLOOR_BYTES : ARENA_FLOOR_BYTES;
+    const slack = nativeOps ? NATIVE_OPS_ARENA_SLACK : ARENA_SLACK;
+    const floor = nativeOps ? NATIVE_OPS_ARENA_FLOOR_BYTES : ARENA_FLOOR_BYTES;
     terms.push({
-      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena${native ? ", LayerNorm, rope and GELU native" : ""}: ${slack}x the per-token terms and ${floor / MiB} MiB per rank, measured)`,
+      name: `ONNX Runtime arenas and glibc-retained buffers (--memory-arena${nativeOps ? ", LayerNorm, rope and GELU native" : ""}: ${slack}x the per-token terms and ${floor / MiB} MiB per rank, measured)`,
       bytes: slack * perToken + all(floor),
     });
     terms.push({
@@ -202,5 +220,3 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
   }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
 }
-
-/** Reads a file's text, or null when it is missing or unreadable. */
