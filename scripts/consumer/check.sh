@@ -8,7 +8,7 @@
 #      (launch with user backends, runConformance without vitest,
 #      UlyssesAttention 2 ranks vs 1, the ulysses-train bin) and a strict
 #      TypeScript consumer (tsc, strict, types ["node"], no skipLibCheck).
-#   3. For npm and pnpm: @ulysses/fused-attention installed on its own builds
+#   3. For npm and pnpm: @ulysses/native-ops installed on its own builds
 #      its addon and matches a float64 reference (scripts/consumer/fused).
 #
 # Usage: bash scripts/consumer/check.sh [--keep]   (--keep leaves the folder)
@@ -76,7 +76,7 @@ run_check() { # folder command...
 packs=../ulysses-packs
 # the packages version together (one changesets "fixed" group)
 version="$(node -p "require('$repo/packages/tensors/package.json').version")"
-everything=("$packs"/ulysses-{tensors,collectives,collectives-mpi,kernels,measure,fused-attention,block,model,parallel,training,trainer}-"$version".tgz)
+everything=("$packs"/ulysses-{tensors,collectives,collectives-mpi,kernels,measure,native-ops,block,model,parallel,training,trainer}-"$version".tgz)
 for manager in ${CONSUMER_MANAGERS:-npm pnpm}; do
   # --- 2. every package ----------------------------------------------------
   folder="$work/$manager-all"
@@ -89,11 +89,11 @@ for manager in ${CONSUMER_MANAGERS:-npm pnpm}; do
   run_check "$folder" node node_modules/typescript/bin/tsc -p tsconfig.json
   phase "$manager: strict TypeScript consumer type-checks (strict, types [node], no skipLibCheck, NodeNext)"
 
-  # --- 3. fused-attention alone --------------------------------------------
+  # --- 3. native-ops alone --------------------------------------------
   folder="$work/$manager-fused"
-  install_consumer "$folder" "$manager" "$packs"/ulysses-{tensors,kernels,fused-attention}-"$version".tgz
+  install_consumer "$folder" "$manager" "$packs"/ulysses-{tensors,kernels,native-ops}-"$version".tgz
   cp "$here"/fused/* "$here"/common/* "$folder"/
   run_check "$folder" node check-fused.mjs
-  phase "$manager: @ulysses/fused-attention installed alone"
+  phase "$manager: @ulysses/native-ops installed alone"
 done
 phase "consumer check passed"

@@ -71,7 +71,7 @@ const HELP: Record<keyof TrainConfig, string> = {
   export: "export model.onnx at the end (--no-export to skip)",
   threads: "ONNX Runtime threads per rank, at most 4 x the machine's cores (default max(1, floor(cores / ranks)))",
   kernel:
-    "local attention kernel: fused (the C++ ONNX Runtime custom op of @ulysses/fused-attention, the faster one in pnpm bench:kernels) | ort (ONNX graphs) | auto (fused when its native addon is built, else ort; the run header names the one used)",
+    "local attention kernel: fused (the C++ ONNX Runtime custom op of @ulysses/native-ops, the faster one in pnpm bench:kernels) | ort (ONNX graphs) | auto (fused when its native addon is built, else ort; the run header names the one used)",
 };
 
 export function helpText(): string {

@@ -169,8 +169,8 @@ describe("--kernel", () => {
     expect(problems({ kernel: "flash" as never })).toMatch(/--kernel must be auto, fused or ort, got 'flash'/);
   });
   it("auto resolves to a kernel this machine has, and ort is always ort", async () => {
-    const { resolveKernel } = await import("./kernels.js");
-    const { fusedAttentionStatus } = await import("@ulysses/fused-attention");
+    const { resolveKernel } = await import("@ulysses/native-ops");
+    const { fusedAttentionStatus } = await import("@ulysses/native-ops");
     expect(resolveKernel("ort").kernel).toBe("ort");
     expect(resolveKernel("auto").kernel).toBe(fusedAttentionStatus().available ? "fused" : "ort");
   });

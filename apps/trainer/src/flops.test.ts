@@ -35,7 +35,7 @@ describe("model FLOPs", () => {
 describe("the MFU's MatMul rate", () => {
   it("is measured on the addon's path when the addon loads (ONNX Runtime's kernel, each output reused), else through onnxruntime-node", async () => {
     const { matmulRateCache } = await import("./kernels.js");
-    const { fusedAttentionStatus, NativeSessionCache } = await import("@ulysses/fused-attention");
+    const { fusedAttentionStatus, NativeSessionCache } = await import("@ulysses/native-ops");
     const { measureMatmulRate } = await import("@ulysses/measure");
     const chosen = matmulRateCache();
     if (!fusedAttentionStatus().available) {

@@ -11,7 +11,7 @@ import { availableMemory, formatBytes, type AvailableMemory, type AvailableMemor
 import { estimateTrainingMemory, type MemoryEstimate } from "@ulysses/training";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
-import { usesNativeOps } from "./kernels.js";
+import { usesNativeOps } from "@ulysses/native-ops";
 import { planRun, type RunPlan } from "./plan.js";
 
 /** Ranks whose memory lands on this machine (every rank: threads and local run them in this process; mpirun on one host). */

@@ -28,7 +28,8 @@ import {
   type TrainConfig,
 } from "./config.js";
 import { TrainerError } from "./errors.js";
-import { createRankKernels, slowerPathNote, type RankKernels } from "./kernels.js";
+import { createRankKernels, type RankKernels } from "@ulysses/native-ops";
+import { slowerPathNote } from "./kernels.js";
 import { parallelOptionsOfPlan, type RunPlan } from "./plan.js";
 
 export interface RankSetup {

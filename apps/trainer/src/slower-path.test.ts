@@ -4,7 +4,7 @@
  * slower path). NATIVE_OPS is checked against what FusedOps really
  * overrides, so the list cannot drift from the code.
  */
-import { FusedOps, NATIVE_OPS } from "@ulysses/fused-attention";
+import { FusedOps, NATIVE_OPS } from "@ulysses/native-ops";
 import { OrtOps } from "@ulysses/kernels";
 import type { GptConfig } from "@ulysses/model";
 import { describe, expect, it } from "vitest";

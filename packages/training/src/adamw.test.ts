@@ -1,4 +1,4 @@
-import { createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { createFusedOps, fusedAttentionStatus } from "@ulysses/native-ops";
 import { SessionCache } from "@ulysses/kernels";
 import { afterAll, describe, expect, it } from "vitest";
 import { AdamW } from "./adamw.js";

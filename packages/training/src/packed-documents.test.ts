@@ -7,7 +7,7 @@
  * weighted by its labelled tokens and summed.
  */
 import { createLocalGroups } from "@ulysses/collectives";
-import { FusedAttention, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { FusedAttention, fusedAttentionStatus } from "@ulysses/native-ops";
 import { OrtAttention, SessionCache, createOrtOps } from "@ulysses/kernels";
 import { seededRandom } from "@ulysses/kernels/testing";
 import { Gpt, type GptConfig } from "@ulysses/model";

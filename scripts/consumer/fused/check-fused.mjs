@@ -1,4 +1,4 @@
-// Consumer check: @ulysses/fused-attention installed on its own (with
+// Consumer check: @ulysses/native-ops installed on its own (with
 // @ulysses/tensors and @ulysses/kernels) built its addon at install time, and its forward and
 // backward match a float64 attention written here, causal and not (one case within one block,
 // one past the backward's 192-key blocks); FusedOps' native LayerNorm and rope match float64
@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { relativeError } from "./compare.mjs";
 import fs from "node:fs";
-import { CALLER_THREAD_MAX_PAIRS, FusedAttention, NativeSessionCache, createFusedOps, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { CALLER_THREAD_MAX_PAIRS, FusedAttention, NativeSessionCache, createFusedOps, fusedAttentionStatus } from "@ulysses/native-ops";
 import { SessionCache } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { fusedAttentionStatus, nativeRateCache } from "@ulysses/fused-attention";
+import { fusedAttentionStatus, nativeRateCache } from "@ulysses/native-ops";
 import { measureMatmulRate } from "@ulysses/measure";
 
 const bin = (name) => path.resolve("node_modules", ".bin", name);

@@ -3,7 +3,7 @@
 import { ParallelDims, UlyssesAttention, parallelize, type ShardedAttention } from "@ulysses/parallel";
 import { CollectiveError, launch, type LaunchedWorld, type ProcessGroup } from "@ulysses/collectives";
 import { runConformance, type CheckResult } from "@ulysses/collectives/testing";
-import { CALLER_THREAD_MAX_PAIRS, FusedAttention, nativeRateCache, type FusedAttentionOptions } from "@ulysses/fused-attention";
+import { CALLER_THREAD_MAX_PAIRS, FusedAttention, nativeRateCache, type FusedAttentionOptions } from "@ulysses/native-ops";
 import { fastestRound, measureMatmulRate, type MatmulRateOptions, type RateCache, type RoundOptions } from "@ulysses/measure";
 import { GraphBuilder, OrtAttention, SessionCache, createOrtOps, type AttentionOptions, type LocalAttention } from "@ulysses/kernels";
 import * as model from "@ulysses/model";

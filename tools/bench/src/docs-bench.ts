@@ -24,7 +24,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { FusedAttention, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { FusedAttention, fusedAttentionStatus } from "@ulysses/native-ops";
 import type { AttentionOptions } from "@ulysses/kernels";
 import { maxRelativeError, randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { median } from "@ulysses/measure";

@@ -14,7 +14,7 @@
 import { type Tensor, randomUniform } from "@ulysses/tensors";
 import { SessionCache, createAttention, type AttentionImplementation } from "@ulysses/kernels";
 import { attentionFlops, fastestRound, measureMatmulRate } from "@ulysses/measure";
-import { fusedAttentionStatus, nativeRateCache } from "@ulysses/fused-attention"; // also registers attention implementation "fused"
+import { fusedAttentionStatus, nativeRateCache } from "@ulysses/native-ops"; // also registers attention implementation "fused"
 
 export interface MatMulCase {
   kind: "matmul";

@@ -7,7 +7,7 @@
  * per iteration each one's wall time and its RingAttention.stats.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
-import { FusedAttention } from "@ulysses/fused-attention";
+import { FusedAttention } from "@ulysses/native-ops";
 import { OrtAttention, SessionCache, type LocalAttention } from "@ulysses/kernels";
 import { gatherRuns, PipelinedUlyssesAttention, RingAttention, shardRuns, UlyssesAttention, type ShardedAttention } from "@ulysses/parallel";
 import { randomUniform, Tensor } from "@ulysses/tensors";

@@ -38,7 +38,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { launch } from "@ulysses/collectives";
-import { fusedAttentionStatus } from "@ulysses/fused-attention";
+import { fusedAttentionStatus } from "@ulysses/native-ops";
 import { attentionFlops, medianOfSlowest } from "@ulysses/measure";
 import { readCommandLine } from "./cli-flags.js";
 import { describeMachine, machineInfo } from "./paper/machine-info.js";

@@ -24,7 +24,7 @@
  */
 import { TransformerBlock } from "@ulysses/block";
 import type { CommStats, OpKind, ProcessGroup } from "@ulysses/collectives";
-import { FusedAttention } from "@ulysses/fused-attention";
+import { FusedAttention } from "@ulysses/native-ops";
 import { createOrtOps, OrtAttention, SessionCache, type LocalAttention } from "@ulysses/kernels";
 import { commDelta } from "@ulysses/measure";
 import {

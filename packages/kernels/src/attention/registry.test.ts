@@ -1,6 +1,6 @@
 /**
  * The attention registry: the built-in "ort" and "reference", an
- * implementation registered by name (what @ulysses/fused-attention does for
+ * implementation registered by name (what @ulysses/native-ops does for
  * "fused", tested in that package), refusals that name the offending values,
  * and release() on the built-ins (a shared cache is left to its owner).
  */
@@ -76,14 +76,14 @@ describe("attention registry", () => {
     const error = (await createAttention({ implementation: "flash" }).catch((e: unknown) => e)) as Error;
     expect(error).toBeInstanceOf(KernelError);
     expect(error.message).toMatch(/^unknown attention implementation 'flash'; registered: ort, reference\b/);
-    expect(error.message).toContain('`import "@ulysses/fused-attention"`');
+    expect(error.message).toContain('`import "@ulysses/native-ops"`');
   });
 
-  it("says to import @ulysses/fused-attention when 'fused' is asked for before that import", async () => {
+  it("says to import @ulysses/native-ops when 'fused' is asked for before that import", async () => {
     // This package never imports the fused one, so 'fused' is not registered here.
     expect(attentionImplementations()).not.toContain("fused");
     await expect(createAttention({ implementation: "fused", threads: 1 })).rejects.toThrow(
-      /attention implementation 'fused' is not registered: add @ulysses\/fused-attention as a dependency and `import "@ulysses\/fused-attention"`.*registered: ort, reference/,
+      /attention implementation 'fused' is not registered: add @ulysses\/native-ops as a dependency and `import "@ulysses\/native-ops"`.*registered: ort, reference/,
     );
   });
 

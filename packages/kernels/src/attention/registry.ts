@@ -3,7 +3,7 @@
  * `createAttention`, which makes a LocalAttention by name. Built in: "ort"
  * (OrtAttention, ONNX graphs on onnxruntime-node; the default) and
  * "reference" (ReferenceAttention, float64 TypeScript; slow, exact). Other
- * packages register their own on import: @ulysses/fused-attention registers
+ * packages register their own on import: @ulysses/native-ops registers
  * "fused" (its native custom op), so this package never depends on it.
  */
 import { KernelError } from "../errors.js";
@@ -40,7 +40,7 @@ export interface CreateAttentionOptions {
 }
 
 const FUSED_NAME = "fused";
-const FUSED_PACKAGE = "@ulysses/fused-attention";
+const FUSED_PACKAGE = "@ulysses/native-ops";
 
 const factories = new Map<string, AttentionFactory>();
 

@@ -1,7 +1,7 @@
 /**
  * Arrays on fresh ArrayBuffers that are not zero-filled (Buffer.allocUnsafeSlow:
  * not from Node's shared pool, so each has its own buffer at offset 0), for
- * outputs a kernel writes whole (ONNX Runtime's in @ulysses/fused-attention's
+ * outputs a kernel writes whole (ONNX Runtime's in @ulysses/native-ops's
  * NativeSessionCache, its native ops' in FusedOps): zero-filling a
  * multi-megabyte output is one more pass over memory that the kernel then
  * overwrites.

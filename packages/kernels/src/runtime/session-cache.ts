@@ -159,7 +159,7 @@ export class SessionCache {
 
   /**
    * Releases the session of `key`, if there is one (its next run creates it again); for a subclass that runs the graph by other
-   * means once it knows its outputs (NativeSessionCache of @ulysses/fused-attention). Only when no run of `key` is in flight.
+   * means once it knows its outputs (NativeSessionCache of @ulysses/native-ops). Only when no run of `key` is in flight.
    */
   protected async releaseSession(key: string): Promise<void> {
     const session = this.sessions.get(key);

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 
 const script = `
-import { FusedAttention, fusedAttentionStatus } from "@ulysses/fused-attention";
+import { FusedAttention, fusedAttentionStatus } from "@ulysses/native-ops";
 import { createAttention } from "@ulysses/kernels";
 const status = fusedAttentionStatus();
 let message = "constructed";
@@ -31,10 +31,10 @@ describe("FusedAttention without the native addon", () => {
     const result = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as { available: boolean; message: string; created: string };
     expect(result.available).toBe(false);
     expect(result.message).toMatch(/^FusedAttentionError: the fused-attention addon is not built \(no \/nonexistent\/ulysses_fused_attention.node\)/);
-    expect(result.message).toContain("npm rebuild @ulysses/fused-attention");
-    expect(result.message).toContain("pnpm --filter @ulysses/fused-attention build:native");
+    expect(result.message).toContain("npm rebuild @ulysses/native-ops");
+    expect(result.message).toContain("pnpm --filter @ulysses/native-ops build:native");
     // Through the registry ("fused" is registered on import even without the addon): the same hint, naming the implementation.
     expect(result.created).toMatch(/^KernelError: attention implementation 'fused' could not be created: the fused-attention addon is not built/);
-    expect(result.created).toContain("npm rebuild @ulysses/fused-attention");
+    expect(result.created).toContain("npm rebuild @ulysses/native-ops");
   });
 });

@@ -22,7 +22,7 @@ const buildDir = join(packageDir, "build");
 const addonPath = join(buildDir, "Release", "ulysses_fused_attention.node");
 const force = process.argv.includes("--force");
 const strict = process.argv.includes("--strict");
-const tag = "@ulysses/fused-attention";
+const tag = "@ulysses/native-ops";
 // How to rerun this script, for both places the package lives: this
 // repository's workspace, and a project that installed it from the registry.
 const hint =

@@ -18,7 +18,7 @@ const glibc =
   Boolean((process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header?.glibcVersionRuntime);
 
 const script = (setup: string) => `
-import { MALLOC_MMAP_THRESHOLD_MAX, setMallocMmapThreshold, setMallocTrimThreshold } from "@ulysses/fused-attention";
+import { MALLOC_MMAP_THRESHOLD_MAX, setMallocMmapThreshold, setMallocTrimThreshold } from "@ulysses/native-ops";
 const applied = ${setup};
 const faults = () => process.resourceUsage().minorPageFault;
 let before = 0;

@@ -167,8 +167,8 @@ export type NativeLoad = { ok: true; binding: NativeBinding; info: NativeInfo; p
 const require = createRequire(import.meta.url);
 const packageDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const BUILD_HINT =
-  "build it with `npm rebuild @ulysses/fused-attention` (pnpm: `pnpm rebuild @ulysses/fused-attention`) in the project that installed it, " +
-  "or `pnpm --filter @ulysses/fused-attention build:native` inside the ulysses-ts repository " +
+  "build it with `npm rebuild @ulysses/native-ops` (pnpm: `pnpm rebuild @ulysses/native-ops`) in the project that installed it, " +
+  "or `pnpm --filter @ulysses/native-ops build:native` inside the ulysses-ts repository " +
   "(needs a C++ compiler, and apt-get access to Debian's mirror for the ONNX Runtime headers)";
 
 /** Where the addon is looked for (ULYSSES_FUSED_ATTENTION_ADDON overrides). */
