@@ -17,6 +17,7 @@ export {
 export { createLocalGroups, type LocalGroupsOptions } from "./local/local-group.js";
 export { registerBackend, getBackend, listBackends, loadBackend, init, type InitOptions } from "./registry.js";
 export { launch, type LaunchOptions, type LaunchedWorld, type ShutdownOptions } from "./threads/launch.js";
+export { RankSupervisor, SETTLE_MS, type SuperviseOptions } from "./threads/supervisor.js";
 export type { RankContext, RankSetup } from "./threads/protocol.js";
 export { createThreadsGroup } from "./threads/context.js";
 export { splitWorld, type SplitWorld } from "./split-world.js";

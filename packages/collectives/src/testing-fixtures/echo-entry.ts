@@ -39,6 +39,18 @@ export default function setup({ rank, worldSize, group, ortThreads, args }: Rank
       }, 0);
       return "spinning";
     },
+    /** A step: rank `stuck` computes forever (never answers), the others answer with their rank. */
+    step(stuck: number) {
+      while (rank === stuck) {
+        // stuck in compute
+      }
+      return rank;
+    },
+    /** Rank `failing` throws; the others wait in a barrier that it never joins. */
+    async failOrWait(failing: number) {
+      if (rank === failing) throw new Error(`rank ${rank} refused`);
+      await group.barrier();
+    },
     async exit(code: number) {
       process.exit(code);
     },
