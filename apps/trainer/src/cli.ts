@@ -16,7 +16,7 @@ import fs from "node:fs";
 import path from "node:path";
 import type { GptConfig } from "@ulysses/model";
 import { loadBackend } from "@ulysses/collectives";
-import { inspectCheckpoint } from "@ulysses/training";
+import { inspectCheckpoint, readMetricsFile } from "@ulysses/training";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
 import { isModulePath, launcherRank, type TrainConfig } from "./config.js";
 import { validateConfig } from "./validate.js";
@@ -25,7 +25,6 @@ import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.j
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
 import { planRun, type RunPlan } from "./plan.js";
-import { readMetricsFile } from "./metrics.js";
 import { checkRunDir, clearRunFiles, createRunDir, removeStaleTemporaries, type RunDirState } from "./run-dir.js";
 import { SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
 

@@ -6,9 +6,8 @@ import { describe, expect, it } from "vitest";
 import { helpText, parseArgs } from "./args.js";
 import { DEFAULTS, dataDigest, textDataOptions, unescapeSeparator, usesDocuments, type TrainConfig } from "./config.js";
 import { validateConfig } from "./validate.js";
-import type { StepMetrics } from "./metrics.js";
+import { summaryRows, type StepMetrics } from "@ulysses/training";
 import { Progress } from "./progress.js";
-import { summaryRows } from "./summary.js";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "documents-config-"));
 const jsonl = path.join(dir, "corpus.jsonl");

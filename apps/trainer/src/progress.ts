@@ -3,7 +3,7 @@
  * loss and the ETA. Otherwise (CI, pipes, files): one plain line every
  * `logEvery` steps and at the last step.
  */
-import type { StepMetrics } from "./metrics.js";
+import type { StepMetrics } from "@ulysses/training";
 
 export function formatDuration(seconds: number): string {
   if (!Number.isFinite(seconds) || seconds < 0) return "?";

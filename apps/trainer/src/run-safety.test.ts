@@ -12,7 +12,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { readSafetensors, writeSafetensors } from "@ulysses/model";
 import { main } from "./cli.js";
 import { captureMain } from "./testing-fixtures/capture.js";
-import { readMetricsFile } from "./metrics.js";
+import { readMetricsFile } from "@ulysses/training";
 import { removeStaleTemporaries } from "./run-dir.js";
 import { tinyFlags } from "./testing-fixtures/cli.js";
 

@@ -15,18 +15,15 @@ import { sequenceParallelScheme } from "@ulysses/parallel";
 import { planRun, type RunPlan } from "./plan.js";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
-import { resolveTextFormat } from "@ulysses/training";
+import { formatTable, lossPlotSvg, MetricsLog, readMetrics, resolveTextFormat, summaryRows, type StepMetrics } from "@ulysses/training";
 import { errnoText, fileProblem, launcherRank, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";
 import { modelFlopsPerStep } from "./flops.js";
-import { lossPlotSvg } from "./loss-plot.js";
-import { MetricsLog, readMetrics, type StepMetrics } from "./metrics.js";
 import { Progress } from "./progress.js";
 import type { RankPool } from "./rank-pool.js";
 import { recallReport } from "./recall-report.js";
-import { formatTable, summaryRows } from "./summary.js";
 
 export interface RunOptions {
   config: TrainConfig;

@@ -2,7 +2,9 @@
  * @ulysses/training: training a GPT on one device or parallelised
  * (`parallelize` of @ulysses/parallel): the SP-aware loss, AdamW with
  * ZeRO-1, gradient clipping, the learning-rate schedule, the step,
- * checkpoints, and the data tasks (byte-level text, long-range key-value recall).
+ * checkpoints, the data tasks (byte-level text, long-range key-value recall),
+ * the memory account of a run, and its reports (metrics.jsonl, the summary
+ * table, the loss plot).
  */
 export { TrainingError } from "./errors.js";
 export { AdamW, type AdamWOptions } from "./adamw.js";
@@ -49,3 +51,6 @@ export {
 } from "./checkpoint.js";
 export { adamwMomentBytes } from "./memory-terms.js";
 export { estimateTrainingMemory, type TrainingMemoryInput, type MemoryEstimate, type MemoryTerm } from "./memory-account.js";
+export { MetricsLog, readMetrics, readMetricsFile, type MetricsFile, type StepMetrics } from "./report/metrics-log.js";
+export { formatTable, mfuRows, summaryRows, type SummaryContext } from "./report/summary.js";
+export { lossPlotSvg, trailingMean } from "./report/loss-plot.js";

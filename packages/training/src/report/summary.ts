@@ -7,7 +7,7 @@
  * low a ceiling, and an MFU above 100% against it is reported as such, never
  * printed as a figure.
  */
-import type { StepMetrics } from "./metrics.js";
+import type { StepMetrics } from "./metrics-log.js";
 
 function mean(values: readonly number[]): number {
   return values.length === 0 ? NaN : values.reduce((a, b) => a + b, 0) / values.length;

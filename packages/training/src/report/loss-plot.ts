@@ -5,7 +5,7 @@
  * the chart shows its trailing mean over about a 25th of the steps.
  */
 import { lineChart, type Series } from "@ulysses/measure";
-import type { StepMetrics } from "./metrics.js";
+import type { StepMetrics } from "./metrics-log.js";
 
 /** Trailing mean of `window` values (fewer at the start): one output per input. */
 export function trailingMean(values: readonly number[], window: number): number[] {

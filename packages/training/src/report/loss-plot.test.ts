@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { lossPlotSvg, trailingMean } from "./loss-plot.js";
-import type { StepMetrics } from "./metrics.js";
+import type { StepMetrics } from "./metrics-log.js";
 
 const row = (step: number, loss: number, accuracy?: number): StepMetrics => ({
   step,

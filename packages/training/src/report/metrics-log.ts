@@ -1,10 +1,10 @@
 /**
- * Per-step metrics: the record written to metrics.jsonl (one JSON object per
- * line, appended as steps finish) and reading it back for resume and plots.
+ * Per-step metrics of a training run: the record written to metrics.jsonl
+ * (one JSON object per line, appended as steps finish) and reading it back
+ * for resume, plots and the summary.
  */
 import fs from "node:fs";
-import { errnoText } from "./config.js";
-import { TrainerError } from "./errors.js";
+import { TrainingError } from "../errors.js";
 
 export interface StepMetrics {
   /** The step just completed, counted from 1 (as the console, summary, plot and checkpoint count). */
@@ -26,7 +26,7 @@ export interface StepMetrics {
    */
   mfu: number;
   /**
-   * That MatMul rate, FLOP/s: the run's one start-up measurement, on the fused-attention addon's path when the addon loads (so another
+   * That MatMul rate, FLOP/s: the run's one start-up measurement, on the native-ops addon's path when the addon loads (so another
    * denominator can be applied to the run's speed). Absent in rows written before it was recorded.
    */
   matmulRate?: number;
@@ -50,7 +50,7 @@ export interface MetricsFile {
  * Reads a metrics.jsonl file (missing file: no records). A last line that is
  * not a complete record is what a crash in the middle of an append leaves:
  * it is dropped and reported in `torn`. Any other line that is not a record
- * throws a TrainerError naming the file and the line.
+ * throws a TrainingError naming the file and the line.
  */
 export function readMetricsFile(file: string): MetricsFile {
   let text: string;
@@ -58,7 +58,7 @@ export function readMetricsFile(file: string): MetricsFile {
     text = fs.readFileSync(file, "utf8");
   } catch (cause) {
     if ((cause as NodeJS.ErrnoException).code === "ENOENT") return { rows: [], torn: null };
-    throw new TrainerError(`metrics file '${file}' cannot be read: ${errnoText(cause)}`, { cause });
+    throw new TrainingError(`metrics file '${file}' cannot be read: ${(cause as Error).message}`, { cause });
   }
   const lines = text.split("\n");
   const numbered = lines.map((line, i) => ({ line, number: i + 1 })).filter((l) => l.line.trim() !== "");
@@ -80,7 +80,7 @@ export function readMetricsFile(file: string): MetricsFile {
     } else if (i === numbered.length - 1) {
       torn = { line: number, bytes: Buffer.byteLength(line) };
     } else {
-      throw new TrainerError(`metrics file '${file}' line ${number} is ${problem}: repair or delete that line (only a torn last line is dropped on its own)`);
+      throw new TrainingError(`metrics file '${file}' line ${number} is ${problem}: repair or delete that line (only a torn last line is dropped on its own)`);
     }
   });
   return { rows, torn };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { StepMetrics } from "./metrics.js";
+import type { StepMetrics } from "./metrics-log.js";
 import { formatTable, summaryRows } from "./summary.js";
 
 const row = (step: number, stepMs: number, mfu: number): StepMetrics => ({
