@@ -7,72 +7,22 @@
  * plain data only, never code or paths.
  */
 import { BYTE_VOCAB, type CheckpointInfo, recallMinVocab } from "@ulysses/training";
-import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, camel, dataDigest, kebab, usesDocuments, type TrainConfig } from "./config.js";
+import {
+  DEFAULTS,
+  MODEL_SHAPE_KEYS,
+  NEVER_FROM_CHECKPOINT,
+  SETTINGS,
+  camel,
+  dataDigest,
+  kebab,
+  settingKind,
+  usesDocuments,
+  type TrainConfig,
+} from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { MAX_CONFIG_FILE_BYTES, readRegularFile } from "./input-files.js";
 import { dataStateProblem, exportTablesProblem } from "./resume-bounds.js";
-
-const HELP: Record<keyof TrainConfig, string> = {
-  sp: "sequence-parallel degree: ranks sharing one sequence",
-  dp: "data-parallel degree: SP groups training on different batches",
-  backend: "collectives backend: threads | local (all ranks in one thread) | mpi (run under mpirun) | path to a backend module",
-  task: "recall (built-in synthetic long-range key-value recall: facts in the first quarter of each sequence, queries in the last) | text (needs --data)",
-  data: "text data for byte-level language modelling (implies --task text): a file, or a folder of .txt files (see Text data below)",
-  dataFormat: "auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir",
-  docSeparator: "plain text: the string between documents, e.g. '\\n\\n' (\\n \\r \\t \\\\ are escapes); without it a text file is one stream",
-  longDocuments: "documents longer than --seq + 1 tokens: split (each row's piece is its own document) | continue (one document across rows)",
-  skipBadDocuments: 'skip bad documents (invalid JSON, no string "text", empty, not UTF-8) and count them, instead of failing with the file and line',
-  seq: "global sequence length in tokens",
-  layers: "transformer blocks",
-  hidden: "model width",
-  heads: "attention heads",
-  kvHeads: "key/value heads (grouped-query attention when fewer than --heads)",
-  mlp: "gelu | swiglu",
-  mlpRatio: "MLP width as a multiple of --hidden",
-  tiedHead: "tie the LM head to the token embedding",
-  attention:
-    "ulysses (all-to-all over heads) | ring (K and V passed around the ranks: any SP degree, past the head count) | hybrid (Ulysses in groups of --ulysses-degree ranks, ring across them) | allgather (all-gather K and V, the baseline); see 'Which scheme' in the README",
-  ulyssesDegree: "hybrid attention: ranks per Ulysses group, u (default --sp / --ring-degree, or gcd(--sp, --kv-heads))",
-  ringDegree: "hybrid attention: Ulysses groups around the ring, r = --sp / u",
-  sequenceLayout: "auto (zigzag when a ring runs, which balances causal attention over the ranks; else contiguous) | contiguous | zigzag",
-  ulyssesHeadGroups:
-    "Ulysses: pipeline its all-to-alls against the attention kernel over this many head groups (1: off; slower on a CPU, where the exchange copies use the same cores)",
-  batch: "sequences per step per data-parallel group",
-  steps: "training steps (total, including resumed ones)",
-  lr: "peak learning rate",
-  minLr: "learning rate at the end of the cosine decay (at most --lr)",
-  warmup: "linear warmup steps",
-  weightDecay: "AdamW decoupled weight decay (matrices only; from 0 to 1)",
-  gradClip: "clip the global gradient norm to this (0: off)",
-  seed: "seed for weights and data",
-  keys: "recall task: keys per sequence's table (each a group of --values answer tokens)",
-  values: "recall task: values a key may hold (without the other shard's facts the best accuracy is 1 / values)",
-  vocab: "recall task: vocabulary size; the tokens past the answers and queries are fillers (default keys x (values + 1) + 1)",
-  out: "run directory (default runs/<timestamp>, linked as runs/latest; with --resume: the resumed run's directory); an existing run or non-empty directory is refused without --overwrite",
-  resume:
-    "checkpoint file or run directory to continue from, writing into that directory (or --out). The model shape (--hidden, --layers, --heads, --kv-heads, --mlp, --mlp-ratio, --tied-head, --attention, recall --vocab) comes from the checkpoint: leave those flags out or give the same values; other settings default to the checkpoint's recorded ones; --backend, --data and --out are never taken from a checkpoint",
-  overwrite: "let --out name an existing run or a non-empty directory (replaces the run's files there)",
-  timeout: "seconds a rank waits for a peer's collective, or for a stuck peer to finish a step, before the run fails naming that rank (from 1 to 2147483)",
-  skipMemoryCheck:
-    "skip the memory preflight (by default a run whose estimated peak memory exceeds the cgroup limit or the free memory is refused before any rank starts)",
-  checkpointEvery: "steps between checkpoints (0: only at the end)",
-  activationCheckpointing: "recompute block activations in backward to save memory (only each block's input is kept)",
-  tileMlp:
-    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto, the default: tiles of at most 8 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
-  tileLoss:
-    "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 4 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
-  tileAttention:
-    "attention in head groups: each block's q, k, v projections, attention and output projection run over this many groups of heads in forward and backward (recomputed per group), so their buffers exist for heads/groups heads at a time; must divide --heads and --kv-heads (1: off; auto: the most groups the layout allows, e.g. 8 heads: 8 at SP 1, 4 at SP 2 with Ulysses; the run header names the groups)",
-  memoryArena:
-    "auto (the default): ONNX Runtime's CPU arenas and glibc's heap, unless the memory account says the run would then not fit, as --no-memory-arena; --memory-arena: always; --no-memory-arena: arenas off, freed large buffers back to the OS and V8 collecting freed tensors after every 16 MiB of op outputs per rank (the least memory; several times slower for small models here, where every large buffer is fresh pages); the run header names the choice; =auto in a config file: \"auto\", true or false",
-  zero1: "shard optimizer state over the ranks (ZeRO stage 1)",
-  logEvery: "steps between log lines when not on a terminal",
-  export: "export model.onnx at the end (--no-export to skip)",
-  threads: "ONNX Runtime threads per rank, at most 4 x the machine's cores (default max(1, floor(cores / ranks)))",
-  kernel:
-    "local attention kernel: fused (the C++ ONNX Runtime custom op of @ulysses/native-ops, the faster one in pnpm bench:kernels) | ort (ONNX graphs) | auto (fused when its native addon is built, else ort; the run header names the one used)",
-};
 
 export function helpText(): string {
   const lines = [
@@ -82,15 +32,17 @@ export function helpText(): string {
     "from --config file.json with the same keys (camelCase or kebab-case).",
     "",
   ];
-  for (const key of Object.keys(HELP) as (keyof TrainConfig)[]) {
+  for (const key of Object.keys(SETTINGS) as (keyof TrainConfig)[]) {
     const value = DEFAULTS[key];
-    const flag = SWITCH_OR_AUTO.has(key)
-      ? `--[no-]${kebab(key)}[=auto]`
-      : typeof value === "boolean"
-        ? `--${kebab(key)}`
-        : `--${kebab(key)} <${typeof value === "number" || NULLABLE_NUMBERS.has(key) ? "n" : "value"}>`;
+    const kind = settingKind(key);
+    const flag =
+      kind === "switch-auto"
+        ? `--[no-]${kebab(key)}[=auto]`
+        : typeof value === "boolean"
+          ? `--${kebab(key)}`
+          : `--${kebab(key)} <${typeof value === "number" || kind === "number?" ? "n" : "value"}>`;
     const shown = value === null ? "" : ` (default ${String(value)})`;
-    lines.push(...flagLines(flag, `${HELP[key]}${shown}`));
+    lines.push(...flagLines(flag, `${SETTINGS[key].help}${shown}`));
   }
   lines.push(
     "  --config <file.json>               read settings from a JSON file",
@@ -146,15 +98,6 @@ function flagLines(flag: string, description: string): string[] {
   return wrapped.map((line, i) => (i === 0 ? `  ${flag.padEnd(34)} ${line}` : `${indent}${line}`));
 }
 
-/** Numeric settings whose default is null (computed when the run starts). */
-const NULLABLE_NUMBERS: ReadonlySet<keyof TrainConfig> = new Set(["threads", "ulyssesDegree", "ringDegree", "vocab"]);
-
-/** On/off switches whose default is auto: `--flag` (on), `--no-flag` (off), `--flag=auto`. */
-const SWITCH_OR_AUTO: ReadonlySet<keyof TrainConfig> = new Set(["memoryArena"]);
-
-/** Rows per tile, 0 (off) or auto. */
-const TILE_SETTINGS: ReadonlySet<keyof TrainConfig> = new Set(["tileMlp", "tileLoss", "tileAttention"]);
-
 export type ParseResult =
   | { help: true }
   | { help: false; version: true }
@@ -172,20 +115,21 @@ export function settingOf(name: string): keyof TrainConfig | null {
 /** Converts one raw value to the type of `key`'s default. */
 export function coerce(key: keyof TrainConfig, raw: unknown, source: string): unknown {
   const template = DEFAULTS[key];
-  if ((TILE_SETTINGS.has(key) || SWITCH_OR_AUTO.has(key)) && raw === "auto") return "auto";
-  if (SWITCH_OR_AUTO.has(key)) {
+  const kind = settingKind(key);
+  if ((kind === "tile" || kind === "switch-auto") && raw === "auto") return "auto";
+  if (kind === "switch-auto") {
     if (typeof raw === "boolean") return raw;
     if (raw === "true" || raw === "1" || raw === "on") return true;
     if (raw === "false" || raw === "0" || raw === "off") return false;
     throw new TrainerError(`${source}: --${kebab(key)} is on, off or auto, got '${String(raw)}'`);
   }
-  const numeric = typeof template === "number" || NULLABLE_NUMBERS.has(key) || TILE_SETTINGS.has(key);
+  const numeric = typeof template === "number" || kind === "number?" || kind === "tile";
   if (numeric) {
     // decimal notation only: Number() would also take 0x10, 0b1, 0o7 and "Infinity"
     const value = typeof raw === "number" ? raw : typeof raw === "string" && DECIMAL.test(raw.trim()) ? Number(raw) : NaN;
     if (!Number.isFinite(value))
       throw new TrainerError(
-        `${source}: --${kebab(key)} needs a number${TILE_SETTINGS.has(key) ? " or auto" : ""}, got '${String(raw)}' (in decimal notation: 12, 0.5, 3e-4)`,
+        `${source}: --${kebab(key)} needs a number${kind === "tile" ? " or auto" : ""}, got '${String(raw)}' (in decimal notation: 12, 0.5, 3e-4)`,
       );
     return value;
   }
@@ -247,7 +191,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
       negated = true;
     }
     const key = keyOf(name, "command line");
-    if (typeof DEFAULTS[key] === "boolean" || SWITCH_OR_AUTO.has(key)) {
+    if (typeof DEFAULTS[key] === "boolean" || settingKind(key) === "switch-auto") {
       fromFlags[key] = negated ? false : value === undefined ? true : coerce(key, value, "command line");
       continue;
     }

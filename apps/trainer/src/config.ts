@@ -10,133 +10,148 @@ import type { ParallelDimsOptions, SequenceLayoutKind, SequenceParallelKind } fr
 import { recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 import { dataDigest } from "./data-config.js";
 
-export interface TrainConfig {
-  /** Sequence-parallel degree (ranks sharing one sequence). */
-  sp: number;
-  /** Data-parallel degree (groups of SP ranks on different batches). */
-  dp: number;
-  /** threads | mpi | a module path exporting a collectives backend. */
-  backend: string;
-  task: "recall" | "text";
-  /** Text data for --task text (byte-level, vocab 256): a file, or a folder of .txt files. */
-  data: string | null;
-  /** How --data is read: auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir. */
-  dataFormat: TextFormatOption;
-  /** Plain text: the string between documents (\n, \r, \t and \\ are escapes); null: the file is one stream of text. */
-  docSeparator: string | null;
-  /** Documents longer than one row: split into documents of their own, or continue as one across rows. */
-  longDocuments: LongDocuments;
-  /** Skip and count bad documents instead of failing the run. */
-  skipBadDocuments: boolean;
-  seq: number;
-  layers: number;
-  hidden: number;
-  heads: number;
-  kvHeads: number;
-  mlp: "gelu" | "swiglu";
-  mlpRatio: number;
-  tiedHead: boolean;
-  attention: SequenceParallelKind;
-  /** Hybrid attention: ranks per Ulysses group (null: --sp / --ring-degree, or gcd(--sp, --kv-heads)). */
-  ulyssesDegree: number | null;
-  /** Hybrid attention: Ulysses groups around the ring (null: --sp / --ulysses-degree). */
-  ringDegree: number | null;
-  /** How a sequence is cut over the SP ranks: auto (zigzag when a ring runs, else contiguous) | contiguous | zigzag. */
-  sequenceLayout: "auto" | SequenceLayoutKind;
-  /** Ulysses: pipeline its exchanges against the attention kernel over this many head groups (1: off). */
-  ulyssesHeadGroups: number;
-  /** Sequences per data-parallel group per step. */
-  batch: number;
-  steps: number;
-  lr: number;
-  minLr: number;
-  warmup: number;
-  weightDecay: number;
-  gradClip: number;
-  seed: number;
-  /** Recall task: keys per table, values per key, vocabulary (null: the smallest, keys x (values + 1) + 1). */
-  keys: number;
-  values: number;
-  vocab: number | null;
-  out: string | null;
-  resume: string | null;
-  /** Let --out name an existing run or a non-empty directory (its run files are replaced). */
-  overwrite: boolean;
-  /** Collective timeout and stuck-rank watchdog, in seconds. */
-  timeout: number;
-  /** Skip the memory preflight (preflight.ts) that refuses a run whose estimate exceeds the memory available. */
-  skipMemoryCheck: boolean;
-  checkpointEvery: number;
-  activationCheckpointing: boolean;
-  /** Tiled MLP: rows per tile of each block's MLP in forward and backward (0: off; auto: see tileRowsOf). */
-  tileMlp: TileSetting;
-  /** Tiled logits and loss: rows per tile of the LM head, softmax and cross-entropy (0: off; auto: see tileRowsOf). */
-  tileLoss: TileSetting;
-  /** Attention in head groups: each block's attention half (projections, attention, output projection) over this many groups of heads (1: off; auto: see headGroupsOf). */
-  tileAttention: TileSetting;
-  /** Keep ONNX Runtime's per-session arenas and glibc's default heap (faster at short sequences, more memory). */
-  memoryArena: MemoryArenaSetting;
-  zero1: boolean;
-  logEvery: number;
-  /** Export the final model to ONNX (model.onnx in the run directory). */
-  export: boolean;
-  /** ONNX Runtime threads per rank (default max(1, floor(cores / ranks per process))). */
-  threads: number | null;
-  /** Local attention kernel: auto (fused when its addon is built, else ort) | fused | ort. */
-  kernel: "auto" | "fused" | "ort";
+/** How a setting's text is read besides its default's type: a number or null, a number or auto, on / off / auto. */
+type SettingKind = "number?" | "tile" | "switch-auto";
+
+interface Setting<T> {
+  default: T;
+  /** Its --help text. */
+  help: string;
+  kind?: SettingKind;
 }
 
-export const DEFAULTS: TrainConfig = {
-  sp: 2,
-  dp: 1,
-  backend: "threads",
-  task: "recall",
-  data: null,
-  dataFormat: "auto",
-  docSeparator: null,
-  longDocuments: "split",
-  skipBadDocuments: false,
-  seq: 2048,
-  layers: 2,
-  hidden: 128,
-  heads: 4,
-  kvHeads: 4,
-  mlp: "gelu",
-  mlpRatio: 4,
-  tiedHead: true,
-  attention: "ulysses",
-  ulyssesDegree: null,
-  ringDegree: null,
-  sequenceLayout: "auto",
-  ulyssesHeadGroups: 1,
-  batch: 1,
-  steps: 400,
-  lr: 3e-3,
-  minLr: 3e-4,
-  warmup: 20,
-  weightDecay: 0.01,
-  gradClip: 1,
-  seed: 1234,
-  keys: 8,
-  values: 8,
-  vocab: null,
-  out: null,
-  resume: null,
-  overwrite: false,
-  skipMemoryCheck: false,
-  timeout: 300,
-  checkpointEvery: 100,
-  activationCheckpointing: false,
-  tileMlp: "auto",
-  tileLoss: "auto",
-  tileAttention: 1,
-  memoryArena: "auto",
-  zero1: false,
-  logEvery: 10,
-  export: true,
-  threads: null,
-  kernel: "auto",
+function setting<T>(value: T, help: string, kind?: SettingKind): Setting<T> {
+  return kind === undefined ? { default: value, help } : { default: value, help, kind };
+}
+
+/**
+ * Every setting of a run, in --help's order: its default, its help text and
+ * how its text is read (args.ts). TrainConfig is their values; flags are the
+ * kebab-case names, config-file keys either form.
+ */
+export const SETTINGS = {
+  sp: setting(2, "sequence-parallel degree: ranks sharing one sequence"),
+  dp: setting(1, "data-parallel degree: SP groups training on different batches"),
+  backend: setting<string>("threads", "collectives backend: threads | local (all ranks in one thread) | mpi (run under mpirun) | path to a backend module"),
+  task: setting<"recall" | "text">(
+    "recall",
+    "recall (built-in synthetic long-range key-value recall: facts in the first quarter of each sequence, queries in the last) | text (needs --data)",
+  ),
+  data: setting<string | null>(
+    null,
+    "text data for byte-level language modelling (implies --task text): a file, or a folder of .txt files (see Text data below)",
+  ),
+  dataFormat: setting<TextFormatOption>("auto", "auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir"),
+  docSeparator: setting<string | null>(
+    null,
+    "plain text: the string between documents, e.g. '\\n\\n' (\\n \\r \\t \\\\ are escapes); without it a text file is one stream",
+  ),
+  longDocuments: setting<LongDocuments>(
+    "split",
+    "documents longer than --seq + 1 tokens: split (each row's piece is its own document) | continue (one document across rows)",
+  ),
+  skipBadDocuments: setting(
+    false,
+    'skip bad documents (invalid JSON, no string "text", empty, not UTF-8) and count them, instead of failing with the file and line',
+  ),
+  seq: setting(2048, "global sequence length in tokens"),
+  layers: setting(2, "transformer blocks"),
+  hidden: setting(128, "model width"),
+  heads: setting(4, "attention heads"),
+  kvHeads: setting(4, "key/value heads (grouped-query attention when fewer than --heads)"),
+  mlp: setting<"gelu" | "swiglu">("gelu", "gelu | swiglu"),
+  mlpRatio: setting(4, "MLP width as a multiple of --hidden"),
+  tiedHead: setting(true, "tie the LM head to the token embedding"),
+  attention: setting<SequenceParallelKind>(
+    "ulysses",
+    "ulysses (all-to-all over heads) | ring (K and V passed around the ranks: any SP degree, past the head count) | hybrid (Ulysses in groups of --ulysses-degree ranks, ring across them) | allgather (all-gather K and V, the baseline); see 'Which scheme' in the README",
+  ),
+  ulyssesDegree: setting<number | null>(
+    null,
+    "hybrid attention: ranks per Ulysses group, u (default --sp / --ring-degree, or gcd(--sp, --kv-heads))",
+    "number?",
+  ),
+  ringDegree: setting<number | null>(null, "hybrid attention: Ulysses groups around the ring, r = --sp / u", "number?"),
+  sequenceLayout: setting<"auto" | SequenceLayoutKind>(
+    "auto",
+    "auto (zigzag when a ring runs, which balances causal attention over the ranks; else contiguous) | contiguous | zigzag",
+  ),
+  ulyssesHeadGroups: setting(
+    1,
+    "Ulysses: pipeline its all-to-alls against the attention kernel over this many head groups (1: off; slower on a CPU, where the exchange copies use the same cores)",
+  ),
+  batch: setting(1, "sequences per step per data-parallel group"),
+  steps: setting(400, "training steps (total, including resumed ones)"),
+  lr: setting(3e-3, "peak learning rate"),
+  minLr: setting(3e-4, "learning rate at the end of the cosine decay (at most --lr)"),
+  warmup: setting(20, "linear warmup steps"),
+  weightDecay: setting(0.01, "AdamW decoupled weight decay (matrices only; from 0 to 1)"),
+  gradClip: setting(1, "clip the global gradient norm to this (0: off)"),
+  seed: setting(1234, "seed for weights and data"),
+  keys: setting(8, "recall task: keys per sequence's table (each a group of --values answer tokens)"),
+  values: setting(8, "recall task: values a key may hold (without the other shard's facts the best accuracy is 1 / values)"),
+  vocab: setting<number | null>(
+    null,
+    "recall task: vocabulary size; the tokens past the answers and queries are fillers (default keys x (values + 1) + 1)",
+    "number?",
+  ),
+  out: setting<string | null>(
+    null,
+    "run directory (default runs/<timestamp>, linked as runs/latest; with --resume: the resumed run's directory); an existing run or non-empty directory is refused without --overwrite",
+  ),
+  resume: setting<string | null>(
+    null,
+    "checkpoint file or run directory to continue from, writing into that directory (or --out). The model shape (--hidden, --layers, --heads, --kv-heads, --mlp, --mlp-ratio, --tied-head, --attention, recall --vocab) comes from the checkpoint: leave those flags out or give the same values; other settings default to the checkpoint's recorded ones; --backend, --data and --out are never taken from a checkpoint",
+  ),
+  overwrite: setting(false, "let --out name an existing run or a non-empty directory (replaces the run's files there)"),
+  timeout: setting(
+    300,
+    "seconds a rank waits for a peer's collective, or for a stuck peer to finish a step, before the run fails naming that rank (from 1 to 2147483)",
+  ),
+  skipMemoryCheck: setting(
+    false,
+    "skip the memory preflight (by default a run whose estimated peak memory exceeds the cgroup limit or the free memory is refused before any rank starts)",
+  ),
+  checkpointEvery: setting(100, "steps between checkpoints (0: only at the end)"),
+  activationCheckpointing: setting(false, "recompute block activations in backward to save memory (only each block's input is kept)"),
+  tileMlp: setting<TileSetting>(
+    "auto",
+    "tiled MLP: run each block's MLP over tiles of this many tokens in forward and backward, so its 4x-wide activations exist for one tile only (0: off; auto, the default: tiles of at most 8 MiB, only where a rank's untiled MLP buffer is larger; the run header names the rows)",
+    "tile",
+  ),
+  tileLoss: setting<TileSetting>(
+    "auto",
+    "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 4 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
+    "tile",
+  ),
+  tileAttention: setting<TileSetting>(
+    1,
+    "attention in head groups: each block's q, k, v projections, attention and output projection run over this many groups of heads in forward and backward (recomputed per group), so their buffers exist for heads/groups heads at a time; must divide --heads and --kv-heads (1: off; auto: the most groups the layout allows, e.g. 8 heads: 8 at SP 1, 4 at SP 2 with Ulysses; the run header names the groups)",
+    "tile",
+  ),
+  memoryArena: setting<MemoryArenaSetting>(
+    "auto",
+    "auto (the default): ONNX Runtime's CPU arenas and glibc's heap, unless the memory account says the run would then not fit, as --no-memory-arena; --memory-arena: always; --no-memory-arena: arenas off, freed large buffers back to the OS and V8 collecting freed tensors after every 16 MiB of op outputs per rank (the least memory; several times slower for small models here, where every large buffer is fresh pages); the run header names the choice; =auto in a config file: \"auto\", true or false",
+    "switch-auto",
+  ),
+  zero1: setting(false, "shard optimizer state over the ranks (ZeRO stage 1)"),
+  logEvery: setting(10, "steps between log lines when not on a terminal"),
+  export: setting(true, "export model.onnx at the end (--no-export to skip)"),
+  threads: setting<number | null>(null, "ONNX Runtime threads per rank, at most 4 x the machine's cores (default max(1, floor(cores / ranks)))", "number?"),
+  kernel: setting<"auto" | "fused" | "ort">(
+    "auto",
+    "local attention kernel: fused (the C++ ONNX Runtime custom op of @ulysses/native-ops, the faster one in pnpm bench:kernels) | ort (ONNX graphs) | auto (fused when its native addon is built, else ort; the run header names the one used)",
+  ),
 };
+
+export type TrainConfig = { [K in keyof typeof SETTINGS]: (typeof SETTINGS)[K]["default"] };
+
+export const DEFAULTS = Object.fromEntries(Object.entries(SETTINGS).map(([key, s]) => [key, s.default])) as TrainConfig;
+
+/** How `key`'s text is read besides its default's type (undefined: as the default's type). */
+export function settingKind(key: keyof TrainConfig): SettingKind | undefined {
+  return (SETTINGS[key] as Setting<unknown>).kind;
+}
 
 export const BACKENDS = ["threads", "local", "mpi"] as const;
 
