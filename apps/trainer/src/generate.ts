@@ -12,8 +12,7 @@ import buffer from "node:buffer";
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import * as ort from "onnxruntime-node";
-import { ParameterStore, buildOnnxModel, gptParamSpecs, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
+import { OnnxLM, ParameterStore, buildOnnxModel, gptParamSpecs, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
 import {
   BYTE_VOCAB,
   IGNORE_INDEX,
@@ -249,35 +248,6 @@ export async function loadModel(from: string): Promise<LoadedModel> {
   return { bytes: await buildOnnxModel(checkpoint.config, params.values), config: checkpoint.config, settings, source: file };
 }
 
-/** Logits [positions, vocab] of `ids` (the last maxSeq tokens), row after row. */
-async function windowLogits(session: ort.InferenceSession, model: LoadedModel, ids: readonly number[]): Promise<Float32Array> {
-  const window = ids.slice(-model.config.maxSeq);
-  const input = new ort.Tensor(
-    "int64",
-    BigInt64Array.from(window, (v) => BigInt(v)),
-    [1, window.length],
-  );
-  let logits: ort.Tensor;
-  try {
-    logits = (await session.run({ ids: input })).logits!;
-  } catch (cause) {
-    throw new TrainerError(`model '${model.source}' failed to run on ${window.length} tokens: ${(cause as Error).message}`, { cause });
-  }
-  const vocab = logits?.dims[2];
-  if (logits === undefined || logits.dims.length !== 3 || vocab !== model.config.vocab) {
-    throw new TrainerError(
-      `model '${model.source}' gives logits [${logits?.dims.join(", ") ?? "none"}], expected [1, ${window.length}, ${model.config.vocab}] (the model config's vocab)`,
-    );
-  }
-  return logits.data as Float32Array;
-}
-
-/** Logits of the last position of `ids`. */
-async function nextLogits(session: ort.InferenceSession, model: LoadedModel, ids: readonly number[]): Promise<Float32Array> {
-  const logits = await windowLogits(session, model, ids);
-  return logits.subarray(logits.length - model.config.vocab);
-}
-
 export async function generate(options: GenerateOptions, write: (text: string) => void): Promise<void> {
   const model = await loadModel(options.from);
   const { maxSeq, vocab } = model.config;
@@ -303,12 +273,7 @@ export async function generate(options: GenerateOptions, write: (text: string) =
     throw new GenerateFlagError(`--temperature must be a finite number >= 0, got ${options.temperature}`);
   if (!Number.isSafeInteger(options.topK) || options.topK < 0) throw new GenerateFlagError(`--top-k must be an integer >= 0, got ${options.topK}`);
   if (!Number.isSafeInteger(options.seed) || options.seed < 0) throw new GenerateFlagError(`--seed must be an integer >= 0, got ${options.seed}`);
-  let session: ort.InferenceSession;
-  try {
-    session = await ort.InferenceSession.create(model.bytes, { intraOpNumThreads: 1, logSeverityLevel: 3 });
-  } catch (cause) {
-    throw new TrainerError(`model file '${model.source}' cannot be loaded by ONNX Runtime: ${(cause as Error).message}`, { cause });
-  }
+  const lm = await OnnxLM.create(model.bytes, model.config, model.source);
   const rng = new Rng(options.seed, 7);
   const uniform = () => rng.uniform();
   try {
@@ -317,10 +282,7 @@ export async function generate(options: GenerateOptions, write: (text: string) =
       // streamed: each byte is written as it is generated (UTF-8 sequences once complete)
       const decoder = new TextDecoder("utf-8");
       write(options.prompt);
-      const ids = [...prompt];
-      for (let i = 0; i < tokens; i++) {
-        const token = sampleToken(await nextLogits(session, model, ids), { temperature: options.temperature, topK: options.topK }, uniform);
-        ids.push(token);
+      for await (const token of lm.generate(prompt, tokens, { temperature: options.temperature, topK: options.topK }, uniform)) {
         const text = decoder.decode(Uint8Array.of(token), { stream: true });
         if (text !== "") write(text);
       }
@@ -331,7 +293,7 @@ export async function generate(options: GenerateOptions, write: (text: string) =
     const example = recallBatch({ seq: s.seq, keys: s.keys, values: s.values, vocab }, 1, uniform);
     const ids = [...example.tokens.data];
     // causal: position i's logits see tokens [0, i] only, and no answer is ever an input, so one pass answers every query
-    const logits = await windowLogits(session, model, ids);
+    const logits = await lm.logits(ids);
     const distances = recallDistances(example);
     let correct = 0;
     let asked = 0;
@@ -359,7 +321,7 @@ export async function generate(options: GenerateOptions, write: (text: string) =
         `best without seeing the facts ${(100 * withoutFacts).toFixed(1)}%)\n`,
     );
   } finally {
-    await session.release();
+    await lm.release();
   }
 }
 

@@ -37,3 +37,4 @@ export {
 } from "./gpt.js";
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
 export { sampleToken, type SamplingOptions } from "./sampling.js";
+export { OnnxLM } from "./onnx-lm.js";
