@@ -6,19 +6,8 @@
  * values. `resumeSettings` layers a checkpoint under the flags on --resume:
  * plain data only, never code or paths.
  */
-import { BYTE_VOCAB, type CheckpointInfo, recallMinVocab } from "@ulysses/training";
-import {
-  DEFAULTS,
-  MODEL_SHAPE_KEYS,
-  NEVER_FROM_CHECKPOINT,
-  SETTINGS,
-  camel,
-  dataDigest,
-  kebab,
-  settingKind,
-  usesDocuments,
-  type TrainConfig,
-} from "./config.js";
+import { BYTE_VOCAB, type CheckpointInfo, corpusDigest, recallMinVocab } from "@ulysses/training";
+import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, SETTINGS, camel, kebab, settingKind, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { MAX_CONFIG_FILE_BYTES, readRegularFile } from "./input-files.js";
@@ -310,7 +299,7 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
     );
   if (config.task === "text" && config.data !== null && typeof recorded.dataSha256 === "string") {
     try {
-      const now = dataDigest(config.data);
+      const now = corpusDigest(config.data);
       if (now.sha256 !== recorded.dataSha256)
         notes.push(
           `--data '${config.data}' (${now.bytes} bytes) is not the file ${source} was trained on (${quoted(recorded.dataBytes)} bytes, another SHA-256): training continues on the new file`,

@@ -7,8 +7,7 @@
 import fs from "node:fs";
 import { blockConfigOf, type GptConfig } from "@ulysses/model";
 import type { ParallelDimsOptions, SequenceLayoutKind, SequenceParallelKind } from "@ulysses/parallel";
-import { recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
-import { dataDigest } from "./data-config.js";
+import { corpusDigest, recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 
 /** How a setting's text is read besides its default's type: a number or null, a number or auto, on / off / auto. */
 type SettingKind = "number?" | "tile" | "switch-auto";
@@ -266,7 +265,7 @@ export const NEVER_FROM_CHECKPOINT = ["backend", "data", "out", "resume", "overw
 /** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config); --attention is how it is parallelised, a run setting. */
 export const MODEL_SHAPE_KEYS = ["hidden", "layers", "heads", "kvHeads", "mlp", "mlpRatio", "tiedHead"] as const satisfies readonly (keyof TrainConfig)[];
 
-export { dataDigest, textDataOptions, unescapeSeparator, usesDocuments } from "./data-config.js";
+export { textDataOptions, unescapeSeparator, usesDocuments } from "./data-config.js";
 
 /**
  * What a checkpoint records of the run: every setting as plain data except
@@ -280,7 +279,7 @@ export function checkpointSettings(config: TrainConfig): Record<string, string |
     if (!(NEVER_FROM_CHECKPOINT as readonly string[]).includes(key)) record[key] = value as string | number | boolean | null;
   }
   if (config.task === "text" && config.data !== null) {
-    const { bytes, sha256 } = dataDigest(config.data);
+    const { bytes, sha256 } = corpusDigest(config.data);
     record.dataBytes = bytes;
     record.dataSha256 = sha256;
   }

@@ -3,56 +3,13 @@
  * (--data, --data-format, --doc-separator, --long-documents,
  * --skip-bad-documents), their checks before any rank starts (errors name the
  * flag and the value, or the file and line of a bad document), and the
- * data's size and SHA-256 recorded in checkpoints, read in chunks.
+ * data's size and SHA-256 recorded in checkpoints (corpusDigest).
  */
-import { createHash } from "node:crypto";
 import fs from "node:fs";
-import path from "node:path";
-import {
-  ByteTextData,
-  DocumentData,
-  LONG_DOCUMENTS,
-  TEXT_FORMATS,
-  listTextFiles,
-  readsDocuments,
-  resolveTextFormat,
-  type DocumentDataOptions,
-} from "@ulysses/training";
+import { ByteTextData, DocumentData, LONG_DOCUMENTS, TEXT_FORMATS, readsDocuments, resolveTextFormat, type DocumentDataOptions } from "@ulysses/training";
 import { errnoText, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { fileKind } from "./input-files.js";
-
-const dataDigests = new Map<string, { bytes: number; sha256: string }>();
-
-/**
- * Size and SHA-256 of the text data (computed once per path and process),
- * read in chunks, never whole: of the file, or for a folder of the names and
- * contents of its .txt files in the order the loader reads them.
- */
-export function dataDigest(dataPath: string): { bytes: number; sha256: string } {
-  let digest = dataDigests.get(dataPath);
-  if (digest === undefined) {
-    const hash = createHash("sha256");
-    const files = fs.statSync(dataPath).isDirectory() ? listTextFiles(dataPath) : [dataPath];
-    const chunk = Buffer.allocUnsafe(1 << 20);
-    let bytes = 0;
-    for (const file of files) {
-      if (files.length > 1 || file !== dataPath) hash.update(`${path.basename(file)}\0`);
-      const fd = fs.openSync(file, "r");
-      try {
-        for (let n = fs.readSync(fd, chunk, 0, chunk.length, null); n > 0; n = fs.readSync(fd, chunk, 0, chunk.length, null)) {
-          hash.update(chunk.subarray(0, n));
-          bytes += n;
-        }
-      } finally {
-        fs.closeSync(fd);
-      }
-    }
-    digest = { bytes, sha256: hash.digest("hex") };
-    dataDigests.set(dataPath, digest);
-  }
-  return digest;
-}
 
 /** --doc-separator as typed: \n, \r, \t and \\ stand for a newline, a carriage return, a tab and a backslash. */
 export function unescapeSeparator(text: string): string {

@@ -4,9 +4,9 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { helpText, parseArgs } from "./args.js";
-import { DEFAULTS, dataDigest, textDataOptions, unescapeSeparator, usesDocuments, type TrainConfig } from "./config.js";
+import { DEFAULTS, textDataOptions, unescapeSeparator, usesDocuments, type TrainConfig } from "./config.js";
 import { validateConfig } from "./validate.js";
-import { summaryRows, type StepMetrics } from "@ulysses/training";
+import { corpusDigest, summaryRows, type StepMetrics } from "@ulysses/training";
 import { Progress } from "./progress.js";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "documents-config-"));
@@ -93,9 +93,9 @@ describe("document flags", () => {
   });
 
   it("digests a folder's .txt files in chunks, and a file as its bytes", () => {
-    expect(dataDigest(plain)).toEqual({ bytes: fs.statSync(plain).size, sha256: createHash("sha256").update(fs.readFileSync(plain)).digest("hex") });
+    expect(corpusDigest(plain)).toEqual({ bytes: fs.statSync(plain).size, sha256: createHash("sha256").update(fs.readFileSync(plain)).digest("hex") });
     const expected = createHash("sha256").update("a.txt\0").update("ay").update("b.txt\0").update("bee").digest("hex");
-    expect(dataDigest(folder)).toEqual({ bytes: 5, sha256: expected });
+    expect(corpusDigest(folder)).toEqual({ bytes: 5, sha256: expected });
   });
 
   it("documents the formats in --help", () => {

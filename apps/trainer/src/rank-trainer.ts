@@ -7,6 +7,7 @@ import {
   DocumentData,
   Trainer,
   batchRows,
+  corpusDigest,
   learningRateAt,
   loadCheckpoint,
   recallBatch,
@@ -16,17 +17,7 @@ import {
   type PackedBatch,
 } from "@ulysses/training";
 import { Rng, type RngState } from "@ulysses/tensors";
-import {
-  DATA_STREAM,
-  MODEL_SHAPE_KEYS,
-  checkpointSettings,
-  dataDigest,
-  gptConfigOf,
-  recallOptionsOf,
-  textDataOptions,
-  usesDocuments,
-  type TrainConfig,
-} from "./config.js";
+import { DATA_STREAM, MODEL_SHAPE_KEYS, checkpointSettings, gptConfigOf, recallOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { createRankKernels, type RankKernels } from "@ulysses/native-ops";
 import { slowerPathNote } from "./kernels.js";
@@ -95,7 +86,7 @@ export function rankHookModules(): string[] {
 /** Whether a checkpoint's settings record the corpus `config.data` holds now (its SHA-256). */
 function sameCorpus(config: TrainConfig, settings: unknown): boolean {
   const recorded = (settings as { dataSha256?: unknown } | null)?.dataSha256;
-  return typeof recorded === "string" && config.data !== null && dataDigest(config.data).sha256 === recorded;
+  return typeof recorded === "string" && config.data !== null && corpusDigest(config.data).sha256 === recorded;
 }
 
 /** Throws unless a checkpoint's header describes the model `config` builds (its shape and vocab; maxSeq at least --seq). */

@@ -15,15 +15,25 @@ import { sequenceParallelScheme } from "@ulysses/parallel";
 import { planRun, type RunPlan } from "./plan.js";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
-import { formatTable, lossPlotSvg, MetricsLog, readMetrics, resolveTextFormat, summaryRows, type StepMetrics } from "@ulysses/training";
-import { errnoText, fileProblem, launcherRank, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import {
+  formatTable,
+  lossPlotSvg,
+  MetricsLog,
+  readMetrics,
+  recallBatch,
+  recallReport,
+  resolveTextFormat,
+  summaryRows,
+  type StepMetrics,
+} from "@ulysses/training";
+import { Rng } from "@ulysses/tensors";
+import { DATA_STREAM, errnoText, fileProblem, launcherRank, recallOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";
 import { modelFlopsPerStep } from "./flops.js";
 import { Progress } from "./progress.js";
 import type { RankPool } from "./rank-pool.js";
-import { recallReport } from "./recall-report.js";
 
 export interface RunOptions {
   config: TrainConfig;
@@ -140,7 +150,10 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     const firstStep = pool.step;
     const metricsLog = leader ? new MetricsLog(path.join(outDir, "metrics.jsonl"), options.resumeFile === null ? null : firstStep, options.metricsFrom) : null;
     const flopsPerStep = modelFlopsPerStep(gpt, config.batch * config.dp * config.seq, config.seq);
-    const recall = leader && config.task === "recall" ? recallReport(config, plan) : null;
+    // the report's distances are measured on the first global batch the ranks draw (the data stream from --seed)
+    const rng = new Rng(config.seed, DATA_STREAM);
+    const firstBatch = () => recallBatch(recallOptionsOf(config), config.batch * config.dp, () => rng.uniform());
+    const recall = leader && config.task === "recall" ? recallReport(recallOptionsOf(config), plan, firstBatch()) : null;
     if (leader) {
       log(
         `ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` +

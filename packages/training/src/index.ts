@@ -23,6 +23,7 @@ export {
   type RecallTaskOptions,
   type RecallVocabulary,
 } from "./data/recall-task.js";
+export { recallReport, type RecallReport, type RecallReportLayout } from "./data/recall-report.js";
 export { ByteTextData, BYTE_VOCAB } from "./data/text-data.js";
 export {
   DocumentData,
@@ -33,6 +34,7 @@ export {
   type DocumentDataState,
   type DocumentCheck,
 } from "./data/document-data.js";
+export { corpusDigest } from "./data/corpus-digest.js";
 export { resolveTextFormat, listTextFiles, TEXT_FORMATS, type TextFormat, type TextFormatOption, type DocumentRef } from "./data/documents.js";
 export { DocumentPacker, PAD_TOKEN, LONG_DOCUMENTS, type LongDocuments, type PackedBatch, type PackStats } from "./data/packer.js";
 export { lossAndGradients, countCorrect, validateLossTileRows, type LossResult, type LossOptions, type TrainModel } from "./loss.js";
