@@ -16,7 +16,7 @@ import fs from "node:fs";
 import path from "node:path";
 import type { GptConfig } from "@ulysses/model";
 import { loadBackend } from "@ulysses/collectives";
-import { inspectCheckpoint, readMetricsFile } from "@ulysses/training";
+import { checkRunDir, clearRunFiles, createRunDir, inspectCheckpoint, readMetricsFile, removeStaleTemporaries, type RunDirState } from "@ulysses/training";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
 import { isModulePath, launcherRank, type TrainConfig } from "./config.js";
 import { validateConfig } from "./validate.js";
@@ -25,10 +25,12 @@ import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.j
 import { TrainerError } from "./errors.js";
 import { startPool } from "./launchers.js";
 import { planRun, type RunPlan } from "./plan.js";
-import { checkRunDir, clearRunFiles, createRunDir, removeStaleTemporaries, type RunDirState } from "./run-dir.js";
-import { SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
+import { RUN_FILES, SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
+
+/** The flags a run directory's messages name. */
+const FLAG_NAMES = { resume: "--resume", out: "--out", overwrite: "--overwrite" };
 
 function timestamp(): string {
   return new Date()
@@ -127,7 +129,7 @@ async function plan(argv: readonly string[]): Promise<Prepared | "help" | "versi
   const outDir = config.out ?? resumeDir ?? defaultOutDir();
   const writer = (launcherRank() ?? 0) === 0;
   // under mpirun every process computes the directory; only rank 0 checks and creates it (give --out so all agree)
-  const state = writer ? checkRunDir(outDir, { flag: outFlag, resumeDir, overwrite: config.overwrite }) : "resumed";
+  const state = writer ? checkRunDir(outDir, { flag: outFlag, resumeDir, overwrite: config.overwrite, run: RUN_FILES, names: FLAG_NAMES }) : "resumed";
   let metricsFrom: string | null = null;
   if (resumeDir !== null && writer) {
     metricsFrom = path.join(resumeDir, "metrics.jsonl");
@@ -141,10 +143,10 @@ async function plan(argv: readonly string[]): Promise<Prepared | "help" | "versi
 /** Creates the run directory and cleans it up for this run (world rank 0 only); the first writes of the run. */
 function prepare(p: Prepared, log: (line: string) => void): void {
   createRunDir(p.outDir, p.outFlag); // when it exists: proves it writable
-  const stale = removeStaleTemporaries(p.outDir);
+  const stale = removeStaleTemporaries(p.outDir, RUN_FILES);
   if (stale.length > 0)
     log(`note: removed ${stale.length} temporary file${stale.length === 1 ? "" : "s"} an interrupted write left in '${p.outDir}': ${stale.join(", ")}`);
-  if (p.state === "overwritten") clearRunFiles(p.outDir);
+  if (p.state === "overwritten") clearRunFiles(p.outDir, RUN_FILES);
   if (p.config.out === null && p.resumeFile === null) {
     const latest = path.join("runs", "latest");
     try {

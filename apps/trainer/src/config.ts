@@ -7,7 +7,7 @@
 import fs from "node:fs";
 import { blockConfigOf, type GptConfig } from "@ulysses/model";
 import type { ParallelDimsOptions, SequenceLayoutKind, SequenceParallelKind } from "@ulysses/parallel";
-import { corpusDigest, recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
+import { corpusDigest, errnoText, recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 
 /** How a setting's text is read besides its default's type: a number or null, a number or auto, on / off / auto. */
 type SettingKind = "number?" | "tile" | "switch-auto";
@@ -312,26 +312,6 @@ export function fileProblem(file: string): string | null {
     return errnoText(cause);
   }
   return stat.isFile() ? null : stat.isDirectory() ? "is a directory, not a file" : "is not a regular file";
-}
-
-/** "no such file or directory (ENOENT)" and the like, from a failed fs call. */
-export function errnoText(cause: unknown): string {
-  const e = cause as NodeJS.ErrnoException;
-  const known: Record<string, string> = {
-    ENOENT: "no such file or directory",
-    EACCES: "permission denied",
-    EPERM: "operation not permitted",
-    ENOTDIR: "a parent is not a directory",
-    EROFS: "read-only file system",
-    ENOSPC: "no space left on the device",
-    EEXIST: "already exists",
-    EISDIR: "is a directory",
-    ELOOP: "too many symbolic links",
-    ENAMETOOLONG: "name too long",
-    EDQUOT: "disk quota exceeded",
-  };
-  if (e?.code !== undefined) return `${known[e.code] ?? e.message.replace(/^[A-Z]+: /, "").replace(/, \w+ '.*'$/, "")} (${e.code})`;
-  return (cause as Error)?.message ?? String(cause);
 }
 
 /** camelCase -> kebab-case (flag names). */

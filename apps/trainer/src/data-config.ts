@@ -6,8 +6,17 @@
  * data's size and SHA-256 recorded in checkpoints (corpusDigest).
  */
 import fs from "node:fs";
-import { ByteTextData, DocumentData, LONG_DOCUMENTS, TEXT_FORMATS, readsDocuments, resolveTextFormat, type DocumentDataOptions } from "@ulysses/training";
-import { errnoText, type TrainConfig } from "./config.js";
+import {
+  ByteTextData,
+  DocumentData,
+  LONG_DOCUMENTS,
+  TEXT_FORMATS,
+  readsDocuments,
+  resolveTextFormat,
+  errnoText,
+  type DocumentDataOptions,
+} from "@ulysses/training";
+import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { fileKind } from "./input-files.js";
 

@@ -6,8 +6,7 @@ import { describe, expect, it } from "vitest";
 import { helpText, parseArgs } from "./args.js";
 import { DEFAULTS, textDataOptions, unescapeSeparator, usesDocuments, type TrainConfig } from "./config.js";
 import { validateConfig } from "./validate.js";
-import { corpusDigest, summaryRows, type StepMetrics } from "@ulysses/training";
-import { Progress } from "./progress.js";
+import { Progress, corpusDigest, summaryRows, type StepMetrics } from "@ulysses/training";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "documents-config-"));
 const jsonl = path.join(dir, "corpus.jsonl");

@@ -15,6 +15,7 @@ import { parseArgs } from "node:util";
 import { OnnxLM, ParameterStore, buildOnnxModel, gptParamSpecs, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
 import {
   BYTE_VOCAB,
+  errnoText,
   IGNORE_INDEX,
   loadCheckpoint,
   loadWeightsInto,
@@ -25,7 +26,7 @@ import {
 } from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
 import { DECIMAL } from "./args.js";
-import { DEFAULTS, errnoText } from "./config.js";
+import { DEFAULTS } from "./config.js";
 import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { MAX_CONFIG_FILE_BYTES, fileKind, readRegularFile } from "./input-files.js";

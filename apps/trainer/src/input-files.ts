@@ -6,7 +6,7 @@
  * inputs (text corpora, checkpoints) have readers of their own that stream.
  */
 import fs from "node:fs";
-import { errnoText } from "./config.js";
+import { errnoText } from "@ulysses/training";
 import { TrainerError } from "./errors.js";
 
 /** The largest --config file (or run config.json) read: settings are a few hundred bytes. */

@@ -12,8 +12,8 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { readSafetensors, writeSafetensors } from "@ulysses/model";
 import { main } from "./cli.js";
 import { captureMain } from "./testing-fixtures/capture.js";
-import { readMetricsFile } from "@ulysses/training";
-import { removeStaleTemporaries } from "./run-dir.js";
+import { readMetricsFile, removeStaleTemporaries } from "@ulysses/training";
+import { RUN_FILES } from "./run.js";
 import { tinyFlags } from "./testing-fixtures/cli.js";
 
 const tiny = [...tinyFlags(), "--log-every", "1", "--backend", "local"];
@@ -286,7 +286,7 @@ describe("crash leftovers", () => {
     expect(result.stderr).toMatch(/removed 2 temporary files an interrupted write left in/);
     for (const name of stale) expect(fs.existsSync(path.join(run, name)), name).toBe(false);
     expect(fs.existsSync(path.join(run, ".mine.tmp-1-2-3"))).toBe(true);
-    expect(removeStaleTemporaries(run)).toEqual([]);
+    expect(removeStaleTemporaries(run, RUN_FILES)).toEqual([]);
   });
 
   it("a torn last metrics line is dropped with a note; a corrupt line in the middle is refused naming the file and line, before config.json is touched", async () => {

@@ -16,23 +16,25 @@ import { planRun, type RunPlan } from "./plan.js";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import {
+  errnoText,
   formatTable,
   lossPlotSvg,
   MetricsLog,
+  Progress,
   readMetrics,
   recallBatch,
   recallReport,
   resolveTextFormat,
   summaryRows,
+  type RunFiles,
   type StepMetrics,
 } from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
-import { DATA_STREAM, errnoText, fileProblem, launcherRank, recallOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import { DATA_STREAM, fileProblem, launcherRank, recallOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";
 import { modelFlopsPerStep } from "./flops.js";
-import { Progress } from "./progress.js";
 import type { RankPool } from "./rank-pool.js";
 
 export interface RunOptions {
@@ -76,6 +78,12 @@ export const SIGNAL_EXIT_CODES: Record<StopSignal, number> = { SIGINT: EXIT.SIGI
 const SIGNAL_NAMES: Record<StopSignal, string> = { SIGINT: "Ctrl-C (SIGINT)", SIGTERM: "SIGTERM" };
 
 export const CHECKPOINT_FILE = "checkpoint.safetensors";
+
+/** What a run writes into its directory, and the files that make a directory a run. */
+export const RUN_FILES: RunFiles = {
+  files: [CHECKPOINT_FILE, "metrics.jsonl", "config.json", "model.onnx", "loss.svg", "summary.txt"],
+  markers: [CHECKPOINT_FILE, "metrics.jsonl", "config.json"],
+};
 
 /** Finds the checkpoint file a --resume value names (a file, or a run directory holding one). */
 export function resolveResumeFile(resume: string): string {

@@ -56,3 +56,15 @@ export { estimateTrainingMemory, type TrainingMemoryInput, type MemoryEstimate, 
 export { MetricsLog, readMetrics, readMetricsFile, type MetricsFile, type StepMetrics } from "./report/metrics-log.js";
 export { formatTable, mfuRows, summaryRows, type SummaryContext } from "./report/summary.js";
 export { lossPlotSvg, trailingMean } from "./report/loss-plot.js";
+export { Progress, formatDuration } from "./report/progress.js";
+export { errnoText } from "./files/errno.js";
+export {
+  checkRunDir,
+  clearRunFiles,
+  createRunDir,
+  pseudoFileSystemOf,
+  removeStaleTemporaries,
+  type RunDirCheck,
+  type RunDirState,
+  type RunFiles,
+} from "./files/run-directory.js";

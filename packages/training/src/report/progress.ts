@@ -1,9 +1,9 @@
 /**
- * Progress output. On a terminal: one redrawn line with a bar, the step, the
+ * Progress output of a training run. On a terminal: one redrawn line with a bar, the step, the
  * loss and the ETA. Otherwise (CI, pipes, files): one plain line every
  * `logEvery` steps and at the last step.
  */
-import type { StepMetrics } from "@ulysses/training";
+import type { StepMetrics } from "./metrics-log.js";
 
 export function formatDuration(seconds: number): string {
   if (!Number.isFinite(seconds) || seconds < 0) return "?";

@@ -1,22 +1,26 @@
 /**
- * The run directory: the checks made before anything is written (is it an
- * existing run, a non-empty directory, on a pseudo file system such as /proc),
- * its creation with a bounded probe of writability, and the start-up clean-up
- * (temporaries a crash left behind, the old run's files under --overwrite).
- * Every error names the flag and the path.
+ * A run directory, the folder a training program writes its outputs into:
+ * the checks made before anything is written (is it an existing run, a
+ * non-empty directory, on a pseudo file system such as /proc), its creation
+ * with a bounded probe of writability, and the start-up clean-up (temporaries
+ * a crash left behind, an old run's files being replaced). Every error names
+ * the setting the directory came from and the path; the program names its
+ * files and its settings (as parallelDimsProblems takes flag names).
  */
 import fs from "node:fs";
 import path from "node:path";
-import { errnoText } from "./config.js";
-import { TrainerError } from "./errors.js";
+import { TrainingError } from "../errors.js";
+import { errnoText } from "./errno.js";
 
-/** What a run writes into its directory. */
-export const RUN_FILES = ["checkpoint.safetensors", "metrics.jsonl", "config.json", "model.onnx", "loss.svg", "summary.txt"] as const;
+/** What a run writes and which of those files make a directory a run. */
+export interface RunFiles {
+  /** Every file a run writes into its directory (an overwrite removes these, and only these). */
+  files: readonly string[];
+  /** The files whose presence makes a directory a run. */
+  markers: readonly string[];
+}
 
-/** The files whose presence makes a directory a run. */
-export const RUN_MARKERS = ["checkpoint.safetensors", "metrics.jsonl", "config.json"] as const;
-
-/** Temporaries of writeFileAtomic (`.<name>.tmp-<pid>-<time>-<n>`) for the run's files. */
+/** Temporaries of writeFileAtomic (@ulysses/model: `.<name>.tmp-<pid>-<time>-<n>`) for the run's files. */
 const TEMPORARY = /^\.(.+)\.tmp-\d+-\d+-\d+$/;
 
 /** Pseudo file systems (statfs f_type) where a run directory makes no sense; mkdir on some of them never returns. */
@@ -86,11 +90,15 @@ function sameDirectory(a: string, b: string): boolean {
 }
 
 export interface RunDirCheck {
-  /** The flag the directory came from (for messages): --out or --resume. */
+  /** The setting the directory came from (for messages), e.g. --out or --resume. */
   flag: string;
   /** The directory of the checkpoint being resumed, or null. */
   resumeDir: string | null;
   overwrite: boolean;
+  /** The run's files. */
+  run: RunFiles;
+  /** The program's names for resuming, choosing the directory and replacing a run, in its messages (e.g. --resume, --out, --overwrite). */
+  names: { resume: string; out: string; overwrite: string };
 }
 
 /** What the directory is: new (to be created), empty, the resumed run's own, or one --overwrite lets the run write into. */
@@ -102,42 +110,42 @@ export type RunDirState = "new" | "empty" | "resumed" | "overwritten";
  * resumed, or --overwrite) and a non-empty directory (unless --overwrite).
  */
 export function checkRunDir(dir: string, check: RunDirCheck): RunDirState {
-  const { flag } = check;
+  const { flag, names } = check;
   if (underDeviceDirectory(dir))
-    throw new TrainerError(`${flag} '${dir}': that is in /dev, the device directory, which cannot hold a run directory; choose a directory on a disk`);
+    throw new TrainingError(`${flag} '${dir}': that is in /dev, the device directory, which cannot hold a run directory; choose a directory on a disk`);
   const pseudo = pseudoFileSystemOf(dir);
   if (pseudo !== null)
-    throw new TrainerError(`${flag} '${dir}': that is on the ${pseudo} pseudo file system, which cannot hold a run directory; choose a directory on a disk`);
+    throw new TrainingError(`${flag} '${dir}': that is on the ${pseudo} pseudo file system, which cannot hold a run directory; choose a directory on a disk`);
   let stat: fs.Stats;
   try {
     stat = fs.statSync(dir);
   } catch (cause) {
     if ((cause as NodeJS.ErrnoException).code === "ENOENT") return "new";
     const doing = (cause as NodeJS.ErrnoException).code === "ENOTDIR" ? "cannot create the run directory" : "cannot use it as the run directory";
-    throw new TrainerError(`${flag} '${dir}': ${doing}: ${errnoText(cause)}`);
+    throw new TrainingError(`${flag} '${dir}': ${doing}: ${errnoText(cause)}`);
   }
-  if (!stat.isDirectory()) throw new TrainerError(`${flag} '${dir}' exists and is not a directory`);
+  if (!stat.isDirectory()) throw new TrainingError(`${flag} '${dir}' exists and is not a directory`);
   let entries: string[];
   try {
     entries = fs.readdirSync(dir);
   } catch (cause) {
-    throw new TrainerError(`${flag} '${dir}': cannot list the directory: ${errnoText(cause)}`);
+    throw new TrainingError(`${flag} '${dir}': cannot list the directory: ${errnoText(cause)}`);
   }
   if (check.resumeDir !== null && sameDirectory(dir, check.resumeDir)) return "resumed";
   if (entries.length === 0) return "empty";
-  const markers = RUN_MARKERS.filter((name) => entries.includes(name));
+  const markers = check.run.markers.filter((name) => entries.includes(name));
   if (check.overwrite) return "overwritten";
   if (markers.length > 0) {
-    throw new TrainerError(
-      `${flag} '${dir}' holds a run (${markers.join(", ")}): continue it with --resume '${dir}', write elsewhere with another --out, or replace it with --overwrite`,
+    throw new TrainingError(
+      `${flag} '${dir}' holds a run (${markers.join(", ")}): continue it with ${names.resume} '${dir}', write elsewhere with another ${names.out}, or replace it with ${names.overwrite}`,
     );
   }
   const shown = entries
     .slice(0, 3)
     .map((e) => `'${e}'`)
     .join(", ");
-  throw new TrainerError(
-    `${flag} '${dir}' is not empty (${entries.length} entr${entries.length === 1 ? "y" : "ies"}: ${shown}${entries.length > 3 ? ", ..." : ""}) and holds no run: choose a new or empty directory, or pass --overwrite to write the run's files there`,
+  throw new TrainingError(
+    `${flag} '${dir}' is not empty (${entries.length} entr${entries.length === 1 ? "y" : "ies"}: ${shown}${entries.length > 3 ? ", ..." : ""}) and holds no run: choose a new or empty directory, or pass ${names.overwrite} to write the run's files there`,
   );
 }
 
@@ -164,7 +172,7 @@ export function createRunDir(dir: string, flag: string): void {
     } catch (cause) {
       if ((cause as NodeJS.ErrnoException).code === "EEXIST" && fs.statSync(d).isDirectory()) continue;
       undo();
-      throw new TrainerError(`${flag} '${dir}': cannot create the run directory: ${errnoText(cause)}${d === absolute ? "" : ` (at '${d}')`}`);
+      throw new TrainingError(`${flag} '${dir}': cannot create the run directory: ${errnoText(cause)}${d === absolute ? "" : ` (at '${d}')`}`);
     }
   }
   const probe = path.join(absolute, `.ulysses-write-test-${process.pid}`);
@@ -174,23 +182,23 @@ export function createRunDir(dir: string, flag: string): void {
   } catch (cause) {
     fs.rmSync(probe, { force: true });
     undo();
-    throw new TrainerError(`${flag} '${dir}': cannot write in the run directory: ${errnoText(cause)}`);
+    throw new TrainingError(`${flag} '${dir}': cannot write in the run directory: ${errnoText(cause)}`);
   }
 }
 
 /** Removes what a crash during an atomic write left in `dir` (`.checkpoint.safetensors.tmp-*` and the like); returns their names. */
-export function removeStaleTemporaries(dir: string): string[] {
+export function removeStaleTemporaries(dir: string, run: RunFiles): string[] {
   const removed: string[] = [];
   for (const name of fs.readdirSync(dir)) {
     const match = TEMPORARY.exec(name);
-    if (match === null || !(RUN_FILES as readonly string[]).includes(match[1]!)) continue;
+    if (match === null || !run.files.includes(match[1]!)) continue;
     fs.rmSync(path.join(dir, name), { force: true });
     removed.push(name);
   }
   return removed;
 }
 
-/** Removes the run files of an earlier run (under --overwrite); other files stay. */
-export function clearRunFiles(dir: string): void {
-  for (const name of RUN_FILES) fs.rmSync(path.join(dir, name), { force: true });
+/** Removes the run files of an earlier run (it is being replaced); other files stay. */
+export function clearRunFiles(dir: string, run: RunFiles): void {
+  for (const name of run.files) fs.rmSync(path.join(dir, name), { force: true });
 }
