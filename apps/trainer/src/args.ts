@@ -6,11 +6,10 @@
  * values. `resumeSettings` layers a checkpoint under the flags on --resume:
  * plain data only, never code or paths.
  */
-import { BYTE_VOCAB, type CheckpointInfo, corpusDigest, recallMinVocab } from "@ulysses/training";
+import { BYTE_VOCAB, type CheckpointInfo, corpusDigest, recallMinVocab, MAX_CONFIG_FILE_BYTES, readRegularFile } from "@ulysses/training";
 import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, SETTINGS, camel, kebab, settingKind, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
-import { MAX_CONFIG_FILE_BYTES, readRegularFile } from "./input-files.js";
 import { dataStateProblem, exportTablesProblem } from "./resume-bounds.js";
 
 export function helpText(): string {

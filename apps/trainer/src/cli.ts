@@ -15,10 +15,10 @@
 import fs from "node:fs";
 import path from "node:path";
 import type { GptConfig } from "@ulysses/model";
-import { loadBackend } from "@ulysses/collectives";
+import { loadBackend, launcherRank } from "@ulysses/collectives";
 import { checkRunDir, clearRunFiles, createRunDir, inspectCheckpoint, readMetricsFile, removeStaleTemporaries, type RunDirState } from "@ulysses/training";
 import { helpText, parseArgs, resumeSettings } from "./args.js";
-import { isModulePath, launcherRank, type TrainConfig } from "./config.js";
+import { isModulePath, type TrainConfig } from "./config.js";
 import { validateConfig } from "./validate.js";
 import { checkMemory, resolveMemoryArena } from "./preflight.js";
 import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";

@@ -148,7 +148,7 @@ describe("validation before any rank starts", () => {
 
 describe("localRanksOnHost", () => {
   it("reads mpirun's local size and falls back to 1", async () => {
-    const { localRanksOnHost } = await import("./launchers.js");
+    const { localRanksOnHost } = await import("@ulysses/collectives");
     expect(localRanksOnHost({ OMPI_COMM_WORLD_LOCAL_SIZE: "4" })).toBe(4);
     expect(localRanksOnHost({})).toBe(1);
     expect(localRanksOnHost({ OMPI_COMM_WORLD_LOCAL_SIZE: "zero" })).toBe(1);

@@ -1,13 +1,13 @@
 /**
- * The run configuration: every flag of the CLI and every key of a
- * `--config file.json` (same names, camelCase or kebab-case), its defaults,
- * and the validation that runs before any rank starts. Parsing argv is
- * `args.ts`'s job; running is `run.ts`'s.
+ * The run configuration: every setting of the CLI and of a `--config
+ * file.json` (same names, camelCase or kebab-case) with its default and help
+ * (SETTINGS), the values a configuration implies (its model, tiles, parallel
+ * options, recall task) and what a checkpoint records of it. Parsing argv is
+ * args.ts's job, validation validate.ts's, planning plan.ts's, running run.ts's.
  */
-import fs from "node:fs";
 import { blockConfigOf, type GptConfig } from "@ulysses/model";
 import type { ParallelDimsOptions, SequenceLayoutKind, SequenceParallelKind } from "@ulysses/parallel";
-import { corpusDigest, errnoText, recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
+import { corpusDigest, recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 
 /** How a setting's text is read besides its default's type: a number or null, a number or auto, on / off / auto. */
 type SettingKind = "number?" | "tile" | "switch-auto";
@@ -289,29 +289,6 @@ export function checkpointSettings(config: TrainConfig): Record<string, string |
 /** True when `backend` is a module path rather than a registered name. */
 export function isModulePath(backend: string): boolean {
   return backend.startsWith(".") || backend.startsWith("/") || /\.(m?js|ts)$/.test(backend);
-}
-
-/** World size the launcher reports, when the process was started by mpirun (or another PMI launcher). */
-export function launcherWorldSize(env: NodeJS.ProcessEnv = process.env): number | null {
-  const value = env.OMPI_COMM_WORLD_SIZE ?? env.PMI_SIZE ?? env.PMIX_SIZE;
-  return value === undefined ? null : Number(value);
-}
-
-/** This process's world rank when a launcher (mpirun) started it, else null. */
-export function launcherRank(env: NodeJS.ProcessEnv = process.env): number | null {
-  const value = env.OMPI_COMM_WORLD_RANK ?? env.PMI_RANK ?? env.PMIX_RANK;
-  return value === undefined ? null : Number(value);
-}
-
-/** Why `file` cannot be used as an input file, or null when it can (a regular file that exists). */
-export function fileProblem(file: string): string | null {
-  let stat: fs.Stats;
-  try {
-    stat = fs.statSync(file);
-  } catch (cause) {
-    return errnoText(cause);
-  }
-  return stat.isFile() ? null : stat.isDirectory() ? "is a directory, not a file" : "is not a regular file";
 }
 
 /** camelCase -> kebab-case (flag names). */

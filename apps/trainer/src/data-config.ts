@@ -15,10 +15,10 @@ import {
   resolveTextFormat,
   errnoText,
   type DocumentDataOptions,
+  fileKind,
 } from "@ulysses/training";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
-import { fileKind } from "./input-files.js";
 
 /** --doc-separator as typed: \n, \r, \t and \\ stand for a newline, a carriage return, a tab and a backslash. */
 export function unescapeSeparator(text: string): string {

@@ -23,13 +23,15 @@ import {
   recallBatch,
   recallDistances,
   validateRecallTask,
+  MAX_CONFIG_FILE_BYTES,
+  fileKind,
+  readRegularFile,
 } from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
 import { DECIMAL } from "./args.js";
 import { DEFAULTS } from "./config.js";
 import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
-import { MAX_CONFIG_FILE_BYTES, fileKind, readRegularFile } from "./input-files.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 

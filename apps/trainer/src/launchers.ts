@@ -5,7 +5,7 @@
  * rank, started by mpirun or the user's launcher, and runs the same SPMD
  * code as every other rank; world rank 0 writes the files).
  */
-import { init, listBackends } from "@ulysses/collectives";
+import { init, listBackends, localRanksOnHost } from "@ulysses/collectives";
 import type { TrainConfig } from "./config.js";
 import type { RunPlan } from "./plan.js";
 import { TrainerError } from "./errors.js";
@@ -24,12 +24,6 @@ async function loadMpiBackend(): Promise<void> {
       cause,
     });
   }
-}
-
-/** Ranks sharing this host's cores, from the launcher's environment (1 when unknown). */
-export function localRanksOnHost(env: NodeJS.ProcessEnv): number {
-  const value = Number(env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS ?? env.PMI_LOCAL_SIZE ?? 1);
-  return Number.isInteger(value) && value > 0 ? value : 1;
 }
 
 /** This process as one rank of a world started outside (mpirun, or a user backend). */

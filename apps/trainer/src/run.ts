@@ -8,6 +8,7 @@
  * (checkpoints are written atomically, so the last complete one survives).
  * Rank failures propagate as errors naming the rank.
  */
+import { launcherRank } from "@ulysses/collectives";
 import fs from "node:fs";
 import path from "node:path";
 import { COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
@@ -28,9 +29,10 @@ import {
   summaryRows,
   type RunFiles,
   type StepMetrics,
+  fileProblem,
 } from "@ulysses/training";
 import { Rng } from "@ulysses/tensors";
-import { DATA_STREAM, fileProblem, launcherRank, recallOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
+import { DATA_STREAM, recallOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";

@@ -4,21 +4,20 @@
  * registry), the task's and the model package's own bounds, and the
  * launcher's world, before any rank starts. One message lists every problem.
  */
+import { launcherWorldSize } from "@ulysses/collectives";
 import fs from "node:fs";
 import os from "node:os";
 import { validateGptConfig } from "@ulysses/model";
 import { parallelDimsProblems } from "@ulysses/parallel";
-import { BYTE_VOCAB, validateRecallTask } from "@ulysses/training";
+import { BYTE_VOCAB, validateRecallTask, fileProblem } from "@ulysses/training";
 import {
   BACKENDS,
-  fileProblem,
   MAX_THREADS_PER_CORE,
   MAX_TIMEOUT_S,
   MAX_WEIGHT_DECAY,
   MIN_TIMEOUT_S,
   isModulePath,
   kebab,
-  launcherWorldSize,
   parallelOptionsOf,
   recallOptionsOf,
   vocabOf,

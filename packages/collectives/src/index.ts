@@ -21,3 +21,4 @@ export { RankSupervisor, SETTLE_MS, type SuperviseOptions } from "./threads/supe
 export type { RankContext, RankSetup } from "./threads/protocol.js";
 export { createThreadsGroup } from "./threads/context.js";
 export { splitWorld, type SplitWorld } from "./split-world.js";
+export { launcherRank, launcherWorldSize, localRanksOnHost } from "./launcher-env.js";

@@ -68,3 +68,4 @@ export {
   type RunDirState,
   type RunFiles,
 } from "./files/run-directory.js";
+export { MAX_CONFIG_FILE_BYTES, fileKind, fileProblem, readRegularFile } from "./files/input-files.js";

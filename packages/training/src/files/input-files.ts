@@ -1,15 +1,15 @@
 /**
- * Reading the small files a user names (a --config file, a run's
+ * Reading the small files a user names (a settings file, a run's
  * config.json, a model to sample from): only regular files, never a FIFO, a
  * device or a socket (a FIFO blocks the open, /dev/zero never ends), and
  * never more than a stated cap, checked before the bytes are read. Large
  * inputs (text corpora, checkpoints) have readers of their own that stream.
  */
 import fs from "node:fs";
-import { errnoText } from "@ulysses/training";
-import { TrainerError } from "./errors.js";
+import { TrainingError } from "../errors.js";
+import { errnoText } from "./errno.js";
 
-/** The largest --config file (or run config.json) read: settings are a few hundred bytes. */
+/** The largest settings file (a run's config.json) read: settings are a few hundred bytes. */
 export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
 /** What kind of file system object `stat` is, for messages ("a FIFO", "a character device", ...). */
@@ -25,25 +25,25 @@ export function fileKind(stat: fs.Stats): string {
 
 /**
  * The bytes of `file`, which must be a regular file of at most `maxBytes`
- * bytes. `what` names it in messages ("config file", "--from"). The open
+ * bytes. `what` names it in messages ("config file", "model file"). The open
  * does not block on a FIFO (O_NONBLOCK), and the opened descriptor is checked
  * again, so a file swapped for a FIFO between the stat and the open is refused
- * too. Throws a TrainerError naming `what`, the file and the limit.
+ * too. Throws a TrainingError naming `what`, the file and the limit.
  */
 export function readRegularFile(file: string, maxBytes: number, what: string): Buffer {
   let fd: number;
   try {
     const before = fs.statSync(file);
-    if (!before.isFile()) throw new TrainerError(`${what} '${file}' is ${fileKind(before)}; only a regular file is read`);
+    if (!before.isFile()) throw new TrainingError(`${what} '${file}' is ${fileKind(before)}; only a regular file is read`);
     fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   } catch (cause) {
-    if (cause instanceof TrainerError) throw cause;
-    throw new TrainerError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
+    if (cause instanceof TrainingError) throw cause;
+    throw new TrainingError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
   }
   try {
     const stat = fs.fstatSync(fd);
-    if (!stat.isFile()) throw new TrainerError(`${what} '${file}' is ${fileKind(stat)}; only a regular file is read`);
-    if (stat.size > maxBytes) throw new TrainerError(`${what} '${file}' holds ${stat.size} bytes, more than the ${maxBytes} bytes read for it`);
+    if (!stat.isFile()) throw new TrainingError(`${what} '${file}' is ${fileKind(stat)}; only a regular file is read`);
+    if (stat.size > maxBytes) throw new TrainingError(`${what} '${file}' holds ${stat.size} bytes, more than the ${maxBytes} bytes read for it`);
     const bytes = Buffer.alloc(stat.size);
     let filled = 0;
     while (filled < bytes.length) {
@@ -53,9 +53,20 @@ export function readRegularFile(file: string, maxBytes: number, what: string): B
     }
     return bytes.subarray(0, filled);
   } catch (cause) {
-    if (cause instanceof TrainerError) throw cause;
-    throw new TrainerError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
+    if (cause instanceof TrainingError) throw cause;
+    throw new TrainingError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
   } finally {
     fs.closeSync(fd);
   }
+}
+
+/** Why `file` cannot be used as an input file, or null when it can (a regular file that exists). */
+export function fileProblem(file: string): string | null {
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(file);
+  } catch (cause) {
+    return errnoText(cause);
+  }
+  return stat.isFile() ? null : stat.isDirectory() ? "is a directory, not a file" : "is not a regular file";
 }
