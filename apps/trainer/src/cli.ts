@@ -23,8 +23,8 @@ import { validateConfig } from "./validate.js";
 import { checkMemory, resolveMemoryArena } from "./preflight.js";
 import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
-import { startPool } from "./launchers.js";
 import { planRun, type RunPlan } from "./plan.js";
+import { RankPool } from "./rank-pool.js";
 import { RUN_FILES, SIGNAL_EXIT_CODES, resolveResumeFile, runTraining } from "./run.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -195,7 +195,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       model: p.model ?? undefined,
       metricsFrom: p.metricsFrom ?? undefined,
       plan: runPlan,
-      startPool: () => startPool(config, resumeFile, runPlan),
+      startPool: () => RankPool.start(config, resumeFile, runPlan),
     });
     // a signal that came during the last step changes nothing: the run is complete
     if (!result.interrupted) return EXIT.done;

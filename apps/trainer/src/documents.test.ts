@@ -9,7 +9,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { DEFAULTS, type TrainConfig } from "./config.js";
-import { InProcessPool } from "./rank-pool.js";
+import { RankPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
 
 function corpus(dir: string): string {
@@ -52,7 +52,13 @@ describe("packed documents", () => {
       threads: 1,
     };
     const outDir = path.join(dir, "run");
-    const { metrics } = await runTraining({ config, outDir, resumeFile: null, startPool: () => InProcessPool.local(config, null), log: () => undefined });
+    const { metrics } = await runTraining({
+      config,
+      outDir,
+      resumeFile: null,
+      startPool: () => RankPool.start(config, null, undefined, "local"),
+      log: () => undefined,
+    });
     expect(metrics).toHaveLength(50);
     const mean = (rows: typeof metrics) => rows.reduce((a, m) => a + m.loss, 0) / rows.length;
     expect(mean(metrics.slice(0, 5))).toBeGreaterThan(0.8 * Math.log(256));

@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { DEFAULTS, type TrainConfig } from "./config.js";
-import { InProcessPool } from "./rank-pool.js";
+import { RankPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
 
 // A shortened default run: the default task and architecture (SP 2, long-range
@@ -36,7 +36,7 @@ describe("learning", () => {
       config,
       outDir,
       resumeFile: null,
-      startPool: () => InProcessPool.local(config, null),
+      startPool: () => RankPool.start(config, null, undefined, "local"),
       log: (line) => lines.push(line),
     });
     const header = lines.find((l) => l.startsWith("task: recall"));

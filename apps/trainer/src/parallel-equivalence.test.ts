@@ -4,7 +4,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { readSafetensors } from "@ulysses/model";
 import { DEFAULTS, type TrainConfig } from "./config.js";
-import { InProcessPool } from "./rank-pool.js";
+import { RankPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
 import { lossCurve, spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
 
@@ -28,7 +28,13 @@ const base: TrainConfig = {
 async function train(overrides: Partial<TrainConfig>) {
   const config = { ...base, ...overrides };
   const outDir = fs.mkdtempSync(path.join(os.tmpdir(), "dp-"));
-  const result = await runTraining({ config, outDir, resumeFile: null, startPool: () => InProcessPool.local(config, null), log: () => undefined });
+  const result = await runTraining({
+    config,
+    outDir,
+    resumeFile: null,
+    startPool: () => RankPool.start(config, null, undefined, "local"),
+    log: () => undefined,
+  });
   return { losses: result.metrics.map((m) => m.loss), weights: readSafetensors(result.checkpoint).tensors };
 }
 

@@ -1,8 +1,8 @@
 /**
- * The worker-thread entry of the threads launcher: each rank's setup builds
- * its RankTrainer on the world group the launcher gives it and serves the
- * methods the driver calls (`launched.all(...)`). Nothing here differs from
- * what an mpirun rank does; this file only adapts RankTrainer to `launch`.
+ * The entry every rank runs, whatever the backend (the collectives'
+ * `startRanks`: a worker thread, this thread, or an mpirun process): its
+ * setup builds the rank's RankTrainer on the world group it is given and
+ * serves the methods the driver's RankPool calls.
  */
 import type { RankContext } from "@ulysses/collectives";
 import type { TrainConfig } from "./config.js";
@@ -32,9 +32,9 @@ export default async function setup(ctx: RankContext<RankEntryArgs>): Promise<Ra
   for (const module of ctx.args.hookModules ?? []) await import(module);
   const trainer = await RankTrainer.create({
     world: ctx.group,
-    config: { ...config, threads: config.threads ?? ctx.ortThreads },
+    config,
     plan,
-    ranksInProcess: ctx.worldSize,
+    threads: config.threads ?? ctx.ortThreads,
     resumeFile,
   });
   return {

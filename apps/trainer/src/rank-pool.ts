@@ -1,99 +1,119 @@
 /**
- * How the driver reaches the ranks. A RankPool runs one method on every rank
- * of the world and returns world rank 0's answer; it hides whether the ranks
- * live in this thread (`local`), in worker threads (`threads`) or in other
- * processes started by mpirun (then the pool holds only this process's rank).
- * A rank's failure rejects with a TrainerError naming the rank and the cause.
+ * How the driver reaches the ranks: a RankPool starts the world through the
+ * collectives' `startRanks` (worker threads for `threads`, this thread for
+ * `local`, this process's own rank under mpirun or a user backend), each rank
+ * running rank-entry.ts's setup, and calls one method on every rank it holds,
+ * returning world rank 0's answer (its own rank's under mpirun). A rank's
+ * failure rejects with a TrainerError naming the rank and the cause; a rank
+ * stuck in compute is named by the supervisor's watchdog (threads).
  */
-import { createLocalGroups } from "@ulysses/collectives";
-import { TrainerError } from "./errors.js";
-import { RankTrainer, type RankSetup, type RankStepReport } from "./rank-trainer.js";
+import { listBackends, startRanks, type RankWorld } from "@ulysses/collectives";
 import type { TrainConfig } from "./config.js";
+import { TrainerError } from "./errors.js";
 import { planRun, type RunPlan } from "./plan.js";
+import type { RankApi, RankEntryArgs } from "./rank-entry.js";
+import { rankHookModules, type RankStepReport } from "./rank-trainer.js";
 
-/** The collective timeout and stuck-rank watchdog of this run, in ms (--timeout, in seconds; default 300). */
-export function collectiveTimeoutMs(config: TrainConfig): number {
-  return config.timeout * 1000;
+// From dist/ (the installed bin) the ranks run dist/rank-entry.js with plain
+// node; from src/ (the monorepo, under tsx or vitest) they run the TypeScript
+// entry, which needs tsx in every worker.
+const FROM_SOURCE = import.meta.url.endsWith(".ts");
+const ENTRY = new URL(FROM_SOURCE ? "./rank-entry.ts" : "./rank-entry.js", import.meta.url);
+
+function named(cause: unknown, what: string): TrainerError {
+  return new TrainerError(`${what}: ${(cause as Error).message ?? String(cause)}`, { cause });
 }
 
-export interface RankPool {
-  readonly worldSize: number;
-  /** Whether this process holds world rank 0 (and so prints and writes the run's files). */
-  readonly isLeader: boolean;
-  /** Kernel description from rank 0. */
-  readonly description: string;
-  /** Steps already taken (after a resume). */
-  readonly step: number;
-  runStep(): Promise<RankStepReport>;
-  save(file: string): Promise<void>;
-  /** World rank 0's parameters (the driver exports them). */
-  weights(): Promise<Float32Array>;
-  close(): Promise<void>;
+/** Registers the MPI backend by importing its package (it is optional: the addon needs OpenMPI). */
+async function loadMpiBackend(): Promise<void> {
+  if (listBackends().includes("mpi")) return;
+  const name = "@ulysses/collectives-mpi";
+  try {
+    await import(name);
+  } catch (cause) {
+    throw new TrainerError(`--backend mpi needs the package ${name} (built against OpenMPI) importable from the trainer: ${(cause as Error).message}`, {
+      cause,
+    });
+  }
 }
 
-/** Runs `fn` on every rank; the first failure names its rank. */
-export async function onEveryRank<T>(ranks: readonly RankTrainer[], fn: (rank: RankTrainer) => Promise<T>, offset = 0): Promise<T[]> {
-  return Promise.all(
-    ranks.map((rank, i) =>
-      fn(rank).catch((cause: unknown) => {
-        throw new TrainerError(`rank ${offset + i} failed: ${(cause as Error).message ?? String(cause)}`, { cause });
-      }),
-    ),
-  );
-}
-
-/** A pool over RankTrainers living in this thread (all of them, or this process's one under mpirun). */
-export class InProcessPool implements RankPool {
-  constructor(
-    private readonly ranks: readonly RankTrainer[],
-    readonly worldSize: number,
-    private readonly firstRank: number,
+export class RankPool {
+  private constructor(
+    private readonly world: RankWorld<RankApi>,
+    readonly description: string,
+    private currentStep: number,
   ) {}
 
-  /** All ranks in this thread, connected by the local (reference) backend. */
-  static async local(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config)): Promise<InProcessPool> {
-    const groups = createLocalGroups(plan.sp * plan.dp, { timeoutMs: collectiveTimeoutMs(config) });
-    const setups: RankSetup[] = groups.map((world) => ({ world, config, plan, ranksInProcess: groups.length, resumeFile }));
-    const ranks = await Promise.all(
-      setups.map((setup, i) =>
-        RankTrainer.create(setup).catch((cause: unknown) => {
-          throw new TrainerError(`rank ${i} failed to start: ${(cause as Error).message}`, { cause });
-        }),
-      ),
-    );
-    return new InProcessPool(ranks, groups.length, 0);
+  /** Starts the ranks of `config.backend` (or `backend`: tests run every rank in this thread with "local"). */
+  static async start(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config), backend = config.backend): Promise<RankPool> {
+    if (backend === "mpi") await loadMpiBackend();
+    const worldSize = plan.sp * plan.dp;
+    const where = backend === "threads" ? "on worker threads" : `on the ${backend} backend`;
+    let world: RankWorld<RankApi>;
+    try {
+      world = await startRanks<RankApi, RankEntryArgs>({
+        backend,
+        worldSize,
+        entry: ENTRY,
+        typescript: FROM_SOURCE,
+        args: { config, plan, resumeFile, hookModules: rankHookModules() },
+        timeoutMs: config.timeout * 1000,
+        ...(config.threads !== null ? { ortThreadsPerRank: config.threads } : {}),
+      });
+    } catch (cause) {
+      throw named(cause, `starting ${worldSize} ranks ${where} failed`);
+    }
+    try {
+      const [description] = await world.call("description", []);
+      const [step] = await world.call("step", []);
+      return new RankPool(world, description!, step!);
+    } catch (cause) {
+      await world.close("close");
+      throw named(cause, `starting ${worldSize} ranks ${where} failed`);
+    }
   }
 
+  get worldSize(): number {
+    return this.world.worldSize;
+  }
+
+  /** Whether this process holds world rank 0 (and so prints and writes the run's files). */
   get isLeader(): boolean {
-    return this.firstRank === 0;
+    return this.world.ranks[0] === 0;
   }
 
-  get description(): string {
-    return this.ranks[0]!.description;
-  }
-
+  /** Steps already taken (after a resume). */
   get step(): number {
-    return this.ranks[0]!.step;
+    return this.currentStep;
   }
 
   async runStep(): Promise<RankStepReport> {
-    const step = this.step;
     try {
-      return (await onEveryRank(this.ranks, (r) => r.runStep(), this.firstRank))[0]!;
+      const [report] = await this.world.call("runStep", [], { what: `step ${this.currentStep + 1}`, watchdog: true });
+      this.currentStep = report!.step + 1;
+      return report!;
     } catch (cause) {
-      throw new TrainerError(`training step ${step + 1} failed: ${(cause as Error).message}`, { cause });
+      throw named(cause, `training step ${this.currentStep + 1} failed`);
     }
   }
 
   async save(file: string): Promise<void> {
-    await onEveryRank(this.ranks, (r) => r.save(file), this.firstRank);
+    try {
+      await this.world.call("save", [file], { what: `saving ${file}` });
+    } catch (cause) {
+      throw named(cause, `saving ${file} failed`);
+    }
   }
 
+  /** World rank 0's parameters (the driver exports them). */
   async weights(): Promise<Float32Array> {
-    return this.ranks[0]!.weights();
+    const leader = this.world.leader();
+    if (leader === null) throw new TrainerError("weights: world rank 0 lives in another process");
+    return leader.weights();
   }
 
+  /** Releases every rank's sessions, then stops the ranks (stuck worker threads are terminated). */
   async close(): Promise<void> {
-    await Promise.allSettled(this.ranks.map((r) => r.close()));
+    await this.world.close("close");
   }
 }

@@ -28,8 +28,8 @@ export interface RankSetup {
   config: TrainConfig;
   /** The run as the driver planned it: degrees, model, tiles, arena. */
   plan: RunPlan;
-  /** Ranks sharing this process's cores (for the ORT thread count). */
-  ranksInProcess: number;
+  /** ONNX Runtime intra-op threads of this rank. */
+  threads: number;
   /** Checkpoint to resume from, or null. */
   resumeFile: string | null;
 }
@@ -120,8 +120,7 @@ export class RankTrainer {
     const gptConfig = checkpoint?.config ?? plan.model;
     // validated before any group is built: one message naming every value that is off
     const dims = await ParallelDims.create(world, parallelOptionsOfPlan(plan), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
-    const threads = config.threads ?? Math.max(1, Math.floor((await import("node:os")).availableParallelism() / setup.ranksInProcess));
-    const kernels = await createRankKernels(threads, config.kernel, plan.memoryArena);
+    const kernels = await createRankKernels(setup.threads, config.kernel, plan.memoryArena);
     const { tiles } = plan;
     // the one-device model, parallelised from outside
     const model = new Gpt(gptConfig, {

@@ -4,7 +4,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { readSafetensors } from "@ulysses/model";
 import { DEFAULTS, type TrainConfig } from "./config.js";
-import { InProcessPool } from "./rank-pool.js";
+import { RankPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
 
 const quiet = () => undefined;
@@ -35,7 +35,7 @@ async function run(outDir: string, options: { resume?: string; stopAfter?: numbe
     config,
     outDir,
     resumeFile,
-    startPool: () => InProcessPool.local(config, resumeFile),
+    startPool: () => RankPool.start(config, resumeFile, undefined, "local"),
     log: quiet,
     stopAfter: options.stopAfter,
   });

@@ -22,3 +22,4 @@ export type { RankContext, RankSetup } from "./threads/protocol.js";
 export { createThreadsGroup } from "./threads/context.js";
 export { splitWorld, type SplitWorld } from "./split-world.js";
 export { launcherRank, launcherWorldSize, localRanksOnHost } from "./launcher-env.js";
+export { startRanks, type RankWorld, type StartRanksOptions } from "./start-ranks.js";

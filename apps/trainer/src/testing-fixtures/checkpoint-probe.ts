@@ -13,7 +13,7 @@
 import { Worker } from "node:worker_threads";
 import { main } from "../cli.js";
 import { DEFAULTS } from "../config.js";
-import { InProcessPool } from "../rank-pool.js";
+import { RankPool } from "../rank-pool.js";
 
 const WATCHDOG = `
 const { workerData } = require("node:worker_threads");
@@ -46,7 +46,7 @@ if (mode === "cli") {
 } else {
   const config = { ...DEFAULTS, backend: "local", hidden: 16, heads: 2, kvHeads: 2, layers: 1, seq: 24, keys: 3, values: 4, threads: 1 };
   try {
-    await InProcessPool.local(config, rest[0]!);
+    await RankPool.start(config, rest[0]!, undefined, "local");
     code = 0;
   } catch (error) {
     written.push((error as Error).message);
