@@ -139,7 +139,7 @@ describe("validation before any rank starts", () => {
     const config = parse(["--attention", "hybrid", "--sp", "4", "--ulysses-degree", "2", "--sequence-layout", "contiguous"]);
     expect([config.attention, config.ulyssesDegree, config.ringDegree, config.sequenceLayout]).toEqual(["hybrid", 2, null, "contiguous"]);
     expect(helpText()).toMatch(/--ulysses-degree <n>[\s\S]*--ring-degree <n>[\s\S]*--sequence-layout <value>[\s\S]*--ulysses-head-groups <n>/);
-    expect(problems({ sp: 2, heads: 4, ulyssesHeadGroups: 4 })).toMatch(/--heads 4 \/ --ulysses-head-groups 4 = 1 heads per group is fewer than --sp 2/);
+    expect(problems({ sp: 2, heads: 4, ulyssesHeadGroups: 4 })).toMatch(/--heads 4 \/ --ulysses-head-groups 4 = 1 heads per chunk is fewer than --sp 2/);
     expect(problems({ sp: 2, attention: "ring", ulyssesHeadGroups: 2 })).toMatch(/--ulysses-head-groups 2 pipelines Ulysses' exchanges; --attention is ring/);
     expect(problems({ ulyssesHeadGroups: 0 })).toMatch(/--ulysses-head-groups must be a positive integer, got 0/);
     expect(problems({ sp: 2, heads: 4, kvHeads: 4, ulyssesHeadGroups: 2 })).toBe("");

@@ -236,7 +236,7 @@ export function parallelOptionsOf(config: TrainConfig): ParallelDimsOptions {
   if (config.ulyssesDegree !== null) options.ulyssesDegree = config.ulyssesDegree;
   if (config.ringDegree !== null) options.ringDegree = config.ringDegree;
   if (config.sequenceLayout !== "auto") options.layout = config.sequenceLayout;
-  if (config.ulyssesHeadGroups !== 1) options.headGroups = config.ulyssesHeadGroups;
+  if (config.ulyssesHeadGroups !== 1) options.pipelineChunks = config.ulyssesHeadGroups;
   return options;
 }
 

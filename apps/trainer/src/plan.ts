@@ -21,8 +21,8 @@ export interface RunPlan {
   ulyssesDegree: number;
   ringDegree: number;
   layout: SequenceLayoutKind;
-  /** Ulysses' exchanges pipelined over this many head groups (1: off). */
-  pipelineHeadGroups: number;
+  /** Ulysses' exchanges pipelined in this many chunks of heads (1: off; --ulysses-head-groups). */
+  pipelineChunks: number;
   /** Rows per tile of each block's MLP and of the LM head and loss (0: untiled), and the attention's head groups (1: off). */
   tiles: { mlp: number; loss: number; attentionHeadGroups: number };
   /** Tokens each rank holds per step (batch x its shard of the sequence). */
@@ -44,7 +44,7 @@ export function planRun(config: TrainConfig, options: { model?: GptConfig; memor
     ulyssesDegree: dims.ulyssesDegree,
     ringDegree: dims.ringDegree,
     layout: dims.layout,
-    pipelineHeadGroups: config.ulyssesHeadGroups,
+    pipelineChunks: config.ulyssesHeadGroups,
     tiles: { mlp: tiles.mlp, loss: tiles.loss, attentionHeadGroups: headGroupsOf(config, sequenceParallelScheme(dims.attention).headRanks(dims)) },
     tokensPerRank: tokensPerRankOf(config),
     memoryArena: options.memoryArena ?? config.memoryArena === true,
@@ -76,6 +76,6 @@ export function parallelOptionsOfPlan(plan: RunPlan): ParallelDimsOptions {
   const { settings } = sequenceParallelScheme(plan.scheme);
   if (settings.includes("ulyssesDegree")) options.ulyssesDegree = plan.ulyssesDegree;
   if (settings.includes("ringDegree")) options.ringDegree = plan.ringDegree;
-  if (plan.pipelineHeadGroups !== 1) options.headGroups = plan.pipelineHeadGroups;
+  if (plan.pipelineChunks !== 1) options.pipelineChunks = plan.pipelineChunks;
   return options;
 }

@@ -107,7 +107,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
             ulyssesDegree: "--ulysses-degree",
             ringDegree: "--ring-degree",
             layout: "--sequence-layout",
-            headGroups: "--ulysses-head-groups",
+            pipelineChunks: "--ulysses-head-groups",
           },
         ),
       );

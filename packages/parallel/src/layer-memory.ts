@@ -33,7 +33,7 @@ export function layerFloatsPerToken(
   kind: SequenceParallelKind,
   ulyssesDegree = sequenceParallelScheme(kind).resolve({ sp }, blockConfigOf(model).kvHeads).ulyssesDegree,
   tiledMlp = false,
-  headGroups = 1,
+  attentionHeadGroups = 1,
 ): LayerFloats {
   const block = blockConfigOf(model);
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
@@ -42,8 +42,8 @@ export function layerFloatsPerToken(
     kvHeads,
     headDim,
     degrees: { ulyssesDegree, ringDegree: sp / ulyssesDegree },
-    // the block's head groups (memory tiling) are not the scheme's pipelined ones: its widths do not depend on either
-    headGroups: 1,
+    // the block's head groups (memory tiling) are not the scheme's pipeline chunks: its widths do not depend on either
+    pipelineChunks: 1,
   });
   const qWidth = heads * headDim;
   // k and v as the local kernel sees them, per local token (the scheme's own term)
@@ -73,19 +73,19 @@ export function layerFloatsPerToken(
   const travels = scheme.travels;
   const exchange = moved && scheme.exchangeAreas ? 2 * (qWidth + 2 * kvWidth) * travels : 0;
   const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
-  if (headGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, travels, mlpTile };
+  if (attentionHeadGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, travels, mlpTile };
   // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
   // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileRowsOf),
   // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
   // (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
-  const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / headGroups;
-  const groupBackward = (4 * qWidth + 5 * kvWidth) / headGroups;
+  const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / attentionHeadGroups;
+  const groupBackward = (4 * qWidth + 5 * kvWidth) / attentionHeadGroups;
   const groupedBackward = 2 * hidden + groupForward + groupBackward;
   return {
     saved: 2 * hidden + (tiledMlp ? 0 : mlpHalf),
     recomputed: hidden + normStats,
     backward: tiledMlp ? groupedBackward : Math.max(mlpBackward, groupedBackward),
-    exchange: exchange / headGroups,
+    exchange: exchange / attentionHeadGroups,
     travels,
     mlpTile,
   };

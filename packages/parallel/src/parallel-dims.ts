@@ -39,8 +39,8 @@ export interface ParallelDimsOptions {
   ringDegree?: number;
   /** How the sequence is cut over the SP ranks (default zigzag when a ring runs, else contiguous). */
   layout?: SequenceLayoutKind;
-  /** Ulysses: pipeline the exchanges with the local kernel over this many head groups (PipelinedUlyssesAttention; default 1, off). */
-  headGroups?: number;
+  /** Ulysses: pipeline the exchanges with the local kernel in this many chunks of heads (PipelinedUlyssesAttention; default 1, off). */
+  pipelineChunks?: number;
 }
 
 /** The layout's resolved degrees: Ulysses groups of `u` ranks, `r` of them around the ring, and the sequence layout. */
@@ -77,7 +77,7 @@ export interface ParallelDimsNames {
   ulyssesDegree: string;
   ringDegree: string;
   layout: string;
-  headGroups: string;
+  pipelineChunks: string;
 }
 
 const DEFAULT_NAMES: ParallelDimsNames = {
@@ -89,7 +89,7 @@ const DEFAULT_NAMES: ParallelDimsNames = {
   ulyssesDegree: "ulyssesDegree",
   ringDegree: "ringDegree",
   layout: "layout",
-  headGroups: "headGroups",
+  pipelineChunks: "pipelineChunks",
 };
 
 /** Every problem of a layout, each naming its values (empty when it is fine). No communication. */
@@ -137,9 +137,9 @@ function settingProblems(scheme: SequenceParallelScheme, options: ParallelDimsOp
     if (value !== undefined && !scheme.settings.includes(key))
       problems.push(`${n[key]} ${value} is for ${readers(key).join(" or ")} attention only (${n.attention} is ${scheme.name})`);
   }
-  const g = options.headGroups;
-  if (g !== undefined && g !== 1 && !scheme.settings.includes("headGroups"))
-    problems.push(`${n.headGroups} ${g} pipelines Ulysses' exchanges; ${n.attention} is ${scheme.name}`);
+  const g = options.pipelineChunks;
+  if (g !== undefined && g !== 1 && !scheme.settings.includes("pipelineChunks"))
+    problems.push(`${n.pipelineChunks} ${g} pipelines Ulysses' exchanges; ${n.attention} is ${scheme.name}`);
   return problems;
 }
 
@@ -179,8 +179,8 @@ export class ParallelDims {
     readonly layout: SequenceLayoutKind,
     /** The scheme's subgroups of this rank's SP group (empty when it needs none). */
     readonly schemeGroups: SchemeGroups,
-    /** Ulysses head groups pipelined with the local kernel (1: off). */
-    readonly headGroups: number,
+    /** Chunks of heads Ulysses pipelines with the local kernel (1: off). */
+    readonly pipelineChunks: number,
   ) {}
 
   /** Collective over `world`: validates the layout, then builds the groups. */
@@ -191,7 +191,7 @@ export class ParallelDims {
     const scheme = sequenceParallelScheme(attention);
     const groups = dp === 1 ? { sp: world, dp: null } : await splitWorld(world, { sp: options.sp, dp });
     const schemeGroups = (await scheme.groups?.(groups.sp, { ulyssesDegree, ringDegree })) ?? {};
-    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, scheme, ulyssesDegree, ringDegree, layout, schemeGroups, options.headGroups ?? 1);
+    return new ParallelDims(world, groups.sp, groups.dp, options.sp, dp, scheme, ulyssesDegree, ringDegree, layout, schemeGroups, options.pipelineChunks ?? 1);
   }
 
   /** The scheme's name. */
@@ -208,7 +208,7 @@ export class ParallelDims {
   /** The sharded attention of one local kernel under this layout. */
   createAttention(local: LocalAttention): ShardedAttention {
     const degrees = { ulyssesDegree: this.ulyssesDegree, ringDegree: this.ringDegree };
-    return this.scheme.create(local, { group: this.spGroup, groups: this.schemeGroups, degrees, headGroups: this.headGroups });
+    return this.scheme.create(local, { group: this.spGroup, groups: this.schemeGroups, degrees, pipelineChunks: this.pipelineChunks });
   }
 
   /** Every SP rank's runs of positions for sequences of `seqLength` tokens under this layout. */

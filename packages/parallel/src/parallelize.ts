@@ -51,11 +51,11 @@ export function createShardedAttention(
   local: LocalAttention,
   group: ProcessGroup,
   hybrid: HybridGroups | null = null,
-  headGroups = 1,
+  pipelineChunks = 1,
 ): ShardedAttention {
   const scheme = sequenceParallelScheme(kind);
   const degrees = hybrid === null ? { ulyssesDegree: group.size, ringDegree: 1 } : { ulyssesDegree: hybrid.ulysses.size, ringDegree: hybrid.ring.size };
-  return scheme.create(local, { group, groups: hybrid === null ? {} : { ...hybrid }, degrees, headGroups });
+  return scheme.create(local, { group, groups: hybrid === null ? {} : { ...hybrid }, degrees, pipelineChunks });
 }
 
 /** The layout one forward ran with (kept for its backward). */

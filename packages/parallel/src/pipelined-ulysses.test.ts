@@ -1,7 +1,7 @@
 /**
  * PipelinedUlyssesAttention against the single-rank ReferenceAttention on
  * the whole sequence (out, dq, dk, dv to 1e-5), its bytes against
- * ulyssesBytes of one head group times G, its exchanges posted ahead of the
+ * ulyssesBytes of one chunk of heads times G, its exchanges posted ahead of the
  * kernel (recorded order of kernel calls and all-to-alls), and its checks.
  */
 import { createLocalGroups, type ProcessGroup } from "@ulysses/collectives";
@@ -73,7 +73,7 @@ describe("PipelinedUlyssesAttention equals single-rank ReferenceAttention", () =
         const sizes = evenSplitSizes(c.seq, p);
         const routing = headRouting(c.heads / c.groups, c.kvHeads / c.groups, p);
         const perRank = await runRanks(p, async (group, rank) => {
-          const attention = new PipelinedUlyssesAttention(reference, group, { headGroups: c.groups });
+          const attention = new PipelinedUlyssesAttention(reference, group, { chunks: c.groups });
           const shard = (t: F32) => shardOf(t, sizes, rank);
           const { out, context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true, seqLength: c.seq });
           const forward = group.stats().total.bytesSent;
@@ -97,7 +97,7 @@ describe("PipelinedUlyssesAttention equals single-rank ReferenceAttention", () =
     const x = attentionInputs(c, 3);
     const logs = await runRanks(2, async (group, rank) => {
       const log: string[] = [];
-      const attention = new PipelinedUlyssesAttention(new LoggingAttention(log), logged(group, log), { headGroups: 3 });
+      const attention = new PipelinedUlyssesAttention(new LoggingAttention(log), logged(group, log), { chunks: 3 });
       const shard = (t: F32) => shardOf(t, [4, 4], rank);
       const { context } = await attention.forward(shard(x.q), shard(x.k), shard(x.v), { causal: true });
       log.push("|");
@@ -109,32 +109,34 @@ describe("PipelinedUlyssesAttention equals single-rank ReferenceAttention", () =
     expect(logs).toEqual([`${one} | ${one}`, `${one} | ${one}`]);
   });
 
-  it("parallelize uses it when ParallelDims has headGroups > 1", async () => {
+  it("parallelize uses it when ParallelDims has pipelineChunks > 1", async () => {
     const config = { vocab: 16, hidden: 16, heads: 4, kvHeads: 2, layers: 1, mlp: "gelu" as const, mlpRatio: 2, maxSeq: 8, tiedHead: false };
     const kinds = await Promise.all(
       createLocalGroups(2).map(async (world) => {
-        const dims = await ParallelDims.create(world, { sp: 2, headGroups: 2 }, { heads: 4, kvHeads: 2, seqLength: 8 });
+        const dims = await ParallelDims.create(world, { sp: 2, pipelineChunks: 2 }, { heads: 4, kvHeads: 2, seqLength: 8 });
         const model = parallelize(new Gpt(config, { ops: new ReferenceOps(), localAttention: reference, seed: 1 }), dims);
         return model.attention[0]!.name;
       }),
     );
-    expect(kinds).toEqual(["ulysses(reference, P=2, 2 head groups pipelined)", "ulysses(reference, P=2, 2 head groups pipelined)"]);
+    expect(kinds).toEqual(["ulysses(reference, P=2, 2 chunks of heads pipelined)", "ulysses(reference, P=2, 2 chunks of heads pipelined)"]);
   });
 
-  it("checks the head groups: they divide heads and kv heads and leave every rank a head of each group", async () => {
+  it("checks the chunks: they divide heads and kv heads and leave every rank a head of each chunk", async () => {
     await runRanks(2, async (group) => {
-      expect(() => new PipelinedUlyssesAttention(reference, group, { headGroups: 0 })).toThrow(/headGroups must be a positive integer, got 0/);
-      const a = new PipelinedUlyssesAttention(reference, group, { headGroups: 2 });
-      expect(() => a.checkHeads(6, 3)).toThrow(/2 head groups must divide heads \(6\) and kvHeads \(3\)/);
+      expect(() => new PipelinedUlyssesAttention(reference, group, { chunks: 0 })).toThrow(/chunks must be a positive integer, got 0/);
+      const a = new PipelinedUlyssesAttention(reference, group, { chunks: 2 });
+      expect(() => a.checkHeads(6, 3)).toThrow(/2 chunks must divide heads \(6\) and kvHeads \(3\)/);
       expect(() => a.checkHeads(2, 2)).toThrow(/1 heads cannot be split over 2 ranks/);
       expect(() => a.checkHeads(8, 2)).not.toThrow();
     });
     const shape = { worldSize: 4, heads: 8, kvHeads: 2, seqLength: 16 };
-    expect(parallelDimsProblems({ sp: 4, headGroups: 2 }, shape)).toEqual([]);
-    expect(parallelDimsProblems({ sp: 4, headGroups: 4 }, shape)).toEqual(["headGroups 4 must divide heads 8 and the kv heads 2"]);
-    expect(parallelDimsProblems({ sp: 4, headGroups: 2 }, { ...shape, heads: 4 })).toEqual([
-      "heads 4 / headGroups 2 = 2 heads per group is fewer than sp 4: every rank needs a head of each group",
+    expect(parallelDimsProblems({ sp: 4, pipelineChunks: 2 }, shape)).toEqual([]);
+    expect(parallelDimsProblems({ sp: 4, pipelineChunks: 4 }, shape)).toEqual(["pipelineChunks 4 must divide heads 8 and the kv heads 2"]);
+    expect(parallelDimsProblems({ sp: 4, pipelineChunks: 2 }, { ...shape, heads: 4 })).toEqual([
+      "heads 4 / pipelineChunks 2 = 2 heads per chunk is fewer than sp 4: every rank needs a head of each chunk",
     ]);
-    expect(parallelDimsProblems({ sp: 4, attention: "ring", headGroups: 2 }, shape)).toEqual(["headGroups 2 pipelines Ulysses' exchanges; attention is ring"]);
+    expect(parallelDimsProblems({ sp: 4, attention: "ring", pipelineChunks: 2 }, shape)).toEqual([
+      "pipelineChunks 2 pipelines Ulysses' exchanges; attention is ring",
+    ]);
   });
 });

@@ -32,7 +32,7 @@ import { TensorPool } from "./tensor-pool.js";
 type F32 = Tensor<"float32">;
 type Part = SavedLocalAttention<null>;
 
-/** What forward keeps: each head group's local call (head-scattered q, k, v, out, lse). */
+/** What forward keeps: each chunk's local call (head-scattered q, k, v, out, lse). */
 export class PipelinedUlyssesContext implements BlockAttentionContext {
   released = false;
 
@@ -53,26 +53,26 @@ export class PipelinedUlyssesContext implements BlockAttentionContext {
 export class PipelinedUlyssesAttention implements ShardedAttention<PipelinedUlyssesContext> {
   readonly name: string;
   busy = false;
-  readonly headGroups: number;
-  /** One set of send/receive buffers per head group and direction, so exchanges in flight never share one. */
+  readonly chunks: number;
+  /** One set of send/receive buffers per chunk and direction, so exchanges in flight never share one. */
   private readonly scratch: { in: ScratchBuffers; out: ScratchBuffers }[];
   private readonly pool = new TensorPool();
 
   constructor(
     readonly local: LocalAttention,
     readonly group: ProcessGroup,
-    options: { headGroups: number },
+    options: { chunks: number },
   ) {
-    const g = options.headGroups;
-    if (!Number.isInteger(g) || g < 1) throw new ParallelError(`PipelinedUlyssesAttention: headGroups must be a positive integer, got ${g}`);
-    this.headGroups = g;
+    const g = options.chunks;
+    if (!Number.isInteger(g) || g < 1) throw new ParallelError(`PipelinedUlyssesAttention: chunks must be a positive integer, got ${g}`);
+    this.chunks = g;
     this.scratch = Array.from({ length: g }, () => ({ in: new ScratchBuffers(), out: new ScratchBuffers() }));
-    this.name = `ulysses(${local.name}, P=${group.size}, ${g} head groups pipelined)`;
+    this.name = `ulysses(${local.name}, P=${group.size}, ${g} chunks of heads pipelined)`;
   }
 
   checkHeads(heads: number, kvHeads: number): void {
-    const g = this.headGroups;
-    if (heads % g !== 0 || kvHeads % g !== 0) throw new ParallelError(`${this.name}: ${g} head groups must divide heads (${heads}) and kvHeads (${kvHeads})`);
+    const g = this.chunks;
+    if (heads % g !== 0 || kvHeads % g !== 0) throw new ParallelError(`${this.name}: ${g} chunks must divide heads (${heads}) and kvHeads (${kvHeads})`);
     checkHeads(heads / g, kvHeads / g, this.group.size);
   }
 
@@ -83,13 +83,13 @@ export class PipelinedUlyssesAttention implements ShardedAttention<PipelinedUlys
   async forward(q: F32, k: F32, v: F32, options: ShardedAttentionOptions): Promise<ShardedAttentionForward<PipelinedUlyssesContext>> {
     const { batch: b, seq: s, heads, kvHeads } = shardDims(q, k, v, this.name);
     this.checkHeads(heads, kvHeads);
-    const routing = headRouting(heads / this.headGroups, kvHeads / this.headGroups, this.group.size);
+    const routing = headRouting(heads / this.chunks, kvHeads / this.chunks, this.group.size);
     const shards = sequenceShards(s, this.group.rank, this.group.size, options);
     if (joinRuns(shards.runs).length !== 1) throw new ParallelError(`${this.name}: needs the contiguous sequence layout`);
     const ids = documentSlice(options.sequenceDocuments, b, shards.length, 0, shards.length, this.name);
     const localOptions: AttentionOptions = { causal: options.causal, scale: options.scale };
     if (ids !== null) localOptions.documents = { query: ids, key: ids };
-    const G = this.headGroups;
+    const G = this.chunks;
     const qPer = heads / G;
     const kvPer = kvHeads / G;
     return exclusive(this, async () => {
@@ -125,7 +125,7 @@ export class PipelinedUlyssesAttention implements ShardedAttention<PipelinedUlys
     const [b, , , d] = parts[0]!.q.shape as unknown as [number, number, number, number];
     const s = shards.sizes[this.group.rank]!;
     checkGradShape(dOut, [b, s, heads, d], this.name);
-    const G = this.headGroups;
+    const G = this.chunks;
     const qPer = heads / G;
     const kvPer = kvHeads / G;
     return exclusive(this, async () => {

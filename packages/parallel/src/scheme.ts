@@ -30,8 +30,8 @@ export interface SchemeCreateOptions {
   /** The subgroups `groups` built (empty when the scheme has none). */
   groups: SchemeGroups;
   degrees: SchemeDegrees;
-  /** Ulysses' exchanges pipelined over this many head groups (1: off); only schemes with `pipelines` take more. */
-  headGroups: number;
+  /** Ulysses' exchanges pipelined in this many chunks of heads (1: off); only schemes whose settings name "pipelineChunks" take more. */
+  pipelineChunks: number;
 }
 
 /** Inputs of a scheme's exact byte count for one attention call of one rank. */
@@ -73,14 +73,14 @@ export interface SchemeMemoryInput {
   kvHeads: number;
   headDim: number;
   degrees: SchemeDegrees;
-  headGroups: number;
+  pipelineChunks: number;
 }
 
 export interface SequenceParallelScheme {
   /** The name a caller selects it by (`--attention NAME`). */
   readonly name: string;
-  /** Optional settings it reads besides sp, dp and layout: "ulyssesDegree", "ringDegree" (hybrid), "headGroups" (pipelined Ulysses). */
-  readonly settings: readonly ("ulyssesDegree" | "ringDegree" | "headGroups")[];
+  /** Optional settings it reads besides sp, dp and layout: "ulyssesDegree", "ringDegree" (hybrid), "pipelineChunks" (pipelined Ulysses). */
+  readonly settings: readonly ("ulyssesDegree" | "ringDegree" | "pipelineChunks")[];
   /** The degrees the options imply (before validation: may be inconsistent). */
   resolve(options: ParallelDimsOptions, kvHeads: number): SchemeDegrees;
   /** Its own problems with a layout, worded with the caller's names; empty when fine. */

@@ -116,7 +116,7 @@ describe("which local calls may block the calling thread (AttentionOptions.onCal
     }
     for (const ranks of [
       await calls((l, g) => new RingAttention(l, g), stats),
-      await calls((l, g) => new PipelinedUlyssesAttention(l, g, { headGroups: 2 }), reference),
+      await calls((l, g) => new PipelinedUlyssesAttention(l, g, { chunks: 2 }), reference),
     ]) {
       for (const seen of ranks) expect(seen).toEqual(["forward undefined", "backward undefined"]);
     }

@@ -1,7 +1,7 @@
 /**
  * The block on the worker-threads backend (P = 2 and 4, shared-memory
  * collectives) against the same block on one local rank: Ulysses (also
- * pipelined over head groups), all-gather-KV and ring.
+ * pipelined in chunks of heads), all-gather-KV and ring.
  */
 import { createLocalGroups, launch } from "@ulysses/collectives";
 import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
@@ -29,8 +29,8 @@ const runs: TestRunArgs[] = [
   { config: { hidden: 64, heads: 8, mlpRatio: 2 }, batch: 1, seq: 40, seed: 4, attention: "ort" },
   // ring past the head count (2 heads, 1 kv head on up to 4 ranks), uneven sequence; ring needs a kernel that reads the merged statistics
   { config: { hidden: 16, heads: 2, kvHeads: 1, mlpRatio: 2, attention: "ring" }, batch: 1, seq: 13, seed: 5, attention: "ort" },
-  // Ulysses with its exchanges pipelined over 2 head groups (exchanges in flight while the kernel runs), GQA, uneven sequence
-  { config: { hidden: 64, heads: 8, kvHeads: 4, mlpRatio: 2 }, batch: 1, seq: 21, seed: 6, attention: "ort", headGroups: 2 },
+  // Ulysses with its exchanges pipelined in 2 chunks of heads (exchanges in flight while the kernel runs), GQA, uneven sequence
+  { config: { hidden: 64, heads: 8, kvHeads: 4, mlpRatio: 2 }, batch: 1, seq: 21, seed: 6, attention: "ort", pipelineChunks: 2 },
 ];
 
 describe("TransformerBlock on the threads backend", () => {

@@ -37,7 +37,7 @@
  * - the exchange scratch (send and receive areas, the gathered gradients)
  *   when sequence parallelism moves tensors: at most EXCHANGE_CHUNK_BYTES
  *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
- *   Ulysses pipelined over head groups (--ulysses-head-groups), whose
+ *   Ulysses pipelined in chunks of heads (--ulysses-head-groups), whose
  *   concurrent exchanges are whole;
  * - the local kernel's score tiles (bounded per call).
  *
@@ -94,8 +94,8 @@ export interface TrainingMemoryInput {
   sp: number;
   ulyssesDegree: number;
   ringDegree: number;
-  /** Ulysses' exchanges pipelined over this many head groups (1: off). */
-  pipelineHeadGroups: number;
+  /** Ulysses' exchanges pipelined in this many chunks of heads (1: off). */
+  pipelineChunks: number;
   /** Rows per tile of each block's MLP and of the LM head and loss (0: untiled), and the attention's head groups (1: off). */
   tiles: { mlp: number; loss: number; attentionHeadGroups: number };
   /** Tokens each rank holds per step (batch x its shard of the sequence). */
@@ -135,7 +135,7 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
     kvHeads: block.kvHeads,
     headDim: block.headDim,
     degrees: input,
-    headGroups: input.pipelineHeadGroups,
+    pipelineChunks: input.pipelineChunks,
   }).chunked;
   const exchangeBytes = F32 * perLayer.exchange * tokensPerRank;
   const all = (bytesPerRank: number) => bytesPerRank * ranks;

@@ -117,7 +117,7 @@ export default function setup(ctx: RankContext) {
         backward: (...args) => clocked(() => local.backward(...args)),
         release: () => undefined,
       };
-      const wrappers: ShardedAttention[] = [new UlyssesAttention(timed, group), new PipelinedUlyssesAttention(timed, group, { headGroups: a.headGroups })];
+      const wrappers: ShardedAttention[] = [new UlyssesAttention(timed, group), new PipelinedUlyssesAttention(timed, group, { chunks: a.headGroups })];
       const once = async (w: ShardedAttention) => {
         await group.barrier();
         kernelMs = 0;

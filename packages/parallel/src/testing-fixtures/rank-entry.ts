@@ -20,8 +20,8 @@ export interface TestRunArgs {
   /** "reference" kernels, or ONNX Runtime attention with reference ops. */
   attention: "reference" | "ort";
   checkpoint?: boolean;
-  /** Ulysses pipelined over this many head groups (PipelinedUlyssesAttention). */
-  headGroups?: number;
+  /** Ulysses pipelined in this many chunks of heads (PipelinedUlyssesAttention). */
+  pipelineChunks?: number;
 }
 
 /** Full input x and output gradient dy [b, N, hidden], and the weights, from the seed (same on every rank). */
@@ -41,7 +41,7 @@ export default function setup(ctx: { group: ProcessGroup }) {
       const { x, dy, weights } = testProblem(args);
       const sizes = evenSplitSizes(args.seq, group.size);
       const localAttention = args.attention === "ort" ? new OrtAttention({ cache, blockRows: 16 }) : new ReferenceAttention();
-      const share = args.headGroups === undefined ? undefined : new PipelinedUlyssesAttention(localAttention, group, { headGroups: args.headGroups });
+      const share = args.pipelineChunks === undefined ? undefined : new PipelinedUlyssesAttention(localAttention, group, { chunks: args.pipelineChunks });
       const block = spBlock(args.config, group, { ops: new ReferenceOps(), localAttention, weights, checkpoint: args.checkpoint ?? false }, share);
       group.resetStats();
       const { y, context } = await block.forward(shardOf(x, sizes, group.rank), { seqLength: args.seq });
