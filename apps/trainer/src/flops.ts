@@ -8,7 +8,7 @@
  * that rate is low and the MFU optimistic).
  */
 import { gptTrainingFlops, type GptDimensions } from "@ulysses/measure";
-import { blockConfigOf, type GptConfig } from "@ulysses/model";
+import { blockConfigOf, mlpComponent, type GptConfig } from "@ulysses/model";
 
 /** The sizes the FLOP count reads, from the model's configuration (grouped-query k and v, SwiGLU's three MLP matrices, the LM head tied or not). */
 export function gptDimensionsOf(config: GptConfig): GptDimensions {
@@ -19,7 +19,7 @@ export function gptDimensionsOf(config: GptConfig): GptDimensions {
     vocab: config.vocab,
     mlpHidden: block.mlpHidden,
     kvWidth: block.kvHeads * block.headDim,
-    gatedMlp: block.mlp === "swiglu",
+    gatedMlp: mlpComponent(block.mlp).projections.length > 1,
   };
 }
 

@@ -7,7 +7,7 @@
 import { launcherWorldSize } from "@ulysses/collectives";
 import fs from "node:fs";
 import os from "node:os";
-import { validateGptConfig } from "@ulysses/model";
+import { mlpNames, validateGptConfig } from "@ulysses/model";
 import { parallelDimsProblems } from "@ulysses/parallel";
 import { BYTE_VOCAB, validateRecallTask, fileProblem } from "@ulysses/training";
 import {
@@ -68,7 +68,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
       `--threads must be an integer from 1 to ${maxThreads} (${MAX_THREADS_PER_CORE} x this machine's ${os.availableParallelism()} cores), got ${config.threads}`,
     );
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
-  if (!["gelu", "swiglu"].includes(config.mlp)) problems.push(`--mlp must be gelu or swiglu, got '${config.mlp}'`);
+  if (!mlpNames().includes(config.mlp)) problems.push(`--mlp must be ${mlpNames().join(" or ")}, got '${config.mlp}'`);
   if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);
   if (!(BACKENDS as readonly string[]).includes(config.backend) && !isModulePath(config.backend)) {
     problems.push(`unknown backend '${config.backend}': use ${BACKENDS.join(", ")} or a module path (./my-backend.js)`);

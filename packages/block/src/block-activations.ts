@@ -30,7 +30,8 @@ export interface NormRecord {
   x: F32;
   saved: NormSaved;
 }
-export type MlpSavedName = "geluInput" | "gate" | "up";
+/** What the MLP's backward reads: its projections' outputs, by their index in the component's projections. */
+export type MlpSavedName = number;
 
 /** Gets and deletes: the map no longer references the value. */
 export function take<K, V>(map: Map<K, V>, key: K): V {
@@ -49,7 +50,7 @@ export class Activations {
   readonly norms = new Map<NormName, NormRecord>();
   /** The input of each linear layer. */
   readonly inputs = new Map<LinearName, F32>();
-  /** GELU: its input; SwiGLU: gate and up. */
+  /** The MLP projections' outputs (GELU: up's; SwiGLU: gate's and up's), by index. */
   readonly mlp = new Map<MlpSavedName, F32>();
   attention: BlockAttentionContext | null = null;
   /** attention output [b, s, H, D] (handed back with the attention's context) */
@@ -131,19 +132,6 @@ export interface BlockGradients {
   grads: BlockWeights;
   /** Every weight gradient back to back, in `blockWeightSpecs` order. */
   flat: Float32Array;
-}
-
-/** The MLP's gradients between two backward stages; the stage that reads one takes it out. */
-export interface MlpGradients {
-  dGate?: F32 | undefined;
-  dUp?: F32 | undefined;
-}
-
-export function takeGradient(d: MlpGradients, key: keyof MlpGradients): F32 {
-  const t = d[key];
-  if (t === undefined) throw new BlockError(`TransformerBlock.backward: no ${key}`);
-  d[key] = undefined;
-  return t;
 }
 
 /** The [b, s] layout of the input and the call's inputs: what the attention half needs. */

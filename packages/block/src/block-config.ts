@@ -3,9 +3,11 @@
  * Checked once, before any weight is allocated or any message is sent.
  */
 import { BlockError } from "./errors.js";
+import { mlpComponent } from "./mlps.js";
 import { normComponent } from "./norms.js";
 
-export type MlpKind = "gelu" | "swiglu";
+/** A registered MLP (mlps.ts): the built-ins, or one registered with registerMlp. */
+export type MlpKind = "gelu" | "swiglu" | (string & {});
 /** A registered norm (norms.ts): the built-ins, or one registered with registerNorm. */
 export type NormKind = "layernorm" | "rmsnorm" | (string & {});
 
@@ -65,8 +67,7 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
   if (!Number.isInteger(mlpHidden) || mlpHidden < 1) {
     throw new BlockError(`block config: hidden * mlpRatio = ${hidden} * ${mlpRatio} = ${mlpHidden} must be a positive integer`);
   }
-  const mlp = config.mlp ?? "gelu";
-  if (mlp !== "gelu" && mlp !== "swiglu") throw new BlockError(`block config: mlp must be 'gelu' or 'swiglu', got '${String(mlp)}'`);
+  const mlp = mlpComponent(config.mlp ?? "gelu").name;
   const norm = normComponent(config.norm ?? "layernorm").name;
   const eps = config.eps ?? 1e-5;
   const ropeBase = config.ropeBase ?? 10000;

@@ -15,6 +15,7 @@
  * its checkpoint recompute stops at `mlpActivation` (or at x2).
  */
 import type { ResolvedBlockConfig } from "./block-config.js";
+import { mlpComponent } from "./mlps.js";
 
 /** The block's linear layers (weights `${name}.w`, biases `${name}.b`). */
 export type LinearName = "attn.q" | "attn.k" | "attn.v" | "attn.o" | "mlp.gate" | "mlp.up" | "mlp.down";
@@ -36,10 +37,8 @@ export interface BlockMath<T> {
   attention(q: T, k: T, v: T): Promise<T>;
   /** a + b; `a` is always a fresh result the implementation may overwrite. */
   residual(a: T, b: T): Promise<T>;
-  /** GELU (tanh approximation). */
-  gelu(x: T): Promise<T>;
-  /** silu(gate) * up */
-  swiglu(gate: T, up: T): Promise<T>;
+  /** The config's MLP activation (its component) of its projections' outputs, in the component's order. */
+  mlpActivation(inputs: T[]): Promise<T>;
 }
 
 /** x [rows, hidden] -> y [rows, hidden]. */
@@ -69,5 +68,7 @@ export async function mlpHalf<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x
 /** x2 [rows, hidden] -> the MLP's activation [rows, mlpHidden], the input of mlp.down (what backward recomputes). */
 export async function mlpActivation<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x2: T): Promise<T> {
   const h2 = await m.norm(x2, "norm2");
-  return config.mlp === "swiglu" ? m.swiglu(await m.linear(h2, "mlp.gate"), await m.linear(h2, "mlp.up")) : m.gelu(await m.linear(h2, "mlp.up"));
+  const inputs: T[] = [];
+  for (const projection of mlpComponent(config.mlp).projections) inputs.push(await m.linear(h2, projection));
+  return m.mlpActivation(inputs);
 }

@@ -92,17 +92,11 @@ export class Recorder implements BlockMath<F32> {
     return addWith(this.ops, a, b);
   }
 
-  async gelu(x: F32): Promise<F32> {
-    if (this.saved === null) return this.consumed(await this.ops.geluForward(x), x);
-    this.saved.mlp.set("geluInput", x);
-    return this.ops.geluForward(x);
-  }
-
-  async swiglu(gate: F32, up: F32): Promise<F32> {
-    if (this.saved === null) return this.consumed(await this.ops.swigluForward(gate, up), gate, up);
-    this.saved.mlp.set("gate", gate);
-    this.saved.mlp.set("up", up);
-    return this.ops.swigluForward(gate, up);
+  async mlpActivation(inputs: F32[]): Promise<F32> {
+    const y = await this.block.mlp.forward(this.ops, inputs);
+    if (this.saved === null) return this.consumed(y, ...inputs);
+    inputs.forEach((x, i) => this.saved!.mlp.set(i, x));
+    return y;
   }
 
   /** Returns y after giving `inputs` (read for the last time: up's and gate's projections, saving nothing) back to the ops. */

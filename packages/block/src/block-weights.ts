@@ -10,6 +10,7 @@ import { Rng, Tensor } from "@ulysses/tensors";
 import type { BlockOps } from "@ulysses/kernels";
 import type { ResolvedBlockConfig } from "./block-config.js";
 import { BlockError } from "./errors.js";
+import { mlpComponent } from "./mlps.js";
 import { normComponent } from "./norms.js";
 
 type F32 = Tensor<"float32">;
@@ -44,12 +45,7 @@ export function blockWeightSpecs(config: ResolvedBlockConfig): WeightSpec[] {
   linear("attn.v", hidden, kvHeads * headDim);
   linear("attn.o", heads * headDim, hidden);
   norm("norm2");
-  if (config.mlp === "swiglu") {
-    linear("mlp.gate", hidden, mlpHidden);
-    linear("mlp.up", hidden, mlpHidden);
-  } else {
-    linear("mlp.up", hidden, mlpHidden);
-  }
+  for (const projection of mlpComponent(config.mlp).projections) linear(projection, hidden, mlpHidden);
   linear("mlp.down", mlpHidden, hidden);
   return specs;
 }

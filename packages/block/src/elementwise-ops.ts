@@ -6,14 +6,10 @@
  */
 import type { BlockOps } from "@ulysses/kernels";
 import type { ResolvedBlockConfig } from "./block-config.js";
+import { mlpComponent } from "./mlps.js";
 import { normComponent } from "./norms.js";
-
-const ACTIVATION_OPS: Record<string, readonly (keyof BlockOps)[]> = {
-  gelu: ["geluForward", "geluBackward"],
-  swiglu: ["swigluForward", "swigluBackward"],
-};
 
 /** The norm, activation and RoPE ops a block of `config` calls, forward and backward. */
 export function elementwiseOpsOf(config: ResolvedBlockConfig): (keyof BlockOps)[] {
-  return [...normComponent(config.norm).ops, ...(ACTIVATION_OPS[config.mlp] ?? []), "ropeForward", "ropeBackward"];
+  return [...normComponent(config.norm).ops, ...mlpComponent(config.mlp).ops, "ropeForward", "ropeBackward"];
 }

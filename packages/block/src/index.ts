@@ -19,6 +19,7 @@ export {
 export { blockForward, type BlockMath, type LinearName, type NormName } from "./block-forward.js";
 export { elementwiseOpsOf } from "./elementwise-ops.js";
 export { registerNorm, normComponent, normNames, type NormComponent, type NormTensors } from "./norms.js";
+export { registerMlp, mlpComponent, mlpNames, type MlpComponent, type MlpProjection } from "./mlps.js";
 export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
 export { addWith, blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
 export { headGroupTileRowsOf } from "./head-groups.js";

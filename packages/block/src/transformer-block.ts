@@ -41,18 +41,10 @@ import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "
 import { attentionHalf, mlpActivation, mlpHalf, type LinearName, type NormName } from "./block-forward.js";
 import { addWith, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
+import { mlpComponent, type MlpComponent } from "./mlps.js";
 import { normComponent, type NormComponent, type NormTensors } from "./norms.js";
 import { inRowTiles, rowsOf } from "./row-tiles.js";
-import {
-  Activations,
-  BlockContext,
-  blockInputs,
-  takeGradient,
-  type BlockGradients,
-  type Geometry,
-  type MlpGradients,
-  type NormRecord,
-} from "./block-activations.js";
+import { Activations, BlockContext, blockInputs, type BlockGradients, type Geometry, type NormRecord } from "./block-activations.js";
 import { Recorder } from "./block-recorder.js";
 import type { BlockBackwardOptions, BlockForwardOptions, TransformerBlockOptions } from "./block-options.js";
 
@@ -65,6 +57,8 @@ export class TransformerBlock {
   readonly config: ResolvedBlockConfig;
   /** The config's norm, chosen once. */
   readonly norm: NormComponent;
+  /** The config's MLP, chosen once. */
+  readonly mlp: MlpComponent;
   /** Each norm's weights by suffix (views of `weights`, which are updated in place). */
   private readonly normTensors: Record<NormName, NormTensors>;
   readonly weights: BlockWeights;
@@ -82,6 +76,7 @@ export class TransformerBlock {
   constructor(config: BlockConfig, options: TransformerBlockOptions) {
     this.config = resolveBlockConfig(config);
     this.norm = normComponent(this.config.norm);
+    this.mlp = mlpComponent(this.config.mlp);
     this.ops = options.ops;
     this.checkpoint = options.checkpoint ?? false;
     const tile = options.mlpTileRows ?? 0;
@@ -278,35 +273,28 @@ export class TransformerBlock {
     return dy;
   }
 
-  /** dAct -> the gradients of up (and gate); dAct and the saved inputs are released. */
-  private async activationBackward(a: Activations, dAct: F32): Promise<MlpGradients> {
-    if (this.config.mlp === "swiglu") {
-      const gate = a.takeMlp("gate");
-      const up = a.takeMlp("up");
-      const { dGate, dUp } = await this.ops.swigluBackward(gate, up, dAct);
-      this.ops.release?.(gate, up, dAct);
-      return { dGate, dUp };
-    }
-    const geluInput = a.takeMlp("geluInput");
-    const dUp = await this.ops.geluBackward(geluInput, dAct);
-    this.ops.release?.(geluInput, dAct);
-    return { dUp };
+  /** dAct -> the gradients of the MLP projections' outputs (the component's order); dAct and the saved outputs are released. */
+  private async activationBackward(a: Activations, dAct: F32): Promise<F32[]> {
+    const inputs = this.mlp.projections.map((_, i) => a.takeMlp(i));
+    const d = await this.mlp.backward(this.ops, inputs, dAct);
+    this.ops.release?.(...inputs, dAct);
+    return d;
   }
 
-  /** up (and gate): their gradients -> dh2 (h2 feeds both; released after the last). */
-  private async upBackward(a: Activations, d: MlpGradients, grads: FlatTensors): Promise<F32> {
-    const h2 = a.takeInput("mlp.up");
-    const dUp = takeGradient(d, "dUp");
-    const dh2 = await this.linearBackward(h2, "mlp.up", dUp, grads);
-    this.ops.release?.(dUp);
-    if (this.config.mlp !== "swiglu") {
-      this.ops.release?.(h2);
-      return dh2;
+  /** The projections' output gradients -> dh2 (h2 feeds every projection; released after the last). mlp.up's first, then the others'. */
+  private async upBackward(a: Activations, d: F32[], grads: FlatTensors): Promise<F32> {
+    const { projections } = this.mlp;
+    const last = projections.length - 1;
+    const h2 = a.takeInput(projections[last]!);
+    const dh2 = await this.linearBackward(h2, projections[last]!, d[last]!, grads);
+    this.ops.release?.(d[last]!);
+    const spent = new Set([h2]);
+    for (let i = last - 1; i >= 0; i--) {
+      const input = a.takeInput(projections[i]!);
+      addWith(this.ops, dh2, await this.linearBackward(input, projections[i]!, d[i]!, grads));
+      spent.add(input).add(d[i]!);
     }
-    const gateInput = a.takeInput("mlp.gate");
-    const dGate = takeGradient(d, "dGate");
-    addWith(this.ops, dh2, await this.linearBackward(gateInput, "mlp.gate", dGate, grads));
-    this.ops.release?.(...new Set([h2, gateInput, dGate]));
+    this.ops.release?.(...spent);
     return dh2;
   }
 

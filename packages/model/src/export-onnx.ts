@@ -11,7 +11,7 @@
  * additive mask + Softmax with key/value heads repeated for GQA).
  * Weights are stored as initializers.
  */
-import { blockForward, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
+import { blockForward, mlpComponent, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
 import { GraphBuilder, attr, ropeAngle, type Value } from "@ulysses/kernels";
 import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
@@ -90,8 +90,12 @@ function blockMath(inputs: GraphInputs, layer: number): BlockMath<Value> {
       return toHeads(g.op("MatMul", [probs, repeatKv(toHeads(v))]));
     },
     residual: async (a, b) => g.op("Add", [a, b]),
-    gelu: async (x) => g.op("Gelu", [x], { approximate: attr.string("tanh") }),
-    swiglu: async (gate, up) => g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up]),
+    mlpActivation: async (inputs) => {
+      const component = mlpComponent(config.mlp);
+      if (component.onnx === undefined)
+        throw new ModelError(`ONNX export: the MLP '${component.name}' has no ONNX form (MlpComponent.onnx); export with another MLP`);
+      return component.onnx(g, inputs);
+    },
   };
 }
 

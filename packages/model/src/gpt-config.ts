@@ -4,7 +4,7 @@
  * parameter vector: token embedding, the blocks' weights (in the block's own
  * spec order), the final norm, the LM head (absent when tied).
  */
-import { blockWeightSpecs, normComponent, resolveBlockConfig, type NormKind, type ResolvedBlockConfig } from "@ulysses/block";
+import { blockWeightSpecs, normComponent, resolveBlockConfig, type MlpKind, type NormKind, type ResolvedBlockConfig } from "@ulysses/block";
 import { ModelError } from "./errors.js";
 
 export interface GptConfig {
@@ -13,7 +13,8 @@ export interface GptConfig {
   heads: number;
   kvHeads: number;
   layers: number;
-  mlp: "gelu" | "swiglu";
+  /** A registered MLP of @ulysses/block (gelu, swiglu, or one registered with registerMlp). */
+  mlp: MlpKind;
   mlpRatio: number;
   /** Longest sequence the model is used with (checked by forward and export). */
   maxSeq: number;

@@ -21,6 +21,8 @@ export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, GPT_CO
 export { headGroupTileRowsOf } from "@ulysses/block";
 /** The norm, activation and RoPE ops a block calls (a run names those without a native kernel). */
 export { elementwiseOpsOf } from "@ulysses/block";
+/** The MLPs a model may use (registered in @ulysses/block), and their components. */
+export { mlpComponent, mlpNames } from "@ulysses/block";
 export { ParameterStore, type ParamSlot } from "./parameters.js";
 export { parameterMemory, type ParameterMemory } from "./memory-terms.js";
 export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";

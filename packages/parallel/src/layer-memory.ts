@@ -6,7 +6,7 @@
  * The trainer's memory preflight and `pnpm bench:memory` multiply these by
  * tokens and layers (see @ulysses/training memory-account.ts for what is counted).
  */
-import { normComponent } from "@ulysses/block";
+import { normComponent, mlpComponent } from "@ulysses/block";
 import { blockConfigOf, type GptConfig } from "@ulysses/model";
 import type { SequenceParallelKind } from "./parallel-dims.js";
 import { sequenceParallelScheme } from "./scheme-registry.js";
@@ -50,7 +50,7 @@ export function layerFloatsPerToken(
   const kvWidth = scheme.kvWidth;
   const moved = sp > 1; // an exchange moved q, k, v (and out back): the output exists in both layouts
   const normStats = normComponent(block.norm).statsPerRow;
-  const mlpTensors = block.mlp === "swiglu" ? 3 : 2; // up (and gate), activation
+  const mlpTensors = mlpComponent(block.mlp).projections.length + 1; // up (and gate), activation
   const attentionHalf =
     hidden + // h1 (norm1's output), the q, k, v projections' input
     normStats +

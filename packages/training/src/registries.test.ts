@@ -1,12 +1,13 @@
 /**
  * The model's components and the sequence-parallel schemes are registries:
- * a norm and a scheme from outside the packages, each one file
- * (testing-fixtures/toy-rms-norm.ts, testing-fixtures/replicated-scheme.ts)
+ * a norm, an MLP and a scheme from outside the packages, each one file
+ * (testing-fixtures/toy-rms-norm.ts, toy-swiglu.ts, replicated-scheme.ts)
  * plus one registration, train like the built-ins. References: the built-in
- * "rmsnorm" (the ops' own kernels) for the toy norm, and the one-device run
- * for the toy scheme; losses of every step and the final weights within 1e-5.
+ * "rmsnorm" and "swiglu" (the ops' own kernels) for the toy norm and MLP, and
+ * the one-device run for the toy scheme; losses of every step and the final
+ * weights within 1e-5.
  */
-import { registerNorm } from "@ulysses/block";
+import { registerMlp, registerNorm } from "@ulysses/block";
 import { createLocalGroups } from "@ulysses/collectives";
 import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
 import { Gpt, type GptConfig } from "@ulysses/model";
@@ -18,6 +19,7 @@ import { learningRateAt } from "./lr-schedule.js";
 import { replicatedScheme } from "./testing-fixtures/replicated-scheme.js";
 import { maxRelative } from "./testing-fixtures/compare.js";
 import { toyRmsNorm } from "./testing-fixtures/toy-rms-norm.js";
+import { toySwiglu } from "./testing-fixtures/toy-swiglu.js";
 import type { TrainModel } from "./loss.js";
 import { Trainer } from "./train-step.js";
 
@@ -27,6 +29,7 @@ const STEPS = 6;
 
 beforeAll(() => {
   registerNorm(toyRmsNorm);
+  registerMlp(toySwiglu);
   registerSequenceParallelScheme(replicatedScheme);
 });
 
@@ -42,18 +45,25 @@ async function train(model: TrainModel): Promise<{ losses: number[]; weights: Fl
   return { losses, weights: model.params.values };
 }
 
-const gpt = (norm: string) => new Gpt({ ...base, norm }, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 3 });
+const gpt = (norm: string, mlp = "swiglu") => new Gpt({ ...base, norm, mlp }, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 3 });
 
 function expectSame(run: { losses: number[]; weights: Float32Array }, reference: { losses: number[]; weights: Float32Array }, what: string): void {
   reference.losses.forEach((loss, step) => expect(Math.abs(run.losses[step]! - loss) / loss, `${what}, step ${step}`).toBeLessThanOrEqual(1e-5));
   expect(maxRelative(run.weights, reference.weights), `${what}, weights`).toBeLessThanOrEqual(1e-5);
 }
 
-describe("registries: a norm and a sequence-parallel scheme from outside the packages", () => {
+describe("registries: a norm, an MLP and a sequence-parallel scheme from outside the packages", () => {
   it("a registered toy norm trains like the built-in rmsnorm (one device)", async () => {
     const reference = await train(gpt("rmsnorm"));
     expect(reference.losses[STEPS - 1]!).toBeLessThan(reference.losses[0]!);
     expectSame(await train(gpt("toy-rms")), reference, "toy-rms against rmsnorm");
+  });
+
+  it("a registered toy MLP trains like the built-in swiglu (one device), and its weights are the same tensors", async () => {
+    const reference = await train(gpt("rmsnorm"));
+    const toy = gpt("rmsnorm", "toy-swiglu");
+    expect(toy.params.specs.map((s) => s.name)).toEqual(gpt("rmsnorm").params.specs.map((s) => s.name));
+    expectSame(await train(toy), reference, "toy-swiglu against swiglu");
   });
 
   it("a registered toy scheme trains like one device at SP 2 and 3 (uneven shards), with the toy norm", async () => {
@@ -71,11 +81,16 @@ describe("registries: a norm and a sequence-parallel scheme from outside the pac
     }
   });
 
-  it("the registry refuses an unknown scheme and norm, naming the registered ones", () => {
+  it("the registry refuses an unknown scheme, norm and MLP, naming the registered ones", () => {
     const problems = parallelDimsProblems({ sp: 2, attention: "nope" }, { worldSize: 2, heads: 4, kvHeads: 2, seqLength: 8 });
     expect(problems).toEqual(["attention must be one of ulysses, allgather, ring, hybrid, replicated, got 'nope'"]);
     expect(() => gpt("nope")).toThrow("norm must be one of 'layernorm', 'rmsnorm', 'toy-rms', got 'nope'");
     expect(() => registerNorm(toyRmsNorm)).toThrow("a norm named 'toy-rms' is registered already");
+    expect(() => gpt("rmsnorm", "relu")).toThrow("mlp must be one of 'gelu', 'swiglu', 'toy-swiglu', got 'relu'");
+    expect(() => registerMlp(toySwiglu)).toThrow("an MLP named 'toy-swiglu' is registered already");
+    expect(() => registerMlp({ ...toySwiglu, name: "up-first", projections: ["mlp.up", "mlp.gate"] })).toThrow(
+      "MLP 'up-first': its projections are mlp.up, or mlp.gate then mlp.up, got [mlp.up, mlp.gate]",
+    );
     expect(() => registerSequenceParallelScheme(replicatedScheme)).toThrow("a sequence-parallel scheme named 'replicated' is registered already");
   });
 });
