@@ -51,7 +51,6 @@ export function planRun(config: TrainConfig, options: { model?: GptConfig; memor
   };
 }
 
-/** ParallelDims' options of a plan: every degree explicit, so ParallelDims resolves nothing again. */
 /** Ranks that split a head group's heads: the Ulysses degree (plain or hybrid), 1 for ring and all-gather-KV (every rank runs every head). */
 export function headSplit(config: TrainConfig): number {
   const scheme = findSequenceParallelScheme(config.attention);
@@ -71,6 +70,7 @@ export function headGroupsOf(config: TrainConfig, split = headSplit(config)): nu
   return 1;
 }
 
+/** ParallelDims' options of a plan: every degree explicit, so ParallelDims resolves nothing again. */
 export function parallelOptionsOfPlan(plan: RunPlan): ParallelDimsOptions {
   const options: ParallelDimsOptions = { sp: plan.sp, dp: plan.dp, attention: plan.scheme, layout: plan.layout };
   const { settings } = sequenceParallelScheme(plan.scheme);
