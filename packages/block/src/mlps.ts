@@ -12,7 +12,7 @@
 import type { BlockOps, GraphBuilder, Value } from "@ulysses/kernels";
 import { attr } from "@ulysses/kernels";
 import type { Tensor } from "@ulysses/tensors";
-import { BlockError } from "./errors.js";
+import { ComponentRegistry } from "./component-registry.js";
 
 type F32 = Tensor<"float32">;
 
@@ -56,32 +56,23 @@ const swiglu: MlpComponent = {
   onnx: (g, [gate, up]) => g.op("Mul", [g.op("Mul", [gate!, g.op("Sigmoid", [gate!])]), up!]),
 };
 
-const mlps = new Map<string, MlpComponent>([gelu, swiglu].map((m) => [m.name, m]));
+const mlps = new ComponentRegistry<MlpComponent>({ a: "an", name: "MLP" }, "mlp", [gelu, swiglu], ({ projections: p }) =>
+  p.length > 0 && p.at(-1) === "mlp.up" && new Set(p).size === p.length && p.every((name) => name === "mlp.up" || name === "mlp.gate")
+    ? null
+    : `its projections are mlp.up, or mlp.gate then mlp.up, got [${p.join(", ")}]`,
+);
 
 /** Adds an MLP under its name (a name taken already is refused). */
 export function registerMlp(component: MlpComponent): void {
-  if (typeof component.name !== "string" || !/^[a-z][a-z0-9-]*$/.test(component.name))
-    throw new BlockError(`an MLP's name must be lower-case letters, digits and dashes, got '${String(component.name)}'`);
-  if (mlps.has(component.name)) throw new BlockError(`an MLP named '${component.name}' is registered already`);
-  const p = component.projections;
-  if (p.length === 0 || p.at(-1) !== "mlp.up" || new Set(p).size !== p.length || p.some((name) => name !== "mlp.up" && name !== "mlp.gate"))
-    throw new BlockError(`MLP '${component.name}': its projections are mlp.up, or mlp.gate then mlp.up, got [${p.join(", ")}]`);
-  mlps.set(component.name, component);
+  mlps.register(component);
 }
 
 /** The registered MLP of that name; a BlockError listing the registered names otherwise. */
 export function mlpComponent(name: string): MlpComponent {
-  const component = typeof name === "string" ? mlps.get(name) : undefined;
-  if (component === undefined)
-    throw new BlockError(
-      `block config: mlp must be one of ${mlpNames()
-        .map((n) => `'${n}'`)
-        .join(", ")}, got '${String(name)}'`,
-    );
-  return component;
+  return mlps.get(name);
 }
 
 /** The registered MLPs' names, built-ins first. */
 export function mlpNames(): string[] {
-  return [...mlps.keys()];
+  return mlps.names();
 }

@@ -10,7 +10,7 @@
 import type { BlockOps, GraphBuilder, Value } from "@ulysses/kernels";
 import { attr } from "@ulysses/kernels";
 import type { Tensor } from "@ulysses/tensors";
-import { BlockError } from "./errors.js";
+import { ComponentRegistry } from "./component-registry.js";
 
 type F32 = Tensor<"float32">;
 
@@ -68,30 +68,21 @@ const rmsNorm: NormComponent = {
   onnx: (g, x, weight, eps) => g.op("SimplifiedLayerNormalization", [x, weight("gamma")], { axis: attr.int(-1), epsilon: attr.float(eps) }),
 };
 
-const norms = new Map<string, NormComponent>([layerNorm, rmsNorm].map((n) => [n.name, n]));
+const norms = new ComponentRegistry<NormComponent>({ a: "a", name: "norm" }, "norm", [layerNorm, rmsNorm], (c) =>
+  c.weights[0]?.suffix === "gamma" ? null : "its first weight must be 'gamma'",
+);
 
 /** Adds a norm under its name (a name taken already is refused). */
 export function registerNorm(component: NormComponent): void {
-  if (typeof component.name !== "string" || !/^[a-z][a-z0-9-]*$/.test(component.name))
-    throw new BlockError(`a norm's name must be lower-case letters, digits and dashes, got '${String(component.name)}'`);
-  if (norms.has(component.name)) throw new BlockError(`a norm named '${component.name}' is registered already`);
-  if (component.weights[0]?.suffix !== "gamma") throw new BlockError(`norm '${component.name}': its first weight must be 'gamma'`);
-  norms.set(component.name, component);
+  norms.register(component);
 }
 
 /** The registered norm of that name; a BlockError listing the registered names otherwise. */
 export function normComponent(name: string): NormComponent {
-  const component = typeof name === "string" ? norms.get(name) : undefined;
-  if (component === undefined)
-    throw new BlockError(
-      `block config: norm must be one of ${normNames()
-        .map((n) => `'${n}'`)
-        .join(", ")}, got '${String(name)}'`,
-    );
-  return component;
+  return norms.get(name);
 }
 
 /** The registered norms' names, built-ins first. */
 export function normNames(): string[] {
-  return [...norms.keys()];
+  return norms.names();
 }
