@@ -57,7 +57,6 @@ export { MetricsLog, readMetrics, readMetricsFile, type MetricsFile, type StepMe
 export { formatTable, mfuRows, summaryRows, type SummaryContext } from "./report/summary.js";
 export { lossPlotSvg, trailingMean } from "./report/loss-plot.js";
 export { Progress, formatDuration } from "./report/progress.js";
-export { errnoText } from "./files/errno.js";
 export {
   checkRunDir,
   clearRunFiles,
@@ -68,4 +67,5 @@ export {
   type RunDirState,
   type RunFiles,
 } from "./files/run-directory.js";
-export { MAX_CONFIG_FILE_BYTES, fileKind, fileProblem, readRegularFile } from "./files/input-files.js";
+/** Bounded reads of a user's files (from @ulysses/model, where the model directory is read). */
+export { MAX_CONFIG_FILE_BYTES, errnoText, fileKind, fileProblem, readRegularFile } from "@ulysses/model";

@@ -10,7 +10,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { TrainingError } from "../errors.js";
-import { errnoText } from "./errno.js";
+import { errnoText } from "@ulysses/model";
 
 /** What a run writes and which of those files make a directory a run. */
 export interface RunFiles {

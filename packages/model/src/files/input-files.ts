@@ -6,7 +6,7 @@
  * inputs (text corpora, checkpoints) have readers of their own that stream.
  */
 import fs from "node:fs";
-import { TrainingError } from "../errors.js";
+import { ModelError } from "../errors.js";
 import { errnoText } from "./errno.js";
 
 /** The largest settings file (a run's config.json) read: settings are a few hundred bytes. */
@@ -28,22 +28,22 @@ export function fileKind(stat: fs.Stats): string {
  * bytes. `what` names it in messages ("config file", "model file"). The open
  * does not block on a FIFO (O_NONBLOCK), and the opened descriptor is checked
  * again, so a file swapped for a FIFO between the stat and the open is refused
- * too. Throws a TrainingError naming `what`, the file and the limit.
+ * too. Throws a ModelError naming `what`, the file and the limit.
  */
 export function readRegularFile(file: string, maxBytes: number, what: string): Buffer {
   let fd: number;
   try {
     const before = fs.statSync(file);
-    if (!before.isFile()) throw new TrainingError(`${what} '${file}' is ${fileKind(before)}; only a regular file is read`);
+    if (!before.isFile()) throw new ModelError(`${what} '${file}' is ${fileKind(before)}; only a regular file is read`);
     fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   } catch (cause) {
-    if (cause instanceof TrainingError) throw cause;
-    throw new TrainingError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
+    if (cause instanceof ModelError) throw cause;
+    throw new ModelError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
   }
   try {
     const stat = fs.fstatSync(fd);
-    if (!stat.isFile()) throw new TrainingError(`${what} '${file}' is ${fileKind(stat)}; only a regular file is read`);
-    if (stat.size > maxBytes) throw new TrainingError(`${what} '${file}' holds ${stat.size} bytes, more than the ${maxBytes} bytes read for it`);
+    if (!stat.isFile()) throw new ModelError(`${what} '${file}' is ${fileKind(stat)}; only a regular file is read`);
+    if (stat.size > maxBytes) throw new ModelError(`${what} '${file}' holds ${stat.size} bytes, more than the ${maxBytes} bytes read for it`);
     const bytes = Buffer.alloc(stat.size);
     let filled = 0;
     while (filled < bytes.length) {
@@ -53,8 +53,8 @@ export function readRegularFile(file: string, maxBytes: number, what: string): B
     }
     return bytes.subarray(0, filled);
   } catch (cause) {
-    if (cause instanceof TrainingError) throw cause;
-    throw new TrainingError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
+    if (cause instanceof ModelError) throw cause;
+    throw new ModelError(`${what} '${file}' cannot be read: ${errnoText(cause)}`);
   } finally {
     fs.closeSync(fd);
   }
