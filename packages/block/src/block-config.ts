@@ -20,6 +20,8 @@ export interface BlockConfig {
   mlp?: MlpKind;
   /** MLP width = hidden * mlpRatio (must be an integer); default 4. */
   mlpRatio?: number;
+  /** The MLP width itself (a Hugging Face config's intermediate_size); when given, it is used and mlpRatio is ignored. */
+  mlpHidden?: number;
   /** default "layernorm" */
   norm?: NormKind;
   /** default 1e-5 */
@@ -62,8 +64,10 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
   if (heads % kvHeads !== 0) throw new BlockError(`block config: heads (${heads}) must be a multiple of kvHeads (${kvHeads})`);
   const headDim = hidden / heads;
   if (headDim % 2 !== 0) throw new BlockError(`block config: headDim = hidden/heads = ${hidden}/${heads} = ${headDim} must be even for RoPE`);
-  const mlpRatio = config.mlpRatio ?? 4;
-  const mlpHidden = hidden * mlpRatio;
+  if (config.mlpHidden !== undefined && (!Number.isSafeInteger(config.mlpHidden) || config.mlpHidden < 1))
+    throw new BlockError(`block config: mlpHidden must be a positive integer, got ${String(config.mlpHidden)}`);
+  const mlpHidden = config.mlpHidden ?? hidden * (config.mlpRatio ?? 4);
+  const mlpRatio = config.mlpHidden === undefined ? (config.mlpRatio ?? 4) : config.mlpHidden / hidden;
   if (!Number.isInteger(mlpHidden) || mlpHidden < 1) {
     throw new BlockError(`block config: hidden * mlpRatio = ${hidden} * ${mlpRatio} = ${mlpHidden} must be a positive integer`);
   }

@@ -44,6 +44,9 @@ describe("ONNX export", () => {
   it("onnxruntime-node alone reproduces the training forward's logits (GELU, GQA, untied)", async () => {
     expect(await compare(base)).toBeLessThan(1e-5);
   });
+  it("and with a llama family's config: an MLP width not a multiple of hidden, its own eps and RoPE base", async () => {
+    expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", mlpHidden: 40, eps: 1e-6, ropeBase: 500000 })).toBeLessThan(1e-5);
+  });
   it("and with SwiGLU, RMSNorm and a tied head", async () => {
     expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", tiedHead: true, kvHeads: 1 })).toBeLessThan(1e-5);
   });

@@ -22,6 +22,12 @@ export interface GptConfig {
   tiedHead: boolean;
   /** Norm of the blocks and the final norm (default layernorm). */
   norm?: NormKind;
+  /** The MLP width, when it is not hidden x mlpRatio exactly (a Hugging Face config's intermediate_size); mlpRatio is then ignored. */
+  mlpHidden?: number;
+  /** The norms' epsilon (default 1e-5). */
+  eps?: number;
+  /** RoPE's base, theta (default 10000). */
+  ropeBase?: number;
 }
 
 export interface ParamSpec {
@@ -41,6 +47,9 @@ export function blockConfigOf(config: GptConfig): ResolvedBlockConfig {
     kvHeads: config.kvHeads,
     mlp: config.mlp,
     mlpRatio: config.mlpRatio,
+    ...(config.mlpHidden === undefined ? {} : { mlpHidden: config.mlpHidden }),
+    ...(config.eps === undefined ? {} : { eps: config.eps }),
+    ...(config.ropeBase === undefined ? {} : { ropeBase: config.ropeBase }),
     norm: config.norm ?? "layernorm",
     causal: true,
   });
@@ -80,6 +89,13 @@ export function validateGptConfig(config: GptConfig): void {
     throw new ModelError(`GPT config: mlpRatio must be a number in (0, ${GPT_CONFIG_LIMITS.mlpRatio}], got ${String(config.mlpRatio)}`);
   }
   if (typeof config.tiedHead !== "boolean") throw new ModelError(`GPT config: tiedHead must be true or false, got ${JSON.stringify(config.tiedHead)}`);
+  const { mlpHidden, eps, ropeBase } = config;
+  if (mlpHidden !== undefined && (!Number.isSafeInteger(mlpHidden) || mlpHidden < 1 || mlpHidden > GPT_CONFIG_LIMITS.mlpRatio * config.hidden))
+    throw new ModelError(`GPT config: mlpHidden must be an integer from 1 to ${GPT_CONFIG_LIMITS.mlpRatio} x hidden, got ${String(mlpHidden)}`);
+  if (eps !== undefined && !(typeof eps === "number" && eps > 0 && eps <= 1))
+    throw new ModelError(`GPT config: eps must be a number in (0, 1], got ${String(eps)}`);
+  if (ropeBase !== undefined && !(typeof ropeBase === "number" && ropeBase > 1 && ropeBase <= 1e12))
+    throw new ModelError(`GPT config: ropeBase must be a number in (1, 1e12], got ${String(ropeBase)}`);
   let block: ResolvedBlockConfig;
   try {
     block = blockConfigOf(config);
