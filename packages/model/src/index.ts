@@ -12,6 +12,7 @@ export {
   decodeSafetensors,
   readSafetensors,
   readSafetensorsHeader,
+  forEachSafetensor,
   writeSafetensors,
   type SafetensorsContents,
   type SafetensorsHeader,
@@ -45,3 +46,4 @@ export { errnoText } from "./files/errno.js";
 export { HfTokenizer, MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, type EncodeOptions } from "./hf-tokenizer.js";
 export { registerModelFamily, modelFamilyOf, modelTypes, type CheckpointTensor, type ModelFamily } from "./families/family.js";
 export { llamaFamily } from "./families/llama.js";
+export { importWeights, MAX_INDEX_BYTES } from "./families/import-weights.js";

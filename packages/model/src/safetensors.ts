@@ -309,3 +309,31 @@ export function readSafetensors(file: string, options: ReadSafetensorsOptions = 
     return { tensors, metadata: header.metadata };
   });
 }
+
+/**
+ * Reads the tensors of a safetensors file one at a time, in file order: the
+ * header is validated first (and handed to `check`), then each entry that
+ * `wanted` accepts is read into its own storage and given to `use`, which
+ * keeps nothing of it past the call unless it copies it. At most one tensor's
+ * bytes are allocated at a time.
+ */
+export function forEachSafetensor(
+  file: string,
+  wanted: (entry: SafetensorsEntry) => boolean,
+  use: (entry: SafetensorsEntry, tensor: Tensor) => void,
+  options: ReadSafetensorsOptions = {},
+): SafetensorsHeader {
+  return withFile(file, (fd, size) => {
+    const header = headerOfFile(fd, size, file, options.maxHeaderBytes);
+    options.check?.(header);
+    const start = 8 + header.headerLength;
+    for (const e of header.entries) {
+      if (!wanted(e)) continue;
+      use(
+        e,
+        tensorOf(e, (target) => readExactly(fd, target, start + e.begin, file, `tensor '${e.name}'`)),
+      );
+    }
+    return header;
+  });
+}
