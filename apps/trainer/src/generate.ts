@@ -12,7 +12,7 @@ import buffer from "node:buffer";
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { OnnxLM, ParameterStore, buildOnnxModel, gptParamSpecs, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
+import { OnnxLM, ParameterStore, buildOnnxModel, gptParamSpecs, readJsonObject, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
 import {
   BYTE_VOCAB,
   errnoText,
@@ -206,15 +206,8 @@ export async function loadModel(from: string): Promise<LoadedModel> {
   if (file.endsWith(".onnx")) {
     const configFile = path.join(path.dirname(file), "config.json");
     if (!fs.existsSync(configFile)) throw new TrainerError(`'${file}' needs the run's config.json next to it to know the task`);
-    let json: unknown;
-    try {
-      json = JSON.parse(readRegularFile(configFile, MAX_CONFIG_FILE_BYTES, "run config").toString("utf8"));
-    } catch (cause) {
-      if (cause instanceof TrainerError) throw cause;
-      throw new TrainerError(`run config '${configFile}' is not valid JSON: ${(cause as Error).message}`, { cause });
-    }
-    if (json === null || typeof json !== "object" || Array.isArray(json)) throw new TrainerError(`run config '${configFile}' must hold a JSON object`);
-    const c = { ...DEFAULTS, ...(json as Record<string, unknown>) } as Record<string, unknown>;
+    const json = readJsonObject(configFile, MAX_CONFIG_FILE_BYTES, "run config");
+    const c = { ...DEFAULTS, ...json } as Record<string, unknown>;
     const checkpoint = path.join(path.dirname(file), "checkpoint.safetensors");
     let config: GptConfig;
     if (fs.existsSync(checkpoint)) {

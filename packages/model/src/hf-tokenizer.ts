@@ -10,24 +10,12 @@ import fs from "node:fs";
 import path from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { ModelError } from "./errors.js";
-import { readRegularFile } from "./files/input-files.js";
+import { readJsonObject } from "./files/input-files.js";
 
 /** The largest tokenizer.json read (the largest of the common ones, Gemma's, is about 34 MB). */
 export const MAX_TOKENIZER_JSON_BYTES = 64 * 1024 * 1024;
 /** The largest tokenizer_config.json read (a chat template is a few KB). */
 export const MAX_TOKENIZER_CONFIG_BYTES = 16 * 1024 * 1024;
-
-function readJson(file: string, maxBytes: number, what: string): Record<string, unknown> {
-  const bytes = readRegularFile(file, maxBytes, what);
-  let json: unknown;
-  try {
-    json = JSON.parse(bytes.toString("utf8"));
-  } catch (cause) {
-    throw new ModelError(`${what} '${file}' is not valid JSON: ${(cause as Error).message}`, { cause });
-  }
-  if (json === null || typeof json !== "object" || Array.isArray(json)) throw new ModelError(`${what} '${file}' must hold a JSON object`);
-  return json as Record<string, unknown>;
-}
 
 export interface EncodeOptions {
   /** Add the tokens tokenizer.json's post-processor adds (a BOS for Llama); default false. */
@@ -76,9 +64,9 @@ export class HfTokenizer {
   /** Reads `dir`/tokenizer.json and, when present, `dir`/tokenizer_config.json. */
   static load(dir: string): HfTokenizer {
     const file = path.join(dir, "tokenizer.json");
-    const json = readJson(file, MAX_TOKENIZER_JSON_BYTES, "tokenizer");
+    const json = readJsonObject(file, MAX_TOKENIZER_JSON_BYTES, "tokenizer");
     const configFile = path.join(dir, "tokenizer_config.json");
-    const config = fs.existsSync(configFile) ? readJson(configFile, MAX_TOKENIZER_CONFIG_BYTES, "tokenizer config") : {};
+    const config = fs.existsSync(configFile) ? readJsonObject(configFile, MAX_TOKENIZER_CONFIG_BYTES, "tokenizer config") : {};
     let tokenizer: Tokenizer;
     try {
       tokenizer = new Tokenizer(json, config);

@@ -41,7 +41,7 @@ export {
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
 export { sampleToken, type SamplingOptions } from "./sampling.js";
 export { OnnxLM } from "./onnx-lm.js";
-export { MAX_CONFIG_FILE_BYTES, fileKind, fileProblem, readRegularFile } from "./files/input-files.js";
+export { MAX_CONFIG_FILE_BYTES, fileKind, fileProblem, readJsonObject, readRegularFile } from "./files/input-files.js";
 export { errnoText } from "./files/errno.js";
 export { HfTokenizer, MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, type EncodeOptions } from "./hf-tokenizer.js";
 export { registerModelFamily, modelFamilyOf, modelTypes, type CheckpointTensor, type ModelFamily } from "./families/family.js";

@@ -12,7 +12,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { type Tensor, toDType } from "@ulysses/tensors";
 import { ModelError } from "../errors.js";
-import { readRegularFile } from "../files/input-files.js";
+import { readJsonObject } from "../files/input-files.js";
 import { gptParamSpecs, type GptConfig } from "../gpt-config.js";
 import type { ParameterStore } from "../parameters.js";
 import { forEachSafetensor, readSafetensorsHeader, type SafetensorsEntry } from "../safetensors.js";
@@ -30,14 +30,7 @@ const READABLE = new Set(["float32", "float16", "bfloat16"]);
 function shardsOf(dir: string): { index: string | null; files: string[] } {
   const indexFile = path.join(dir, "model.safetensors.index.json");
   if (!fs.existsSync(indexFile)) return { index: null, files: [path.join(dir, "model.safetensors")] };
-  let json: unknown;
-  try {
-    json = JSON.parse(readRegularFile(indexFile, MAX_INDEX_BYTES, "weight index").toString("utf8"));
-  } catch (cause) {
-    if (cause instanceof ModelError) throw cause;
-    throw new ModelError(`weight index '${indexFile}' is not valid JSON: ${(cause as Error).message}`, { cause });
-  }
-  const map = (json as { weight_map?: unknown } | null)?.weight_map;
+  const map = readJsonObject(indexFile, MAX_INDEX_BYTES, "weight index").weight_map;
   if (map === null || typeof map !== "object" || Array.isArray(map)) throw new ModelError(`weight index '${indexFile}': weight_map must be an object`);
   const files = new Set<string>();
   for (const [key, shard] of Object.entries(map)) {

@@ -70,3 +70,16 @@ export function fileProblem(file: string): string | null {
   }
   return stat.isFile() ? null : stat.isDirectory() ? "is a directory, not a file" : "is not a regular file";
 }
+
+/** The JSON object in `file` (read as readRegularFile reads it); `what` names it in messages ("tokenizer", "weight index"). */
+export function readJsonObject(file: string, maxBytes: number, what: string): Record<string, unknown> {
+  const bytes = readRegularFile(file, maxBytes, what);
+  let json: unknown;
+  try {
+    json = JSON.parse(bytes.toString("utf8"));
+  } catch (cause) {
+    throw new ModelError(`${what} '${file}' is not valid JSON: ${(cause as Error).message}`, { cause });
+  }
+  if (json === null || typeof json !== "object" || Array.isArray(json)) throw new ModelError(`${what} '${file}' must hold a JSON object`);
+  return json as Record<string, unknown>;
+}
