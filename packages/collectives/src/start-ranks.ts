@@ -16,12 +16,10 @@ import { CollectiveError } from "./errors.js";
 import { localRanksOnHost } from "./launcher-env.js";
 import { createLocalGroups } from "./local/local-group.js";
 import { init } from "./registry.js";
-import { launch } from "./threads/launch.js";
+import { launch, type Method } from "./threads/launch.js";
 import type { RankSetup } from "./threads/protocol.js";
 import { RankSupervisor, type SuperviseOptions } from "./threads/supervisor.js";
 import type { ProcessGroup } from "./types.js";
-
-type Method<Api, K extends keyof Api> = Api[K] extends (...args: infer A) => infer R ? { args: A; result: Awaited<R> } : never;
 
 export interface StartRanksOptions<Args> {
   /** threads | local | a registered backend name or module path whose world a launcher started. */

@@ -70,7 +70,8 @@ export interface LaunchOptions<Args = unknown> {
   backendOptions?: Record<string, unknown>;
 }
 
-type Method<Api, K extends keyof Api> = Api[K] extends (...args: infer A) => infer R ? { args: A; result: Awaited<R> } : never;
+/** A method of a rank's Api: its arguments and its awaited result. */
+export type Method<Api, K extends keyof Api> = Api[K] extends (...args: infer A) => infer R ? { args: A; result: Awaited<R> } : never;
 
 export interface LaunchedWorld<Api extends object> {
   readonly worldSize: number;

@@ -8,7 +8,7 @@
  * are terminated at close instead of asked to stop.
  */
 import { CollectiveError } from "../errors.js";
-import type { LaunchedWorld } from "./launch.js";
+import type { LaunchedWorld, Method } from "./launch.js";
 
 /**
  * After one rank's call fails (the world is then aborted, so every peer's
@@ -19,8 +19,6 @@ export const SETTLE_MS = 500;
 
 const seconds = (ms: number) => `${+(ms / 1000).toFixed(3)} s`;
 const list = (ranks: readonly number[]) => `rank${ranks.length === 1 ? "" : "s"} ${ranks.join(", ")}`;
-
-type Method<Api, K extends keyof Api> = Api[K] extends (...args: infer A) => infer R ? { args: A; result: Awaited<R> } : never;
 
 export interface SuperviseOptions {
   /** What the call does, for a stuck rank's message ("rank 2 did not finish step 3 ..."; default the method's name). */
