@@ -56,7 +56,7 @@ describe("packed documents", () => {
       config,
       outDir,
       resumeFile: null,
-      startPool: () => RankPool.start(config, null, undefined, "local"),
+      startPool: () => RankPool.start({ ...config, backend: "local" }, null),
       log: () => undefined,
     });
     expect(metrics).toHaveLength(50);

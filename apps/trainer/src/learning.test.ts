@@ -36,7 +36,7 @@ describe("learning", () => {
       config,
       outDir,
       resumeFile: null,
-      startPool: () => RankPool.start(config, null, undefined, "local"),
+      startPool: () => RankPool.start({ ...config, backend: "local" }, null),
       log: (line) => lines.push(line),
     });
     const header = lines.find((l) => l.startsWith("task: recall"));

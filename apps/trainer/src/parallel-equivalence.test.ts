@@ -32,7 +32,7 @@ async function train(overrides: Partial<TrainConfig>) {
     config,
     outDir,
     resumeFile: null,
-    startPool: () => RankPool.start(config, null, undefined, "local"),
+    startPool: () => RankPool.start({ ...config, backend: "local" }, null),
     log: () => undefined,
   });
   return { losses: result.metrics.map((m) => m.loss), weights: readSafetensors(result.checkpoint).tensors };

@@ -40,14 +40,6 @@ export interface MemoryCheckOptions extends AvailableMemoryOptions {
   plan?: RunPlan;
 }
 
-function available(options: MemoryCheckOptions): AvailableMemory {
-  try {
-    return availableMemory(options);
-  } catch (cause) {
-    throw new TrainerError((cause as Error).message, { cause });
-  }
-}
-
 /**
  * --memory-arena auto: arenas and glibc's heap (fast) when the account with
  * them fits in the memory available, else off (freed buffers back to the
@@ -57,7 +49,7 @@ function available(options: MemoryCheckOptions): AvailableMemory {
 export function resolveMemoryArena(config: TrainConfig, options: MemoryCheckOptions = {}): { memoryArena: boolean; note: string | null } {
   if (config.memoryArena !== "auto") return { memoryArena: config.memoryArena, note: null };
   const withArenas = estimateMemory({ ...config, memoryArena: true }, options.plan).bytes;
-  const limit = available(options);
+  const limit = availableMemory(options);
   if (withArenas <= limit.bytes) return { memoryArena: true, note: null };
   return {
     memoryArena: false,
@@ -86,7 +78,7 @@ export function checkMemory(config: TrainConfig, options: MemoryCheckOptions = {
   } catch (cause) {
     throw new TrainerError(`invalid model size: ${(cause as Error).message}`, { cause });
   }
-  const limit = available(options);
+  const limit = availableMemory(options);
   if (estimate.bytes > limit.bytes) {
     throw new TrainerError(
       `not enough memory: this run needs an estimated ${formatBytes(estimate.bytes)} (${estimate.bytes} bytes), ` +

@@ -44,8 +44,9 @@ export class RankPool {
     private currentStep: number,
   ) {}
 
-  /** Starts the ranks of `config.backend` (or `backend`: tests run every rank in this thread with "local"). */
-  static async start(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config), backend = config.backend): Promise<RankPool> {
+  /** Starts the ranks of `config.backend`. */
+  static async start(config: TrainConfig, resumeFile: string | null, plan: RunPlan = planRun(config)): Promise<RankPool> {
+    const { backend } = config;
     if (backend === "mpi") await loadMpiBackend();
     const worldSize = plan.sp * plan.dp;
     const where = backend === "threads" ? "on worker threads" : `on the ${backend} backend`;

@@ -35,7 +35,7 @@ async function run(outDir: string, options: { resume?: string; stopAfter?: numbe
     config,
     outDir,
     resumeFile,
-    startPool: () => RankPool.start(config, resumeFile, undefined, "local"),
+    startPool: () => RankPool.start({ ...config, backend: "local" }, resumeFile),
     log: quiet,
     stopAfter: options.stopAfter,
   });

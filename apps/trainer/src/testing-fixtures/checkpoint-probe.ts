@@ -46,7 +46,7 @@ if (mode === "cli") {
 } else {
   const config = { ...DEFAULTS, backend: "local", hidden: 16, heads: 2, kvHeads: 2, layers: 1, seq: 24, keys: 3, values: 4, threads: 1 };
   try {
-    await RankPool.start(config, rest[0]!, undefined, "local");
+    await RankPool.start({ ...config, backend: "local" }, rest[0]!);
     code = 0;
   } catch (error) {
     written.push((error as Error).message);
