@@ -11,6 +11,7 @@ import { DEFAULTS, MODEL_SHAPE_KEYS, NEVER_FROM_CHECKPOINT, SETTINGS, camel, keb
 import { EXIT_CODES_HELP } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { dataStateProblem, exportTablesProblem } from "./resume-bounds.js";
+import { usesHfModel } from "./hf-model.js";
 
 export function helpText(): string {
   const lines = [
@@ -192,7 +193,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
   }
   const fromFile = configFile === null ? {} : readConfigFile(configFile);
   const config = { ...DEFAULTS, ...fromFile, ...fromFlags } as TrainConfig;
-  if (config.data !== null && !("task" in fromFile) && !("task" in fromFlags)) config.task = "text";
+  if ((config.data !== null || usesHfModel(config)) && !("task" in fromFile) && !("task" in fromFlags)) config.task = "text";
   const explicit = new Set([...Object.keys(fromFile), ...Object.keys(fromFlags)] as (keyof TrainConfig)[]);
   return { help: false, config, explicit };
 }

@@ -6,6 +6,7 @@
  * args.ts's job, validation validate.ts's, planning plan.ts's, running run.ts's.
  */
 import { blockConfigOf, type GptConfig } from "@ulysses/model";
+import { hfModelOf } from "./hf-model.js";
 import type { ParallelDimsOptions, SequenceLayoutKind, SequenceParallelKind } from "@ulysses/parallel";
 import { corpusDigest, recallMinVocab, BYTE_VOCAB, type LongDocuments, type RecallTaskOptions, type TextFormatOption } from "@ulysses/training";
 
@@ -53,6 +54,16 @@ export const SETTINGS = {
     false,
     'skip bad documents (invalid JSON, no string "text", empty, not UTF-8) and count them, instead of failing with the file and line',
   ),
+  model: setting<string | null>(
+    null,
+    "a Hugging Face model directory to fine-tune (config.json; model.safetensors or model.safetensors.index.json and its shards; tokenizer.json): families llama (Llama 2/3/3.1/3.2, SmolLM, Mistral), qwen2, qwen3. Implies --task text with the model's tokenizer; the model's shape comes from config.json (--layers, --hidden, --heads, --kv-heads, --mlp, --mlp-ratio, --tied-head are refused)",
+  ),
+  modelConfig: setting<string | null>(
+    null,
+    "a Hugging Face config.json: train a model of that shape from random weights (seeded by --seed) with the tokenizer of --tokenizer",
+  ),
+  tokenizer: setting<string | null>(null, "a directory with tokenizer.json and tokenizer_config.json (default: --model's own)"),
+  lossOn: setting<"assistant" | "all">("assistant", "chat data ({\"messages\": [...]} lines): train on the assistant's tokens only, or on all tokens"),
   seq: setting(2048, "global sequence length in tokens"),
   layers: setting(2, "transformer blocks"),
   hidden: setting(128, "model width"),
@@ -136,6 +147,10 @@ export const SETTINGS = {
   zero1: setting(false, "shard optimizer state over the ranks (ZeRO stage 1)"),
   logEvery: setting(10, "steps between log lines when not on a terminal"),
   export: setting(true, "export model.onnx at the end (--no-export to skip)"),
+  saveDtype: setting<"auto" | "bf16" | "fp16" | "fp32">(
+    "auto",
+    "dtype of hf/model.safetensors: bf16 | fp16 | fp32 | auto (a Hugging Face model's torch_dtype, fp32 for the built-in GPT); bf16 and fp16 round to nearest even",
+  ),
   threads: setting<number | null>(null, "ONNX Runtime threads per rank, at most 4 x the machine's cores (default max(1, floor(cores / ranks)))", "number?"),
   kernel: setting<"auto" | "fused" | "ort">(
     "auto",
@@ -217,6 +232,8 @@ export function tileRowsOf(config: TrainConfig): { mlp: number; loss: number } {
 
 /** The GPT config a training configuration builds (a resumed run uses its checkpoint's instead). */
 export function gptConfigOf(config: TrainConfig): GptConfig {
+  const hf = hfModelOf(config);
+  if (hf !== null) return hf.model;
   return {
     vocab: vocabOf(config),
     hidden: config.hidden,
@@ -240,8 +257,10 @@ export function parallelOptionsOf(config: TrainConfig): ParallelDimsOptions {
   return options;
 }
 
-/** The vocabulary the task implies: bytes for text; for recall --vocab, or the smallest that holds --keys x --values. */
+/** The vocabulary the task implies: a Hugging Face model's; bytes for text; for recall --vocab, or the smallest that holds --keys x --values. */
 export function vocabOf(config: TrainConfig): number {
+  const hf = hfModelOf(config);
+  if (hf !== null) return hf.model.vocab;
   if (config.task === "text") return BYTE_VOCAB;
   return config.vocab ?? recallMinVocab(config.keys, config.values);
 }
@@ -260,7 +279,7 @@ export function recallOptionsOf(config: TrainConfig): RecallTaskOptions {
  * safety check (--overwrite, --skip-memory-check). Resume takes them from the
  * command line only; saveCheckpoint never records them.
  */
-export const NEVER_FROM_CHECKPOINT = ["backend", "data", "out", "resume", "overwrite", "skipMemoryCheck"] as const satisfies readonly (keyof TrainConfig)[];
+export const NEVER_FROM_CHECKPOINT = ["backend", "data", "model", "modelConfig", "tokenizer", "out", "resume", "overwrite", "skipMemoryCheck"] as const satisfies readonly (keyof TrainConfig)[];
 
 /** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config); --attention is how it is parallelised, a run setting. */
 export const MODEL_SHAPE_KEYS = ["hidden", "layers", "heads", "kvHeads", "mlp", "mlpRatio", "tiedHead"] as const satisfies readonly (keyof TrainConfig)[];

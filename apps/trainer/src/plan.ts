@@ -54,18 +54,18 @@ export function planRun(config: TrainConfig, options: { model?: GptConfig; memor
 /** Ranks that split a head group's heads: the Ulysses degree (plain or hybrid), 1 for ring and all-gather-KV (every rank runs every head). */
 export function headSplit(config: TrainConfig): number {
   const scheme = findSequenceParallelScheme(config.attention);
-  return scheme === undefined ? 1 : scheme.headRanks(resolveDims(parallelOptionsOf(config), config.kvHeads));
+  return scheme === undefined ? 1 : scheme.headRanks(resolveDims(parallelOptionsOf(config), gptConfigOf(config).kvHeads));
 }
 
 /**
  * Head groups of every block's attention half (1: all heads at once). A
  * number is taken as given; auto is the most groups the layout allows: the
- * largest G that divides --heads and --kv-heads and leaves each rank of a
+ * largest G that divides the model's heads and kv heads and leaves each rank of a
  * Ulysses group a query head (8 heads: 8 groups at SP 1, 4 at SP 2).
  */
 export function headGroupsOf(config: TrainConfig, split = headSplit(config)): number {
   if (config.tileAttention !== "auto") return config.tileAttention;
-  const { heads, kvHeads } = config;
+  const { heads, kvHeads } = gptConfigOf(config);
   for (let groups = kvHeads; groups > 1; groups--) if (heads % groups === 0 && kvHeads % groups === 0 && heads / groups >= split) return groups;
   return 1;
 }

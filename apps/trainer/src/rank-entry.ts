@@ -5,6 +5,7 @@
  * serves the methods the driver's RankPool calls.
  */
 import type { RankContext } from "@ulysses/collectives";
+import type { TokenScores } from "@ulysses/training";
 import type { TrainConfig } from "./config.js";
 import type { RunPlan } from "./plan.js";
 import { RankTrainer, type RankStepReport } from "./rank-trainer.js";
@@ -23,6 +24,7 @@ export interface RankApi {
   runStep(): Promise<RankStepReport>;
   save(file: string): Promise<void>;
   weights(): Promise<Float32Array>;
+  score(tokens: Int32Array): Promise<TokenScores>;
   close(): Promise<void>;
 }
 
@@ -43,6 +45,7 @@ export default async function setup(ctx: RankContext<RankEntryArgs>): Promise<Ra
     runStep: () => trainer.runStep(),
     save: (file) => trainer.save(file),
     weights: async () => trainer.weights(),
+    score: (tokens) => trainer.score(tokens),
     close: () => trainer.close(),
   };
 }

@@ -8,6 +8,7 @@
  * stuck in compute is named by the supervisor's watchdog (threads).
  */
 import { listBackends, startRanks, type RankWorld } from "@ulysses/collectives";
+import type { TokenScores } from "@ulysses/training";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { planRun, type RunPlan } from "./plan.js";
@@ -111,6 +112,16 @@ export class RankPool {
     const leader = this.world.leader();
     if (leader === null) throw new TrainerError("weights: world rank 0 lives in another process");
     return leader.weights();
+  }
+
+  /** Every token's log-probability under the model (each rank scores its shard; world rank 0's answer holds them all). */
+  async score(tokens: Int32Array): Promise<TokenScores> {
+    try {
+      const [scores] = await this.world.call("score", [tokens], { what: `scoring ${tokens.length} tokens`, watchdog: true });
+      return scores!;
+    } catch (cause) {
+      throw named(cause, `scoring ${tokens.length} tokens failed`);
+    }
   }
 
   /** Releases every rank's sessions, then stops the ranks (stuck worker threads are terminated). */

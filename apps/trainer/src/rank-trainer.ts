@@ -1,6 +1,6 @@
 import type { ProcessGroup } from "@ulysses/collectives";
 import { commDelta } from "@ulysses/measure";
-import { Gpt } from "@ulysses/model";
+import { Gpt, importWeights, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
 import {
   ByteTextData,
@@ -13,12 +13,15 @@ import {
   recallBatch,
   restoreCheckpoint,
   saveCheckpoint,
+  scoreTokens,
   type CheckpointInfo,
+  type TokenScores,
   type PackedBatch,
 } from "@ulysses/training";
 import { Rng, type RngState } from "@ulysses/tensors";
 import { DATA_STREAM, MODEL_SHAPE_KEYS, checkpointSettings, gptConfigOf, recallOptionsOf, textDataOptions, usesDocuments, type TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
+import { hfModelOf, usesHfModel } from "./hf-model.js";
 import { createRankKernels, type RankKernels } from "@ulysses/native-ops";
 import { slowerPathNote } from "./kernels.js";
 import { parallelOptionsOfPlan, type RunPlan } from "./plan.js";
@@ -92,8 +95,10 @@ function sameCorpus(config: TrainConfig, settings: unknown): boolean {
 /** Throws unless a checkpoint's header describes the model `config` builds (its shape and vocab; maxSeq at least --seq). */
 function checkResumedModel(config: TrainConfig, info: CheckpointInfo): void {
   const built = gptConfigOf(config);
-  for (const key of [...MODEL_SHAPE_KEYS, "vocab"] as const) {
-    if (info.config[key] !== built[key])
+  // a Hugging Face model: every field of its config but maxSeq (the flags' GPT: its shape and vocab)
+  const keys = usesHfModel(config) ? [...new Set([...Object.keys(built), ...Object.keys(info.config)])].filter((key) => key !== "maxSeq") : [];
+  for (const key of [...MODEL_SHAPE_KEYS, "vocab", ...keys] as (keyof GptConfig)[]) {
+    if (JSON.stringify(info.config[key]) !== JSON.stringify(built[key]))
       throw new TrainerError(
         `checkpoint '${info.file}': config.${key} ${String(info.config[key])} is not the ${key} ${String(built[key])} of the model this run builds (was the file replaced after it was checked?)`,
       );
@@ -111,6 +116,7 @@ export class RankTrainer {
     private readonly dataRng: Rng,
     private readonly text: ByteTextData | null,
     private readonly docs: DocumentData | null,
+    private readonly lossTileRows: number,
   ) {}
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
@@ -131,6 +137,9 @@ export class RankTrainer {
       mlpTileRows: tiles.mlp,
       attentionHeadGroups: tiles.attentionHeadGroups,
     });
+    // a Hugging Face model directory's weights (--model), unless the checkpoint's replace them
+    const hf = hfModelOf(config);
+    if (checkpoint === null && hf?.weightsDir != null) importWeights(hf.weightsDir, gptConfig, hf.family, model.params);
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,
       lossTileRows: tiles.loss,
@@ -154,8 +163,9 @@ export class RankTrainer {
         throw new TrainerError(`checkpoint '${checkpoint.file}': ${(cause as Error).message}`, { cause });
       }
     }
-    const text = config.task === "text" && docs === null ? new ByteTextData(config.data!, config.seq) : null;
-    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs);
+    // no data at all: a rank that only scores (ulysses-generate --score)
+    const text = config.task === "text" && docs === null && config.data !== null ? new ByteTextData(config.data, config.seq) : null;
+    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs, tiles.loss);
   }
 
   get step(): number {
@@ -173,6 +183,7 @@ export class RankTrainer {
     const random = () => this.dataRng.uniform();
     if (this.docs !== null) return this.docs.batch(rows, config.seq, random);
     if (this.text !== null) return this.text.batch(rows, config.seq, random);
+    if (config.task === "text") throw new TrainerError("a text-task rank without --data cannot train (it was started to score)");
     return recallBatch(recallOptionsOf(config), rows, random);
   }
 
@@ -219,6 +230,12 @@ export class RankTrainer {
       { rng: this.dataRng.getState(), data: this.docs?.state(), settings: checkpointSettings(this.config) },
       this.dims.world.rank === 0,
     );
+  }
+
+  /** Each token's log-probability given the ones before (every rank of the SP group passes the same tokens; no data parallelism). */
+  async score(tokens: Int32Array): Promise<TokenScores> {
+    if (this.dims.dp !== 1) throw new TrainerError(`scoring runs one sequence on one SP group: --dp must be 1, got ${this.dims.dp}`);
+    return scoreTokens(this.trainer.model, tokens, this.lossTileRows > 0 ? this.lossTileRows : 256);
   }
 
   /** The flat parameter vector (tests compare it across runs). */

@@ -14,6 +14,7 @@ import path from "node:path";
 import { COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
 import { sequenceParallelScheme } from "@ulysses/parallel";
 import { planRun, type RunPlan } from "./plan.js";
+import { hfModelOf } from "./hf-model.js";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import {
@@ -167,7 +168,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     if (leader) {
       log(
         `ulysses-ts: sp ${config.sp} x dp ${config.dp} on ${config.backend}, ${config.task} task, seq ${config.seq}, batch ${config.batch}, ` +
-          `${config.layers} layers x ${config.hidden} hidden, ${config.heads}/${config.kvHeads} heads, ${schemeText(plan)}`,
+          `${modelText(config, gpt)}, ${schemeText(plan)}`,
       );
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s (${ratePath.path}); run directory ${outDir}`);
       const { tiles } = plan;
@@ -241,7 +242,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       // the MatMul rate again, the steps done: either measurement may have met a busy machine, so the MFU is against the higher
       const matmulRateEnd = await measureMatmulRate({ cache: ratePath.cache });
       fs.writeFileSync(path.join(outDir, "loss.svg"), lossPlotSvg(metrics, `loss: ${config.task}, sp ${config.sp}, dp ${config.dp}, seq ${config.seq}`));
-      const setup = `sp ${config.sp} x dp ${config.dp} (${config.backend}), seq ${config.seq}, batch ${config.batch}, L${config.layers} H${config.hidden}`;
+      const setup = `sp ${config.sp} x dp ${config.dp} (${config.backend}), seq ${config.seq}, batch ${config.batch}, L${gpt.layers} H${gpt.hidden}`;
       const baselines = recall === null ? {} : { chance: recall.chance, withoutFacts: recall.withoutFacts };
       summary = formatTable(summaryRows(metrics, { setup, wallSeconds: (performance.now() - startedAt) / 1000, outDir, matmulRateEnd, ...baselines }));
       fs.writeFileSync(path.join(outDir, "summary.txt"), `${summary}\n`);
@@ -259,4 +260,12 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
 function schemeText(plan: RunPlan): string {
   if (plan.sp === 1) return `${plan.scheme} attention`;
   return sequenceParallelScheme(plan.scheme).describe(plan, plan.layout);
+}
+
+/** "2 layers x 128 hidden, 4/4 heads", with a Hugging Face model's family and source first. */
+function modelText(config: TrainConfig, gpt: GptConfig): string {
+  const shape = `${gpt.layers} layers x ${gpt.hidden} hidden, ${gpt.heads}/${gpt.kvHeads} heads, vocab ${gpt.vocab}`;
+  const hf = hfModelOf(config);
+  if (hf === null) return shape;
+  return `${hf.family.name} model ${hf.weightsDir === null ? `of '${hf.configFile}' from random weights` : `'${hf.weightsDir}'`} (${shape})`;
 }

@@ -12,6 +12,8 @@ import { parallelDimsProblems } from "@ulysses/parallel";
 import { BYTE_VOCAB, validateRecallTask, fileProblem } from "@ulysses/training";
 import {
   BACKENDS,
+  DEFAULTS,
+  MODEL_SHAPE_KEYS,
   MAX_THREADS_PER_CORE,
   MAX_TIMEOUT_S,
   MAX_WEIGHT_DECAY,
@@ -26,6 +28,7 @@ import {
 import { documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
 import { headSplit } from "./plan.js";
+import { hfFlagProblems, hfModelOf, usesHfModel, type HfModel } from "./hf-model.js";
 
 /**
  * Checks a configuration before any rank starts; throws a TrainerError
@@ -84,12 +87,16 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (config.task === "recall" && config.data !== null) {
     problems.push(`--data '${config.data}' is for --task text; the recall task reads no data file (drop --data or --task recall)`);
   }
-  problems.push(...documentFlagProblems(config));
+  problems.push(...documentFlagProblems(config), ...hfFlagProblems(config));
+  const hf = problems.length === 0 ? hfModelChecked(config, problems) : null;
   if (problems.length === 0) {
-    const { sp, dp, seq, hidden, heads, kvHeads } = config;
-    if (hidden % heads !== 0) problems.push(`--hidden ${hidden} is not divisible by --heads ${heads}`);
-    else if ((hidden / heads) % 2 !== 0) problems.push(`head dimension hidden/heads = ${hidden}/${heads} = ${hidden / heads} must be even (rotary embeddings)`);
-    if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
+    const { sp, dp, seq } = config;
+    const { hidden, heads, kvHeads } = hf?.model ?? config;
+    if (hf === null) {
+      if (hidden % heads !== 0) problems.push(`--hidden ${hidden} is not divisible by --heads ${heads}`);
+      else if ((hidden / heads) % 2 !== 0) problems.push(`head dimension hidden/heads = ${hidden}/${heads} = ${hidden / heads} must be even (rotary embeddings)`);
+      if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
+    }
     // the layout's own checks (heads per rank, hybrid degrees, layout, tokens per rank), in flag names
     if (!["auto", "contiguous", "zigzag"].includes(config.sequenceLayout))
       problems.push(`--sequence-layout must be auto, contiguous or zigzag, got '${config.sequenceLayout}'`);
@@ -101,7 +108,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
           {
             sp: "--sp",
             dp: "--dp",
-            heads: "--heads",
+            heads: hf === null ? "--heads" : `num_attention_heads of '${hf.configFile}'`,
             seqLength: "--seq",
             attention: "--attention",
             ulyssesDegree: "--ulysses-degree",
@@ -111,9 +118,10 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
           },
         ),
       );
-    problems.push(...tileAttentionProblems(config));
+    problems.push(...tileAttentionProblems(config, heads, kvHeads));
     const mlpWidth = hidden * config.mlpRatio;
-    if (!Number.isSafeInteger(mlpWidth)) problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
+    if (hf === null && !Number.isSafeInteger(mlpWidth))
+      problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
     if (config.task === "recall") {
       try {
         validateRecallTask(recallOptionsOf(config));
@@ -126,7 +134,13 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     } else {
       problems.push(...textDataProblems(config));
     }
-    if (problems.length === 0) {
+    if (problems.length === 0 && hf !== null) {
+      try {
+        validateGptConfig(hf.model);
+      } catch (error) {
+        problems.push(`'${hf.configFile}': ${(error as Error).message}`);
+      }
+    } else if (problems.length === 0) {
       // the model package's own bounds (sizes it refuses to build)
       try {
         validateGptConfig({
@@ -167,16 +181,42 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
 }
 
 /** --tile-attention G: G divides the heads and the kv heads, and leaves a Ulysses group a query head per rank. */
-function tileAttentionProblems(config: TrainConfig): string[] {
+function tileAttentionProblems(config: TrainConfig, heads: number, kvHeads: number): string[] {
   const groups = config.tileAttention;
   if (groups === 1 || groups === "auto") return [];
-  const { heads, kvHeads } = config;
   if (heads % groups !== 0 || kvHeads % groups !== 0)
-    return [`--tile-attention ${groups} must divide --heads ${heads} and --kv-heads ${kvHeads} (each group of heads keeps its kv heads)`];
+    return [`--tile-attention ${groups} must divide the model's ${heads} heads and ${kvHeads} kv heads (each group of heads keeps its kv heads)`];
   const split = headSplit(config);
   if (heads / groups < split)
     return [
       `--tile-attention ${groups} leaves ${heads / groups} heads per group, fewer than the ${split} ranks of a Ulysses group (each needs a query head): use at most ${Math.floor(heads / split)} groups`,
     ];
   return [];
+}
+
+/**
+ * A Hugging Face model's checks (--model, --model-config): its config.json
+ * read by its family, the shape flags left out (they come from the file),
+ * the text task, and --seq within max_position_embeddings. Problems go into
+ * `problems`; the model, or null when there is none or it is unreadable.
+ */
+function hfModelChecked(config: TrainConfig, problems: string[]): HfModel | null {
+  if (!usesHfModel(config)) return null;
+  const given = MODEL_SHAPE_KEYS.filter((key) => config[key] !== DEFAULTS[key]);
+  if (given.length > 0)
+    problems.push(
+      `${given.map((key) => `--${kebab(key)} ${String(config[key])}`).join(", ")}: the model's shape comes from its config.json with --model or --model-config (leave these flags out)`,
+    );
+  if (config.task !== "text") problems.push(`--task ${config.task}: a Hugging Face model trains on text (--task text --data FILE)`);
+  if (config.vocab !== null) problems.push(`--vocab ${String(config.vocab)}: the vocabulary comes from the model's config.json (drop --vocab)`);
+  let hf: HfModel | null;
+  try {
+    hf = hfModelOf(config);
+  } catch (error) {
+    problems.push((error as Error).message);
+    return null;
+  }
+  if (hf !== null && config.seq > hf.model.maxSeq)
+    problems.push(`--seq ${config.seq} is beyond max_position_embeddings ${hf.model.maxSeq} of '${hf.configFile}'`);
+  return hf;
 }

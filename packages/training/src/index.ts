@@ -37,6 +37,7 @@ export {
 export { corpusDigest } from "./data/corpus-digest.js";
 export { resolveTextFormat, listTextFiles, TEXT_FORMATS, type TextFormat, type TextFormatOption, type DocumentRef } from "./data/documents.js";
 export { DocumentPacker, PAD_TOKEN, LONG_DOCUMENTS, type LongDocuments, type PackedBatch, type PackStats } from "./data/packer.js";
+export { scoreTokens, type TokenScores } from "./score.js";
 export { lossAndGradients, countCorrect, validateLossTileRows, type LossResult, type LossOptions, type TrainModel } from "./loss.js";
 export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
 export {
