@@ -63,7 +63,7 @@ export const SETTINGS = {
     "a Hugging Face config.json: train a model of that shape from random weights (seeded by --seed) with the tokenizer of --tokenizer",
   ),
   tokenizer: setting<string | null>(null, "a directory with tokenizer.json and tokenizer_config.json (default: --model's own)"),
-  lossOn: setting<"assistant" | "all">("assistant", "chat data ({\"messages\": [...]} lines): train on the assistant's tokens only, or on all tokens"),
+  lossOn: setting<"assistant" | "all">("assistant", 'chat data ({"messages": [...]} lines): train on the assistant\'s tokens only, or on all tokens'),
   seq: setting(2048, "global sequence length in tokens"),
   layers: setting(2, "transformer blocks"),
   hidden: setting(128, "model width"),
@@ -279,7 +279,17 @@ export function recallOptionsOf(config: TrainConfig): RecallTaskOptions {
  * safety check (--overwrite, --skip-memory-check). Resume takes them from the
  * command line only; saveCheckpoint never records them.
  */
-export const NEVER_FROM_CHECKPOINT = ["backend", "data", "model", "modelConfig", "tokenizer", "out", "resume", "overwrite", "skipMemoryCheck"] as const satisfies readonly (keyof TrainConfig)[];
+export const NEVER_FROM_CHECKPOINT = [
+  "backend",
+  "data",
+  "model",
+  "modelConfig",
+  "tokenizer",
+  "out",
+  "resume",
+  "overwrite",
+  "skipMemoryCheck",
+] as const satisfies readonly (keyof TrainConfig)[];
 
 /** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config); --attention is how it is parallelised, a run setting. */
 export const MODEL_SHAPE_KEYS = ["hidden", "layers", "heads", "kvHeads", "mlp", "mlpRatio", "tiedHead"] as const satisfies readonly (keyof TrainConfig)[];

@@ -94,7 +94,8 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     const { hidden, heads, kvHeads } = hf?.model ?? config;
     if (hf === null) {
       if (hidden % heads !== 0) problems.push(`--hidden ${hidden} is not divisible by --heads ${heads}`);
-      else if ((hidden / heads) % 2 !== 0) problems.push(`head dimension hidden/heads = ${hidden}/${heads} = ${hidden / heads} must be even (rotary embeddings)`);
+      else if ((hidden / heads) % 2 !== 0)
+        problems.push(`head dimension hidden/heads = ${hidden}/${heads} = ${hidden / heads} must be even (rotary embeddings)`);
       if (heads % kvHeads !== 0) problems.push(`--heads ${heads} is not divisible by --kv-heads ${kvHeads}`);
     }
     // the layout's own checks (heads per rank, hybrid degrees, layout, tokens per rank), in flag names
