@@ -271,9 +271,16 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
     const size = typeof recorded.dataBytes === "number" ? ` (it was trained on a file of ${recorded.dataBytes} bytes)` : "";
     conflicts.push(`${source} is a text-task run: give the data file with --data FILE${size}; a checkpoint never names the files a run reads`);
   }
-  // the model: the checkpoint's GPT config decides; flags may only repeat it
+  // the model: the checkpoint's GPT config decides; flags may only repeat it (a Hugging Face model's config.json must describe it: the ranks compare)
   const gpt = checkpoint.config;
-  for (const key of MODEL_SHAPE_KEYS) {
+  const family = typeof recorded.modelFamily === "string" ? recorded.modelFamily : null;
+  if (family !== null && !usesHfModel(config))
+    conflicts.push(
+      `${source} is a fine-tune of a Hugging Face ${quoted(family)} model: give its --model DIR (or --model-config FILE --tokenizer DIR) again; a checkpoint never names the files a run reads`,
+    );
+  if (family === null && usesHfModel(config))
+    conflicts.push(`${source} is a run of the built-in GPT (${gpt.layers} layers x ${gpt.hidden}): drop --model / --model-config to resume it`);
+  for (const key of usesHfModel(config) ? [] : MODEL_SHAPE_KEYS) {
     const value = gpt[key];
     if (explicit.has(key) && given[key] !== value)
       conflicts.push(
@@ -281,7 +288,9 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
       );
     else (config as unknown as Record<string, unknown>)[key] = value;
   }
-  if (config.task === "text") {
+  if (usesHfModel(config)) {
+    if (explicit.has("vocab")) conflicts.push(`--vocab ${given.vocab}: the vocabulary comes from the model's config.json (drop --vocab)`);
+  } else if (config.task === "text") {
     if (gpt.vocab !== BYTE_VOCAB && !(recordedTask === "recall" && explicit.has("task")))
       conflicts.push(`--task text needs a byte-level model (vocab ${BYTE_VOCAB}), but the model of ${source} has vocab ${gpt.vocab}`);
   } else if (explicit.has("vocab") && given.vocab !== gpt.vocab) {

@@ -307,6 +307,9 @@ export function checkpointSettings(config: TrainConfig): Record<string, string |
   for (const [key, value] of Object.entries(config)) {
     if (!(NEVER_FROM_CHECKPOINT as readonly string[]).includes(key)) record[key] = value as string | number | boolean | null;
   }
+  // a Hugging Face model's family: resume asks for its --model again (a checkpoint records no path)
+  const hf = hfModelOf(config);
+  if (hf !== null) record.modelFamily = hf.family.name;
   if (config.task === "text" && config.data !== null) {
     const { bytes, sha256 } = corpusDigest(config.data);
     record.dataBytes = bytes;
