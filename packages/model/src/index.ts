@@ -40,6 +40,7 @@ export {
 } from "./gpt.js";
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
 export { sampleToken, type SamplingOptions } from "./sampling.js";
+export { GptDecoder, KvCacheAttention } from "./kv-cache.js";
 export { OnnxLM } from "./onnx-lm.js";
 export { MAX_CONFIG_FILE_BYTES, fileKind, fileProblem, readJsonObject, readRegularFile } from "./files/input-files.js";
 export { errnoText } from "./files/errno.js";
