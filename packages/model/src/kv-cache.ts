@@ -9,8 +9,9 @@
  *
  * `GptDecoder` gives every block of a Gpt its own KvCacheAttention, then
  * `append(tokens)` runs them at position = the cache's length and returns
- * the last token's logits: a prompt in one call (prefill), then one token per
- * call, whose cost is one row of every matmul and O(n) attention.
+ * the last token's logits: a prompt in one call (prefill, the LocalAttention
+ * kernel), then one token per call, whose cost is one row of every matmul
+ * and O(n) attention (computed here, see oneQuery).
  */
 import type { BlockAttention, BlockAttentionContext, BlockAttentionForward, BlockAttentionOptions } from "@ulysses/block";
 import type { AttentionGradients, LocalAttention } from "@ulysses/kernels";
@@ -80,11 +81,56 @@ export class KvCacheAttention implements BlockAttention<KvCacheContext> {
       this.values.set(v.data.subarray(from, from + s * row), to);
     }
     this.length = total;
+    if (s === 1) return { out: this.oneQuery(q, options.scale), context: new KvCacheContext() };
     const { out } = await this.local.forward(q, this.cached(this.keys, row, batch), this.cached(this.values, row, batch), {
       causal: true,
       onCallerThread: true,
+      ...(options.scale === undefined ? {} : { scale: options.scale }),
     });
     return { out, context: new KvCacheContext() };
+  }
+
+  /**
+   * One new token, q [b, 1, heads, D], over every cached key, here: O(length)
+   * per head, and no kernel whose shape changes with every token (kernels
+   * built per shape would build a new one per step).
+   */
+  private oneQuery(q: F32, scale?: number): F32 {
+    const { batch, kvHeads, headDim: d } = this.shape!;
+    if (q.rank !== 4 || q.shape[0] !== batch || q.shape[1] !== 1 || q.shape[3] !== d || q.shape[2]! % kvHeads !== 0)
+      throw new ModelError(`${this.name}: q ${q} must be [${batch}, 1, a multiple of ${kvHeads}, ${d}]`);
+    const heads = q.shape[2]!;
+    const group = heads / kvHeads;
+    const factor = scale ?? 1 / Math.sqrt(d);
+    const row = kvHeads * d;
+    const out = new Float32Array(batch * heads * d);
+    const scores = new Float64Array(this.length);
+    const sum = new Float64Array(d);
+    for (let b = 0; b < batch; b++) {
+      const base = b * this.capacity * row;
+      for (let h = 0; h < heads; h++) {
+        const qAt = (b * heads + h) * d;
+        const kvAt = base + Math.floor(h / group) * d;
+        let top = -Infinity;
+        for (let j = 0; j < this.length; j++) {
+          let dot = 0;
+          const at = kvAt + j * row;
+          for (let i = 0; i < d; i++) dot += q.data[qAt + i]! * this.keys[at + i]!;
+          scores[j] = dot * factor;
+          if (scores[j]! > top) top = scores[j]!;
+        }
+        sum.fill(0);
+        let total = 0;
+        for (let j = 0; j < this.length; j++) {
+          const p = Math.exp(scores[j]! - top);
+          total += p;
+          const at = kvAt + j * row;
+          for (let i = 0; i < d; i++) sum[i]! += p * this.values[at + i]!;
+        }
+        for (let i = 0; i < d; i++) out[qAt + i] = sum[i]! / total;
+      }
+    }
+    return new Tensor("float32", [batch, 1, heads, d], out);
   }
 
   /** The cached tokens as [b, length, kvHeads, D]: a view when b is 1, else a compact copy. */
