@@ -248,6 +248,10 @@ describe("exportHfDirectory", () => {
     expect(() => exportHfDirectory(target, params, gpt, gptFamily, gptFamily.configTo(gpt), { dtype: "bfloat16", tokenizerFrom: badSource })).toThrow(
       /tokenizer file '.*tokenizer\.json' is a directory; only a regular file is copied/,
     );
+    // a config.json that describes another model is refused before anything is written
+    expect(() => exportHfDirectory(target, params, gpt, gptFamily, { ...gptFamily.configTo(gpt), num_hidden_layers: 2 })).toThrow(
+      /exportHfDirectory: the config\.json given describes layers 2, the model has 1/,
+    );
     // the old directory is untouched, and no temporary directory is left
     expect(fs.readdirSync(parent)).toEqual(["hf"]);
     expect(fs.readFileSync(path.join(target, "stale.txt"), "utf8")).toBe("old");

@@ -139,6 +139,14 @@ export function exportHfDirectory(
     throw new ModelError(`exportHfDirectory: dtype must be float32, float16 or bfloat16, got ${JSON.stringify(dtype)}`);
   const max = options.maxShardBytes ?? DEFAULT_MAX_SHARD_BYTES;
   if (!Number.isSafeInteger(max) || max < 1) throw new ModelError(`exportHfDirectory: maxShardBytes must be a positive integer, got ${String(max)}`);
+  // the config.json written must describe this model: read back by the family, it gives the same config
+  const described = family.configFrom(configJson, path.join(dir, "config.json"));
+  const fields = new Set([...Object.keys(config), ...Object.keys(described)]) as Set<keyof GptConfig>;
+  for (const field of fields)
+    if (config[field] !== described[field])
+      throw new ModelError(
+        `exportHfDirectory: the config.json given describes ${field} ${JSON.stringify(described[field])}, the model has ${JSON.stringify(config[field])}`,
+      );
   const planned: Planned[] = gptParamSpecs(config).map((spec) => {
     const { name, transposed } = family.tensorOf(spec.name, config);
     return { name, dtype, shape: transposed ? [...spec.shape].reverse() : [...spec.shape], parameter: spec.name, transposed };
