@@ -3,7 +3,9 @@
  * `ulysses-generate` (`pnpm generate` in the repository): samples from a trained model with onnxruntime-node alone.
  * The model comes from an exported model.onnx or from a checkpoint (exported
  * on the fly); `--from` takes either file or a run directory (default
- * runs/latest). Byte-level models continue `--prompt`; recall-task models
+ * runs/latest). `--model DIR` reads a Hugging Face model directory instead (a
+ * run's hf/, or a Llama-family checkpoint) with its tokenizer and decodes
+ * with a key-value cache (generate-hf.ts). Byte-level models continue `--prompt`; recall-task models
  * answer the queries of a fresh synthetic example, greedily (one pass over
  * the example: the queries never see an answer), and show the expected
  * answers. Exit codes: 0 done, 1 error, 2 bad flags.
@@ -12,7 +14,17 @@ import buffer from "node:buffer";
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { OnnxLM, ParameterStore, buildOnnxModel, gptParamSpecs, readJsonObject, sampleToken, validateGptConfig, type GptConfig } from "@ulysses/model";
+import {
+  OnnxLM,
+  ParameterStore,
+  buildOnnxModel,
+  gptParamSpecs,
+  modelTypes,
+  readJsonObject,
+  sampleToken,
+  validateGptConfig,
+  type GptConfig,
+} from "@ulysses/model";
 import {
   BYTE_VOCAB,
   errnoText,
@@ -32,11 +44,14 @@ import { DECIMAL } from "./args.js";
 import { DEFAULTS } from "./config.js";
 import { EXIT, isMainModule, packageVersion, refusalNote } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
+import { generateFromHf, planHfPrompt, readHfModel } from "./generate-hf.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
 export interface GenerateOptions {
   from: string;
+  /** A Hugging Face model directory (--model): read instead of --from (absent or null: --from). */
+  model?: string | null;
   prompt: string;
   /** Bytes to generate (byte-level models); null: min(200, what fits in the model's maxSeq after the prompt). */
   tokens: number | null;
@@ -49,16 +64,20 @@ export interface GenerateOptions {
 export const MAX_TOKENS = 1_000_000;
 const DEFAULT_TOKENS = 200;
 
-const USAGE = `Usage: ulysses-generate [--from runs/latest] [--prompt TEXT] [--tokens N]
+const USAGE = `Usage: ulysses-generate [--from runs/latest | --model DIR] [--prompt TEXT] [--tokens N]
                         [--temperature 0.8] [--top-k 0] [--seed 0]
                         (pnpm generate [flags] from the repository root)
   --from         a run directory, model.onnx or checkpoint.safetensors (default runs/latest)
-  --prompt       text to continue (byte-level models; at least one byte, default a newline);
-                 recall-task models answer a synthetic example instead
-  --tokens       bytes to generate, streamed as they come: an integer >= 0 with prompt + tokens
-                 <= the model's maxSeq (default min(200, what fits))
-  --temperature  0 picks the most likely byte; > 0 samples (default 0.8)
-  --top-k        sample among the k most likely bytes, 0 for all (an integer >= 0)
+  --model        a Hugging Face model directory instead: a run's hf/, or a checkpoint of a
+                 family this library reads (${modelTypes().join(", ")}) with config.json,
+                 its safetensors and tokenizer.json; decoded with a key-value cache, stopping
+                 at the end-of-sequence token
+  --prompt       text to continue (byte-level models: at least one byte; --model: encoded by its
+                 tokenizer; default a newline); recall-task models answer a synthetic example instead
+  --tokens       bytes (--model: tokens) to generate, streamed as they come: an integer >= 0 with
+                 prompt + tokens <= the model's maxSeq (max_position_embeddings) (default min(200, what fits))
+  --temperature  0 picks the most likely token; > 0 samples (default 0.8)
+  --top-k        sample among the k most likely tokens, 0 for all (an integer >= 0)
   --seed         sampling seed (an integer >= 0)
   -h, --help     show this text
   -V, --version  print the version
@@ -66,6 +85,7 @@ Exit codes: 0 done, 1 error (an unreadable or corrupt model file, named), 2 bad 
 
 const FLAGS = {
   from: { type: "string" },
+  model: { type: "string" },
   prompt: { type: "string" },
   tokens: { type: "string" },
   temperature: { type: "string" },
@@ -129,8 +149,11 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateOptions | "h
   };
   if (values.from !== undefined && values.from === "")
     throw new GenerateFlagError("--from needs a path (a run directory, model.onnx or checkpoint.safetensors)");
+  if (values.model !== undefined && values.model === "") throw new GenerateFlagError("--model needs a path (a Hugging Face model directory)");
+  if (values.model !== undefined && values.from !== undefined) throw new GenerateFlagError("give --from or --model, not both");
   return {
     from: values.from ?? path.join("runs", "latest"),
+    model: values.model ?? null,
     prompt: values.prompt ?? "\n",
     tokens: number("tokens", "integer", MAX_TOKENS),
     temperature: number("temperature", "number", 1000) ?? 0.8,
@@ -244,7 +267,26 @@ export async function loadModel(from: string): Promise<LoadedModel> {
   return { bytes: await buildOnnxModel(checkpoint.config, params.values), config: checkpoint.config, settings, source: file };
 }
 
+/** The sampling flags, checked before any model is read. */
+function checkSampling(options: GenerateOptions): void {
+  if (options.tokens !== null && (!Number.isSafeInteger(options.tokens) || options.tokens < 0))
+    throw new GenerateFlagError(`--tokens must be an integer >= 0, got ${options.tokens}`);
+  if (!(options.temperature >= 0) || !Number.isFinite(options.temperature))
+    throw new GenerateFlagError(`--temperature must be a finite number >= 0, got ${options.temperature}`);
+  if (!Number.isSafeInteger(options.topK) || options.topK < 0) throw new GenerateFlagError(`--top-k must be an integer >= 0, got ${options.topK}`);
+  if (!Number.isSafeInteger(options.seed) || options.seed < 0) throw new GenerateFlagError(`--seed must be an integer >= 0, got ${options.seed}`);
+}
+
+const refuse = (message: string) => new GenerateFlagError(message);
+
 export async function generate(options: GenerateOptions, write: (text: string) => void): Promise<void> {
+  checkSampling(options);
+  if (options.model !== undefined && options.model !== null) {
+    const model = readHfModel(options.model, refuse);
+    const hfOptions = { ...options, model: options.model };
+    await generateFromHf(model, hfOptions, planHfPrompt(model, hfOptions, DEFAULT_TOKENS, refuse), write);
+    return;
+  }
   const model = await loadModel(options.from);
   const { maxSeq, vocab } = model.config;
   // flag values that depend on the model: checked before anything is generated
@@ -256,8 +298,6 @@ export async function generate(options: GenerateOptions, write: (text: string) =
     if (outside >= 0) throw new GenerateFlagError(`--prompt byte ${prompt[outside]} at offset ${outside} is outside the model's vocabulary of ${vocab} tokens`);
     if (prompt.length > maxSeq) throw new GenerateFlagError(`--prompt has ${prompt.length} bytes, more than the ${maxSeq} tokens the model reads (maxSeq)`);
     const room = maxSeq - prompt.length;
-    if (options.tokens !== null && (!Number.isSafeInteger(options.tokens) || options.tokens < 0))
-      throw new GenerateFlagError(`--tokens must be an integer >= 0, got ${options.tokens}`);
     if (options.tokens !== null && options.tokens > room) {
       throw new GenerateFlagError(
         `--tokens ${options.tokens} does not fit: the model reads at most ${maxSeq} tokens (maxSeq) and the prompt has ${prompt.length}, so at most ${room} can follow`,
@@ -265,10 +305,6 @@ export async function generate(options: GenerateOptions, write: (text: string) =
     }
     tokens = options.tokens ?? Math.min(DEFAULT_TOKENS, room);
   }
-  if (!(options.temperature >= 0) || !Number.isFinite(options.temperature))
-    throw new GenerateFlagError(`--temperature must be a finite number >= 0, got ${options.temperature}`);
-  if (!Number.isSafeInteger(options.topK) || options.topK < 0) throw new GenerateFlagError(`--top-k must be an integer >= 0, got ${options.topK}`);
-  if (!Number.isSafeInteger(options.seed) || options.seed < 0) throw new GenerateFlagError(`--seed must be an integer >= 0, got ${options.seed}`);
   const lm = await OnnxLM.create(model.bytes, model.config, model.source);
   const rng = new Rng(options.seed, 7);
   const uniform = () => rng.uniform();

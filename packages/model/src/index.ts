@@ -40,6 +40,7 @@ export {
 } from "./gpt.js";
 export { buildOnnxModel, exportOnnx } from "./export-onnx.js";
 export { sampleToken, type SamplingOptions } from "./sampling.js";
+export { GptDecoder, KvCacheAttention } from "./kv-cache.js";
 export { OnnxLM } from "./onnx-lm.js";
 export { MAX_CONFIG_FILE_BYTES, fileKind, fileProblem, readJsonObject, readRegularFile } from "./files/input-files.js";
 export { errnoText } from "./files/errno.js";
@@ -47,3 +48,15 @@ export { HfTokenizer, MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, type
 export { registerModelFamily, modelFamilyOf, modelTypes, type CheckpointTensor, type ModelFamily } from "./families/family.js";
 export { llamaFamily } from "./families/llama.js";
 export { importWeights, MAX_INDEX_BYTES } from "./families/import-weights.js";
+export { gptFamily, GPT_MODEL_TYPE } from "./families/gpt.js";
+export {
+  exportHfDirectory,
+  shardName,
+  DEFAULT_MAX_SHARD_BYTES,
+  MAX_TOKENIZER_FILE_BYTES,
+  TOKENIZER_FILES,
+  type ExportHfOptions,
+  type ExportedHf,
+  type HfDType,
+} from "./families/export-hf.js";
+export { writeSafetensorsStreamed, tensorBytes, type StreamedTensor } from "./safetensors-stream.js";

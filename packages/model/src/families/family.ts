@@ -7,6 +7,7 @@
  */
 import { ModelError } from "../errors.js";
 import type { GptConfig } from "../gpt-config.js";
+import { gptFamily } from "./gpt.js";
 import { llamaFamily } from "./llama.js";
 
 /** A checkpoint tensor: its name there, and whether the matrix is stored [out, in] (Hugging Face's nn.Linear) where ours is [in, out]. */
@@ -55,3 +56,4 @@ export function modelFamilyOf(json: Readonly<Record<string, unknown>>, file: str
 }
 
 registerModelFamily(llamaFamily);
+registerModelFamily(gptFamily);

@@ -110,7 +110,7 @@ describe("the llama family", () => {
       "config 'c.json': num_hidden_layers must be a positive integer, got \"30\"",
     );
     expect(() => modelFamilyOf({ model_type: "qwen2" }, "q/config.json")).toThrow(
-      `config 'q/config.json': model_type "qwen2" is not a model family this library reads (llama, mistral)`,
+      `config 'q/config.json': model_type "qwen2" is not a model family this library reads (llama, mistral, ulysses_gpt)`,
     );
   });
 
