@@ -15,6 +15,7 @@ import { COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
 import { sequenceParallelScheme } from "@ulysses/parallel";
 import { planRun, type RunPlan } from "./plan.js";
 import { hfModelOf } from "./hf-model.js";
+import { exportRunHf, HF_DIR } from "./hf-export.js";
 import { measureMatmulRate } from "@ulysses/measure";
 import { exportOnnx, type GptConfig } from "@ulysses/model";
 import {
@@ -84,7 +85,7 @@ export const CHECKPOINT_FILE = "checkpoint.safetensors";
 
 /** What a run writes into its directory, and the files that make a directory a run. */
 export const RUN_FILES: RunFiles = {
-  files: [CHECKPOINT_FILE, "metrics.jsonl", "config.json", "model.onnx", "loss.svg", "summary.txt"],
+  files: [CHECKPOINT_FILE, "metrics.jsonl", "config.json", "model.onnx", HF_DIR, "loss.svg", "summary.txt"],
   markers: [CHECKPOINT_FILE, "metrics.jsonl", "config.json"],
 };
 
@@ -235,7 +236,9 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     await pool.save(checkpoint);
     const interrupted = pool.step < config.steps;
     if (leader && !interrupted && config.export) {
-      await exportOnnx(path.join(outDir, "model.onnx"), gpt, await pool.weights());
+      const weights = await pool.weights();
+      await exportOnnx(path.join(outDir, "model.onnx"), gpt, weights);
+      exportRunHf(outDir, config, gpt, weights);
     }
     let summary = "";
     if (leader) {

@@ -73,7 +73,7 @@ export function shardName(i: number, n: number): string {
 }
 
 /** The tensor's bytes in `dtype`: the parameter's values, transposed [in, out] -> [out, in] when the family stores it so. */
-function bytesOf(params: ParameterStore, t: Planned): Uint8Array {
+function bytesOf(params: Pick<ParameterStore, "value">, t: Planned): Uint8Array {
   const value = params.value(t.parameter);
   let data = value.data;
   if (t.transposed) {
@@ -128,7 +128,7 @@ function copyTokenizerFiles(from: string, to: string): void {
  */
 export function exportHfDirectory(
   dir: string,
-  params: ParameterStore,
+  params: Pick<ParameterStore, "value">,
   config: GptConfig,
   family: ModelFamily,
   configJson: Readonly<Record<string, unknown>>,
@@ -143,7 +143,7 @@ export function exportHfDirectory(
   const described = family.configFrom(configJson, path.join(dir, "config.json"));
   const fields = new Set([...Object.keys(config), ...Object.keys(described)]) as Set<keyof GptConfig>;
   for (const field of fields)
-    if (config[field] !== described[field])
+    if (JSON.stringify(config[field]) !== JSON.stringify(described[field]))
       throw new ModelError(
         `exportHfDirectory: the config.json given describes ${field} ${JSON.stringify(described[field])}, the model has ${JSON.stringify(config[field])}`,
       );

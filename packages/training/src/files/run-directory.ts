@@ -14,7 +14,7 @@ import { errnoText } from "@ulysses/model";
 
 /** What a run writes and which of those files make a directory a run. */
 export interface RunFiles {
-  /** Every file a run writes into its directory (an overwrite removes these, and only these). */
+  /** Every file (or directory the run writes whole) a run writes into its directory (an overwrite removes these, and only these). */
   files: readonly string[];
   /** The files whose presence makes a directory a run. */
   markers: readonly string[];
@@ -200,5 +200,6 @@ export function removeStaleTemporaries(dir: string, run: RunFiles): string[] {
 
 /** Removes the run files of an earlier run (it is being replaced); other files stay. */
 export function clearRunFiles(dir: string, run: RunFiles): void {
-  for (const name of run.files) fs.rmSync(path.join(dir, name), { force: true });
+  // a name may be a directory the run writes whole (the Hugging Face export, hf/)
+  for (const name of run.files) fs.rmSync(path.join(dir, name), { force: true, recursive: true });
 }
