@@ -108,9 +108,7 @@ describe("with RoPE scaling, head groups and checkpointing equal the plain block
   it("a malformed scaling is refused by the block config, naming the field", () => {
     const config = { hidden: 16, heads: 2, ropeScaling: { type: "llama3", factor: 4, lowFreqFactor: 2, highFreqFactor: 2, originalMaxPositions: 64 } } as const;
     expect(() => resolveBlockConfig(config)).toThrow(BlockError);
-    expect(() => resolveBlockConfig(config)).toThrow(
-      "block config: ropeScaling.highFreqFactor (2) must be greater than ropeScaling.lowFreqFactor (2)",
-    );
+    expect(() => resolveBlockConfig(config)).toThrow("block config: ropeScaling.highFreqFactor (2) must be greater than ropeScaling.lowFreqFactor (2)");
     const resolved = resolveBlockConfig({ hidden: 16, heads: 2, ropeScaling: { type: "linear", factor: 2 } });
     expect(resolved.ropeScaling).toEqual({ type: "linear", factor: 2 });
     expect(resolveBlockConfig({ hidden: 16, heads: 2 }).ropeScaling).toBeUndefined();

@@ -20,7 +20,9 @@ async function compare(config: GptConfig, plain = false): Promise<number> {
   const seq = 13;
   const ids = new Tensor("int32", [batch, seq]);
   for (let i = 0; i < ids.size; i++) ids.data[i] = rng.int(config.vocab);
-  const reference = plain ? new Gpt({ ...config, ropeScaling: undefined }, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 3 }) : model;
+  const reference = plain
+    ? new Gpt({ ...config, ropeScaling: undefined }, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 3 })
+    : model;
   if (plain) reference.params.values.set(model.params.values);
   const expected = (await reference.forward(ids)).logits.data;
   const session = await ort.InferenceSession.create(await buildOnnxModel(config, model.params.values));

@@ -116,7 +116,8 @@ describe.skipIf(!status.available)(suite, () => {
         const y = await fused.ropeForward(x, positions, base, scaling);
         expect(maxRelativeError(y, forward), `forward, ${label}, ${isa}`).toBeLessThanOrEqual(TOLERANCE);
         expect(maxRelativeError(await fused.ropeBackward(x, positions, base, scaling), backward), `backward, ${label}, ${isa}`).toBeLessThanOrEqual(TOLERANCE);
-        if (scaling !== undefined && shape[3]! > 2) // the scaling reaches the tables (pair 0 keeps its frequency; wider heads differ)
+        if (scaling !== undefined && shape[3]! > 2)
+          // the scaling reaches the tables (pair 0 keeps its frequency; wider heads differ)
           expect(maxRelativeError(y, ropeRotate64(x, positions, base, 1)), `scaled differs from plain, ${label}, ${isa}`).toBeGreaterThan(1e-4);
       }
       const ortForward = await ort.ropeForward(x, positions, base, scaling);

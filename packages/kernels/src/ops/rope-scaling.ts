@@ -58,8 +58,7 @@ export function ropeScalingProblem(scaling: unknown, name = "ropeScaling"): stri
   }
   if (record.type === "llama3") {
     const { lowFreqFactor, highFreqFactor, originalMaxPositions } = record as Record<string, number>;
-    if (!(highFreqFactor! > lowFreqFactor!))
-      return `${name}.highFreqFactor (${highFreqFactor}) must be greater than ${name}.lowFreqFactor (${lowFreqFactor})`;
+    if (!(highFreqFactor! > lowFreqFactor!)) return `${name}.highFreqFactor (${highFreqFactor}) must be greater than ${name}.lowFreqFactor (${lowFreqFactor})`;
     if (!Number.isSafeInteger(originalMaxPositions) || originalMaxPositions! > MAX_ORIGINAL_POSITIONS)
       return `${name}.originalMaxPositions must be an integer from 1 to ${MAX_ORIGINAL_POSITIONS}, got ${originalMaxPositions}`;
   }

@@ -48,13 +48,15 @@ function rmsNorm(x: Float64Array, rows: number, w: Float64Array, eps: number): F
 }
 
 /** config.json's rope_scaling as the reference reads it (keys as Hugging Face names them). */
-type HfRopeScaling = { rope_type: "linear"; factor: number } | {
-  rope_type: "llama3";
-  factor: number;
-  low_freq_factor: number;
-  high_freq_factor: number;
-  original_max_position_embeddings: number;
-};
+type HfRopeScaling =
+  | { rope_type: "linear"; factor: number }
+  | {
+      rope_type: "llama3";
+      factor: number;
+      low_freq_factor: number;
+      high_freq_factor: number;
+      original_max_position_embeddings: number;
+    };
 
 /** inv_freq_j of Hugging Face's rotary embedding: theta^(-2j/D), then the scaling (see the top of the file). */
 function inverseFrequency(j: number, dim: number, theta: number, scaling?: HfRopeScaling): number {

@@ -33,7 +33,10 @@ describe("ropeScalingFrom", () => {
       ],
       [{ factor: 2 }, "config 'm/config.json': rope_scaling.type must be a string, got undefined"],
       [{ rope_type: 3 }, "config 'm/config.json': rope_scaling.rope_type must be a string, got 3"],
-      [{ rope_type: "linear", type: "llama3", factor: 2 }, "config 'm/config.json': rope_scaling.type \"llama3\" disagrees with rope_scaling.rope_type \"linear\""],
+      [
+        { rope_type: "linear", type: "llama3", factor: 2 },
+        'config \'m/config.json\': rope_scaling.type "llama3" disagrees with rope_scaling.rope_type "linear"',
+      ],
       [{ type: "linear" }, "config 'm/config.json': rope_scaling.factor must be a number > 0, got nothing (the key is missing)"],
       [{ type: "linear", factor: "2" }, "config 'm/config.json': rope_scaling.factor must be a number > 0, got \"2\""],
       [{ type: "linear", factor: 0 }, "config 'm/config.json': rope_scaling.factor must be a number > 0, got 0"],

@@ -38,8 +38,7 @@ export function ropeScalingFrom(json: Readonly<Record<string, unknown>>, file: s
     throw new ModelError(`${where("rope_parameters")} ${shown(json.rope_parameters)} is not supported: transformers 5's rope_parameters is not read yet`);
   const scaling = json.rope_scaling;
   if (scaling === undefined || scaling === null) return undefined;
-  if (typeof scaling !== "object" || Array.isArray(scaling))
-    throw new ModelError(`${where("rope_scaling")} must be an object or null, got ${shown(scaling)}`);
+  if (typeof scaling !== "object" || Array.isArray(scaling)) throw new ModelError(`${where("rope_scaling")} must be an object or null, got ${shown(scaling)}`);
   const record = scaling as Record<string, unknown>;
   const typeKey = "rope_type" in record ? "rope_type" : "type";
   const type = record[typeKey];
