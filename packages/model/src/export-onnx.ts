@@ -7,8 +7,9 @@
  * operation of that definition is written as ONNX nodes (the same operators
  * the training kernels run: LayerNormalization or
  * SimplifiedLayerNormalization, Gelu with the tanh approximation, RoPE as
- * rotate-half with float64 angle tables (RoPE scaling included), causal attention as MatMul +
- * additive mask + Softmax with key/value heads repeated for GQA).
+ * rotate-half with float64 angle tables, the config's RoPE scaling
+ * included, causal attention as MatMul + additive mask + Softmax with
+ * key/value heads repeated for GQA).
  * Weights are stored as initializers.
  */
 import { blockForward, mlpComponent, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";

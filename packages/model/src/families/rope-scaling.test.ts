@@ -50,9 +50,12 @@ describe("ropeScalingFrom", () => {
       [{ ...llama31, high_freq_factor: 1 }, "config 'm/config.json': rope_scaling.high_freq_factor 1 must be greater than rope_scaling.low_freq_factor 1"],
       [
         { ...llama31, original_max_position_embeddings: 8192.5 },
-        "config 'm/config.json': rope_scaling.original_max_position_embeddings must be a positive integer, got 8192.5",
+        "config 'm/config.json': rope_scaling.original_max_position_embeddings must be an integer from 1 to 2^31, got 8192.5",
       ],
-      [{ ...llama31, original_max_position_embeddings: 2 ** 40 }, /^config 'm\/config.json': rope_scaling is not supported: ropeScaling.originalMaxPositions/],
+      [
+        { ...llama31, original_max_position_embeddings: 2 ** 40 },
+        "config 'm/config.json': rope_scaling.original_max_position_embeddings must be an integer from 1 to 2^31, got 1099511627776",
+      ],
       [[2], "config 'm/config.json': rope_scaling must be an object or null, got [2]"],
       ["linear", "config 'm/config.json': rope_scaling must be an object or null, got \"linear\""],
     ];

@@ -65,13 +65,13 @@ export function ropeScalingFrom(json: Readonly<Record<string, unknown>>, file: s
     const lowFreqFactor = positive("low_freq_factor");
     const highFreqFactor = positive("high_freq_factor");
     const originalMaxPositions = positive("original_max_position_embeddings");
-    if (!Number.isSafeInteger(originalMaxPositions))
-      throw new ModelError(`${where("rope_scaling.original_max_position_embeddings")} must be a positive integer, got ${originalMaxPositions}`);
+    if (!Number.isSafeInteger(originalMaxPositions) || originalMaxPositions > 2 ** 31)
+      throw new ModelError(`${where("rope_scaling.original_max_position_embeddings")} must be an integer from 1 to 2^31, got ${originalMaxPositions}`);
     if (!(highFreqFactor > lowFreqFactor))
       throw new ModelError(`${where("rope_scaling.high_freq_factor")} ${highFreqFactor} must be greater than rope_scaling.low_freq_factor ${lowFreqFactor}`);
     result = { type: "llama3", factor, lowFreqFactor, highFreqFactor, originalMaxPositions };
   }
-  // what the kernels accept (bounds included), named by the file's keys where this reader has not already refused it
+  // the kernels' own check, as a safety net: every bound it has is refused above under the file's keys
   const problem = ropeScalingProblem(result);
   if (problem !== undefined) throw new ModelError(`${where("rope_scaling")} is not supported: ${problem}`);
   return result;
