@@ -114,6 +114,7 @@ describe("RoPE scaling", () => {
     const cases: [unknown, RegExp][] = [
       [null, /^ropeForward: scaling must be an object or absent, got null$/],
       [{ type: "yarn", factor: 2 }, /^ropeForward: scaling\.type must be one of "linear", "llama3", got "yarn"$/],
+      [{ type: "toString", factor: 2 }, /^ropeForward: scaling\.type must be one of "linear", "llama3", got "toString"$/],
       [{ type: "linear" }, /^ropeForward: scaling\.factor must be a finite number > 0, got undefined$/],
       [{ type: "linear", factor: 2, lowFreqFactor: 1 }, /^ropeForward: scaling\.lowFreqFactor is not a field of a linear RoPE scaling/],
       [{ ...llama3, factor: Number.NaN }, /^ropeForward: scaling\.factor must be a finite number > 0, got null$/],

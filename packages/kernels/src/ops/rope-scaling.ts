@@ -48,7 +48,7 @@ export function ropeScalingProblem(scaling: unknown, name = "ropeScaling"): stri
   if (scaling === undefined) return undefined;
   if (scaling === null || typeof scaling !== "object" || Array.isArray(scaling)) return `${name} must be an object or absent, got ${shown(scaling)}`;
   const record = scaling as Record<string, unknown>;
-  const fields = typeof record.type === "string" ? FIELDS[record.type] : undefined;
+  const fields = typeof record.type === "string" && Object.hasOwn(FIELDS, record.type) ? FIELDS[record.type] : undefined;
   if (fields === undefined) return `${name}.type must be one of ${ROPE_SCALING_TYPES.map((t) => `"${t}"`).join(", ")}, got ${shown(record.type)}`;
   const extra = Object.keys(record).find((key) => !fields.includes(key));
   if (extra !== undefined) return `${name}.${extra} is not a field of a ${record.type} RoPE scaling (fields: ${fields.join(", ")})`;

@@ -31,6 +31,7 @@ describe("ropeScalingFrom", () => {
         { rope_type: "su", factor: 2 },
         "config 'm/config.json': rope_scaling.rope_type \"su\" is not supported: the RoPE scalings read are default, linear, llama3",
       ],
+      [{ rope_type: "constructor" }, /^config 'm\/config.json': rope_scaling.rope_type "constructor" is not supported: the RoPE scalings read are/],
       [{ factor: 2 }, "config 'm/config.json': rope_scaling.type must be a string, got undefined"],
       [{ rope_type: 3 }, "config 'm/config.json': rope_scaling.rope_type must be a string, got 3"],
       [

@@ -45,8 +45,8 @@ export function ropeScalingFrom(json: Readonly<Record<string, unknown>>, file: s
   if ("rope_type" in record && "type" in record && record.type !== type)
     throw new ModelError(`${where("rope_scaling.type")} ${shown(record.type)} disagrees with rope_scaling.rope_type ${shown(type)}`);
   if (typeof type !== "string") throw new ModelError(`${where(`rope_scaling.${typeKey}`)} must be a string, got ${shown(type)}`);
-  if (REFUSED[type] !== undefined) throw new ModelError(`${where(`rope_scaling.${typeKey}`)} "${type}" is not supported: ${REFUSED[type]}`);
-  const keys = KEYS[type];
+  if (Object.hasOwn(REFUSED, type)) throw new ModelError(`${where(`rope_scaling.${typeKey}`)} "${type}" is not supported: ${REFUSED[type]}`);
+  const keys = Object.hasOwn(KEYS, type) ? KEYS[type] : undefined;
   if (keys === undefined)
     throw new ModelError(`${where(`rope_scaling.${typeKey}`)} ${shown(type)} is not supported: the RoPE scalings read are ${Object.keys(KEYS).join(", ")}`);
   const extra = Object.keys(record).find((key) => key !== "rope_type" && key !== "type" && !keys.includes(key));
