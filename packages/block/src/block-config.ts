@@ -2,6 +2,7 @@
  * TransformerBlock configuration: defaults, derived sizes and validation.
  * Checked once, before any weight is allocated or any message is sent.
  */
+import { copyRopeScaling, ropeScalingProblem, type RopeScaling } from "@ulysses/kernels";
 import { BlockError } from "./errors.js";
 import { mlpComponent } from "./mlps.js";
 import { normComponent } from "./norms.js";
@@ -28,6 +29,8 @@ export interface BlockConfig {
   eps?: number;
   /** default 10000 */
   ropeBase?: number;
+  /** RoPE's frequency scaling (linear, llama3); default none. */
+  ropeScaling?: RopeScaling;
   /** default true */
   causal?: boolean;
   /** Biases on every linear layer; default false. */
@@ -45,6 +48,8 @@ export interface ResolvedBlockConfig {
   readonly norm: NormKind;
   readonly eps: number;
   readonly ropeBase: number;
+  /** Absent: plain RoPE. */
+  readonly ropeScaling?: RopeScaling;
   readonly causal: boolean;
   readonly bias: boolean;
 }
@@ -76,6 +81,8 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
   const eps = config.eps ?? 1e-5;
   const ropeBase = config.ropeBase ?? 10000;
   if (!(eps > 0) || !(ropeBase > 0)) throw new BlockError(`block config: eps (${eps}) and ropeBase (${ropeBase}) must be positive`);
+  const scalingProblem = ropeScalingProblem(config.ropeScaling);
+  if (scalingProblem !== undefined) throw new BlockError(`block config: ${scalingProblem}`);
   return {
     hidden,
     heads,
@@ -87,6 +94,7 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
     norm,
     eps,
     ropeBase,
+    ...(config.ropeScaling === undefined ? {} : { ropeScaling: copyRopeScaling(config.ropeScaling) }),
     causal: config.causal ?? true,
     bias: config.bias ?? false,
   };

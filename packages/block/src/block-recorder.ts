@@ -64,7 +64,7 @@ export class Recorder implements BlockMath<F32> {
 
   /** x is q's or k's projection, which nothing else reads: it goes back to the ops once rotated. */
   async rope(x: F32): Promise<F32> {
-    const y = await this.ops.ropeForward(x, this.where().call.positions, this.block.config.ropeBase);
+    const y = await this.ops.ropeForward(x, this.where().call.positions, this.block.config.ropeBase, this.block.config.ropeScaling);
     if (y.data !== x.data) this.ops.release?.(x);
     return y;
   }

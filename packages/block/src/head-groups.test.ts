@@ -3,8 +3,9 @@
  * (which reference-block.test.ts holds to a float64 composition): the same
  * output, input gradient and weight gradients for every MLP, norm, bias,
  * grouped-query layout, group count, with and without checkpointing and a
- * tiled MLP, with per-token positions and packed documents; what a grouped
- * block saves; and the validation of the group count.
+ * tiled MLP, with per-token positions and packed documents, and with RoPE
+ * scaling (also checkpointed without groups); what a grouped block saves;
+ * the validation of the group count and of the RoPE scaling.
  */
 import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
 import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
@@ -84,6 +85,34 @@ describe("attention in head groups equals the plain block", () => {
       }
     }
   }
+});
+
+describe("with RoPE scaling, head groups and checkpointing equal the plain block", () => {
+  for (const ropeScaling of [
+    { type: "llama3", factor: 4, lowFreqFactor: 1, highFreqFactor: 8, originalMaxPositions: 64 },
+    { type: "linear", factor: 3 },
+  ] as const) {
+    const config: BlockConfig = { hidden: 32, heads: 4, kvHeads: 2, mlpRatio: 2, mlp: "swiglu", norm: "rmsnorm", ropeScaling };
+    const c = resolveBlockConfig(config);
+    const weights = initBlockWeights(c, 3, { perturb: 0.2, std: 0.4 });
+    const random = seededRandom(12);
+    const x = randomTensor([batch, seq, c.hidden], random);
+    const dy = randomTensor([batch, seq, c.hidden], random);
+    for (const mode of [{ checkpoint: true }, { attentionHeadGroups: 2 }, { attentionHeadGroups: 2, checkpoint: true, headGroupTileRows: 5 }]) {
+      it(`${ropeScaling.type}, ${JSON.stringify(mode)}, packed documents`, async () => {
+        const want = await step(block(config, weights), x, dy, packed());
+        expectSameStep(c, await step(block(config, weights, mode), x, dy, packed()), want);
+      });
+    }
+  }
+  it("a malformed scaling is refused by the block config, naming the field", () => {
+    const config = { hidden: 16, heads: 2, ropeScaling: { type: "llama3", factor: 4, lowFreqFactor: 2, highFreqFactor: 2, originalMaxPositions: 64 } } as const;
+    expect(() => resolveBlockConfig(config)).toThrow(BlockError);
+    expect(() => resolveBlockConfig(config)).toThrow("block config: ropeScaling.highFreqFactor (2) must be greater than ropeScaling.lowFreqFactor (2)");
+    const resolved = resolveBlockConfig({ hidden: 16, heads: 2, ropeScaling: { type: "linear", factor: 2 } });
+    expect(resolved.ropeScaling).toEqual({ type: "linear", factor: 2 });
+    expect(resolveBlockConfig({ hidden: 16, heads: 2 }).ropeScaling).toBeUndefined();
+  });
 });
 
 describe("what a grouped block saves", () => {

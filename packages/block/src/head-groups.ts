@@ -125,8 +125,8 @@ async function project(c: HeadGroupsCall, s: Slice, h1: F32): Promise<{ q: F32; 
     ops.linearForward(h1, narrow(weights[`${name}.w`]!, 1, start, width), config.bias ? part(weights[`${name}.b`]!, start, width) : undefined);
   // [rows, n * D] -> [b, s, n, D]
   const heads = (t: F32, n: number) => t.reshape([c.batch, c.seq, n, config.headDim]);
-  const q = await ops.ropeForward(heads(await linear("attn.q", s.qStart, s.qWidth), s.heads), c.positions, config.ropeBase);
-  const k = await ops.ropeForward(heads(await linear("attn.k", s.kvStart, s.kvWidth), s.kvHeads), c.positions, config.ropeBase);
+  const q = await ops.ropeForward(heads(await linear("attn.q", s.qStart, s.qWidth), s.heads), c.positions, config.ropeBase, config.ropeScaling);
+  const k = await ops.ropeForward(heads(await linear("attn.k", s.kvStart, s.kvWidth), s.kvHeads), c.positions, config.ropeBase, config.ropeScaling);
   const v = heads(await linear("attn.v", s.kvStart, s.kvWidth), s.kvHeads);
   return { q, k, v };
 }
@@ -196,8 +196,8 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
     const a = await c.attention.backward(context, await outputBackward(c, s, g, out, dx2, grads));
     // q, k and v in one linear backward against the group's columns side by side: one [rows, hidden] dh1 term per group
     const dqkv = sideBySide(rowCount, [
-      await ops.ropeBackward(a.dq, c.positions, config.ropeBase),
-      await ops.ropeBackward(a.dk, c.positions, config.ropeBase),
+      await ops.ropeBackward(a.dq, c.positions, config.ropeBase, config.ropeScaling),
+      await ops.ropeBackward(a.dk, c.positions, config.ropeBase, config.ropeScaling),
       a.dv,
     ]);
     c.attention.release(context, out, a.dq, a.dk, a.dv);

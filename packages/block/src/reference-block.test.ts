@@ -2,7 +2,9 @@
  * Cross-checks the block against an independent float64 composition of the
  * reference kernels' math (no wrapper, no communication, no block code):
  * forward outputs directly, and every gradient against central finite
- * differences of that composition.
+ * differences of that composition (RoPE scaling included: the composition
+ * rotates with the scaled frequencies, so a forward or backward that drops
+ * the scaling fails).
  */
 import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
 import {
@@ -41,8 +43,8 @@ function block64(c: ResolvedBlockConfig, w: Record<string, F64>, x: F64): F64 {
     );
   const x2d = x.reshape([rows, c.hidden]);
   const h1 = norm(x2d, "norm1");
-  const q = ropeRotate64(lin(h1, "attn.q").reshape([b, n, c.heads, c.headDim]), 0, c.ropeBase, 1);
-  const k = ropeRotate64(lin(h1, "attn.k").reshape([b, n, c.kvHeads, c.headDim]), 0, c.ropeBase, 1);
+  const q = ropeRotate64(lin(h1, "attn.q").reshape([b, n, c.heads, c.headDim]), 0, c.ropeBase, 1, "rope", c.ropeScaling);
+  const k = ropeRotate64(lin(h1, "attn.k").reshape([b, n, c.kvHeads, c.headDim]), 0, c.ropeBase, 1, "rope", c.ropeScaling);
   const v = lin(h1, "attn.v");
   const dims = {
     batch: b,
@@ -66,6 +68,17 @@ function block64(c: ResolvedBlockConfig, w: Record<string, F64>, x: F64): F64 {
 const configs: BlockConfig[] = [
   { hidden: 8, heads: 2, bias: true, mlpRatio: 2 },
   { hidden: 16, heads: 4, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2, causal: true },
+  // head dim 8: wavelengths 6.3, 63, 628, 6283 against bands 8 and 64: one pair kept, one interpolated, two divided
+  {
+    hidden: 16,
+    heads: 2,
+    kvHeads: 1,
+    norm: "rmsnorm",
+    mlp: "swiglu",
+    mlpRatio: 2,
+    ropeScaling: { type: "llama3", factor: 4, lowFreqFactor: 1, highFreqFactor: 8, originalMaxPositions: 64 },
+  },
+  { hidden: 8, heads: 2, ropeBase: 500, ropeScaling: { type: "linear", factor: 3 } },
 ];
 
 describe("TransformerBlock against a float64 composition of the reference math", () => {

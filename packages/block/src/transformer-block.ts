@@ -318,10 +318,10 @@ export class TransformerBlock {
 
   /** RoPE and q, k, v: the attention's gradients -> dh1; then hands the attention's buffers back. */
   private async qkvBackward(a: Activations, g: AttentionGradients, positions: RopePositions, grads: FlatTensors): Promise<F32> {
-    const { heads, kvHeads, headDim, ropeBase } = this.config;
+    const { heads, kvHeads, headDim, ropeBase, ropeScaling } = this.config;
     const rows = g.dq.shape[0]! * g.dq.shape[1]!;
     // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
-    const rotated = async (d: F32, width: number) => (await this.ops.ropeBackward(d, positions, ropeBase)).reshape([rows, width]);
+    const rotated = async (d: F32, width: number) => (await this.ops.ropeBackward(d, positions, ropeBase, ropeScaling)).reshape([rows, width]);
     // each rotated gradient goes back to the ops as soon as its projection's backward has read it (unless the ops rotated in
     // place: then it is the attention's)
     const projectionBackward = async (x: F32, name: "attn.q" | "attn.k", d: F32, width: number) => {

@@ -28,6 +28,15 @@ export { attentionDims, checkBackwardShapes, type AttentionDims, type AttentionE
 export { documentRanges, keySpan, tileVisibility, type KeyRanges, type KeySpan, type TileVisibility } from "./attention/documents.js";
 export { ReferenceOps, DEFAULT_ROPE_BASE } from "./reference/ops.js";
 export { ropeAngle } from "./reference/rope.js";
+export {
+  ropeInverseFrequencies,
+  ropeInverseFrequency,
+  ropeScalingProblem,
+  ropeScalingKey,
+  copyRopeScaling,
+  ROPE_SCALING_TYPES,
+  type RopeScaling,
+} from "./ops/rope-scaling.js";
 export { OrtAttention, type OrtAttentionOptions } from "./attention/ort-attention.js";
 export { OrtOps, createOrtOps } from "./ops/ort-ops.js";
 export { Tape, type TapeValue, type TapeNode } from "./graph/gradients-tape.js";

@@ -8,7 +8,9 @@ import type { GptConfig } from "./gpt-config.js";
 
 const base: GptConfig = { vocab: 40, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "gelu", mlpRatio: 2, maxSeq: 32, tiedHead: false };
 
-async function compare(config: GptConfig): Promise<number> {
+/** The worst difference between onnxruntime's logits of the export and the training forward's, relative to their largest; `plain`: the
+ * training forward of the same weights without RoPE scaling instead. */
+async function compare(config: GptConfig, plain = false): Promise<number> {
   const model = new Gpt(config, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 3 });
   // perturb norms so every weight matters
   const rng = new Rng(5);
@@ -18,7 +20,11 @@ async function compare(config: GptConfig): Promise<number> {
   const seq = 13;
   const ids = new Tensor("int32", [batch, seq]);
   for (let i = 0; i < ids.size; i++) ids.data[i] = rng.int(config.vocab);
-  const expected = (await model.forward(ids)).logits.data;
+  const reference = plain
+    ? new Gpt({ ...config, ropeScaling: undefined }, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 3 })
+    : model;
+  if (plain) reference.params.values.set(model.params.values);
+  const expected = (await reference.forward(ids)).logits.data;
   const session = await ort.InferenceSession.create(await buildOnnxModel(config, model.params.values));
   const feeds = {
     ids: new ort.Tensor(
@@ -47,6 +53,15 @@ describe("ONNX export", () => {
   it("and with a llama family's config: an MLP width not a multiple of hidden, its own eps and RoPE base", async () => {
     expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", mlpHidden: 40, eps: 1e-6, ropeBase: 500000 })).toBeLessThan(1e-5);
   });
+  // head dim 8, base 10000: wavelengths 6.3, 63, 628, 6283 against bands 16 and 64 (context 64): one pair kept, one interpolated, two divided
+  const llama3 = { type: "llama3", factor: 4, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 64 } as const;
+  for (const ropeScaling of [llama3, { type: "linear", factor: 3 } as const]) {
+    it(`and with ${ropeScaling.type} RoPE scaling (the export's tables scaled as training's are; unscaled logits differ)`, async () => {
+      const config: GptConfig = { ...base, hidden: 32, mlp: "swiglu", norm: "rmsnorm", ropeScaling };
+      expect(await compare(config)).toBeLessThan(1e-5);
+      expect(await compare(config, true)).toBeGreaterThan(1e-4);
+    });
+  }
   it("and with SwiGLU, RMSNorm and a tied head", async () => {
     expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", tiedHead: true, kvHeads: 1 })).toBeLessThan(1e-5);
   });

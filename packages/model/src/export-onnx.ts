@@ -7,12 +7,13 @@
  * operation of that definition is written as ONNX nodes (the same operators
  * the training kernels run: LayerNormalization or
  * SimplifiedLayerNormalization, Gelu with the tanh approximation, RoPE as
- * rotate-half with float64 angle tables, causal attention as MatMul +
- * additive mask + Softmax with key/value heads repeated for GQA).
+ * rotate-half with float64 angle tables, the config's RoPE scaling
+ * included, causal attention as MatMul + additive mask + Softmax with
+ * key/value heads repeated for GQA).
  * Weights are stored as initializers.
  */
 import { blockForward, mlpComponent, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
-import { GraphBuilder, attr, ropeAngle, type Value } from "@ulysses/kernels";
+import { GraphBuilder, attr, ropeInverseFrequencies, type Value } from "@ulysses/kernels";
 import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
 import { gptForward, type GptMath } from "./gpt-forward.js";
@@ -103,7 +104,7 @@ function blockMath(inputs: GraphInputs, layer: number): BlockMath<Value> {
 export async function buildOnnxModel(config: GptConfig, weights: Float32Array): Promise<Uint8Array> {
   const specs = gptParamSpecs(config);
   const block = blockConfigOf(config);
-  const { hidden, headDim, ropeBase } = block;
+  const { hidden, headDim, ropeBase, ropeScaling } = block;
   const total = specs.reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0);
   if (weights.length !== total) throw new ModelError(`export: ${weights.length} weights given, the model has ${total}`);
   const g = new GraphBuilder("ulysses-gpt", { opset: OPSET });
@@ -122,13 +123,14 @@ export async function buildOnnxModel(config: GptConfig, weights: Float32Array): 
   const ids = g.input("ids", "int64", ["batch", "seq"]);
   // seq as a 1-element int64 tensor
   const seqLen = g.op("Slice", [g.op("Shape", [ids]), g.int64s([1]), g.int64s([2])]);
-  // RoPE tables [maxSeq, 1, D] (angle of pair i repeated for i + D/2), sliced to [seq, 1, D]
+  // RoPE tables [maxSeq, 1, D] (angle of pair i repeated for i + D/2; frequencies with the config's scaling), sliced to [seq, 1, D]
   const half = headDim / 2;
+  const frequencies = ropeInverseFrequencies(headDim, ropeBase, ropeScaling);
   const cosTable = new Float32Array(config.maxSeq * headDim);
   const sinTable = new Float32Array(config.maxSeq * headDim);
   for (let p = 0; p < config.maxSeq; p++) {
     for (let i = 0; i < half; i++) {
-      const angle = ropeAngle(p, i, headDim, ropeBase);
+      const angle = p * frequencies[i]!;
       cosTable[p * headDim + i] = cosTable[p * headDim + i + half] = Math.cos(angle);
       sinTable[p * headDim + i] = sinTable[p * headDim + i + half] = Math.sin(angle);
     }

@@ -5,6 +5,7 @@
  * spec order), the final norm, the LM head (absent when tied).
  */
 import { blockWeightSpecs, normComponent, resolveBlockConfig, type MlpKind, type NormKind, type ResolvedBlockConfig } from "@ulysses/block";
+import { ropeScalingProblem, type RopeScaling } from "@ulysses/kernels";
 import { ModelError } from "./errors.js";
 
 export interface GptConfig {
@@ -28,6 +29,8 @@ export interface GptConfig {
   eps?: number;
   /** RoPE's base, theta (default 10000). */
   ropeBase?: number;
+  /** RoPE's frequency scaling (linear, llama3: a Hugging Face config's rope_scaling); absent: plain RoPE. */
+  ropeScaling?: RopeScaling;
 }
 
 export interface ParamSpec {
@@ -50,6 +53,7 @@ export function blockConfigOf(config: GptConfig): ResolvedBlockConfig {
     ...(config.mlpHidden === undefined ? {} : { mlpHidden: config.mlpHidden }),
     ...(config.eps === undefined ? {} : { eps: config.eps }),
     ...(config.ropeBase === undefined ? {} : { ropeBase: config.ropeBase }),
+    ...(config.ropeScaling === undefined ? {} : { ropeScaling: config.ropeScaling }),
     norm: config.norm ?? "layernorm",
     causal: true,
   });
@@ -96,6 +100,9 @@ export function validateGptConfig(config: GptConfig): void {
     throw new ModelError(`GPT config: eps must be a number in (0, 1], got ${String(eps)}`);
   if (ropeBase !== undefined && !(typeof ropeBase === "number" && ropeBase > 1 && ropeBase <= 1e12))
     throw new ModelError(`GPT config: ropeBase must be a number in (1, 1e12], got ${String(ropeBase)}`);
+  // strict (a checkpoint's metadata is read back through here): a known type, exactly its fields, each in range
+  const scalingProblem = ropeScalingProblem(config.ropeScaling);
+  if (scalingProblem !== undefined) throw new ModelError(`GPT config: ${scalingProblem}`);
   let block: ResolvedBlockConfig;
   try {
     block = blockConfigOf(config);

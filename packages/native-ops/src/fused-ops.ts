@@ -29,6 +29,7 @@ import {
   type TrainingOps,
   type LayerNormSaved,
   type RopePositions,
+  type RopeScaling,
   type SessionCache,
 } from "@ulysses/kernels";
 import { formatShape, numel, Tensor } from "@ulysses/tensors";
@@ -182,8 +183,8 @@ export class FusedOps extends OrtOps {
     return { dx, dGamma, dBeta };
   }
 
-  private rotate(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number): F32 {
-    const { dims, perToken, cos, sin } = this.ropeInputs(direction, x, positions, base);
+  private rotate(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number, scaling: RopeScaling | undefined): F32 {
+    const { dims, perToken, cos, sin } = this.ropeInputs(direction, x, positions, base, scaling);
     const [batch, seq, heads, headDim] = dims;
     const y = this.output(x.shape);
     if (y.size === 0) return y;
@@ -203,12 +204,12 @@ export class FusedOps extends OrtOps {
     return y;
   }
 
-  override async ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return this.rotate("fwd", x, positions, base);
+  override async ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE, scaling?: RopeScaling): Promise<F32> {
+    return this.rotate("fwd", x, positions, base, scaling);
   }
 
-  override async ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return this.rotate("bwd", dy, positions, base);
+  override async ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE, scaling?: RopeScaling): Promise<F32> {
+    return this.rotate("bwd", dy, positions, base, scaling);
   }
 
   override async geluBackward(x: F32, dy: F32): Promise<F32> {

@@ -5,14 +5,15 @@
  * instruction set this processor runs, and against OrtOps (the ONNX graphs
  * they replace). Rope's backward is also checked as the transpose of its
  * forward (<rope(x), y> = <x, rope^T(y)> in float64), independently of the
- * reference. Tolerances: 1e-5 of the largest reference value (maxRelativeError);
+ * reference. With linear and llama3 RoPE scaling too (FusedOps reads OrtOps'
+ * scaled tables). Tolerances: 1e-5 of the largest reference value (maxRelativeError);
  * measured on this project's VM: 3.9e-7 (LayerNorm forward), 6.6e-7 (its
  * backward) and 1.2e-7 (rope). The binding's argument checks are tested here
  * too. Skipped, with the reason in the suite's name, only when the native
  * addon is not built.
  */
 import { afterAll, describe, expect, it } from "vitest";
-import { SessionCache, createOrtOps, type RopePositions } from "@ulysses/kernels";
+import { SessionCache, createOrtOps, type RopePositions, type RopeScaling } from "@ulysses/kernels";
 import { layerNormBackward64, layerNormForward64, maxRelativeError, randomTensor, ropeRotate64, seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { fusedAttentionStatus } from "./index.js";
@@ -98,22 +99,29 @@ describe.skipIf(!status.available)(suite, () => {
     const [batch, seq] = shape;
     const perToken = new Int32Array(batch * seq);
     for (let i = 0; i < perToken.length; i++) perToken[i] = (i * 7) % 23; // restarts, as packed documents do
-    const cases: [RopePositions, number][] = [
+    const llama3: RopeScaling = { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 64 };
+    const cases: [RopePositions, number, RopeScaling?][] = [
       [0, 10000],
       [1000, 10000],
       [5, 500],
       [perToken, 10000],
+      [1000, 10000, llama3],
+      [perToken, 500, { type: "linear", factor: 2 }],
     ];
-    for (const [positions, base] of cases) {
-      const forward = ropeRotate64(x, positions, base, 1);
-      const backward = ropeRotate64(x, positions, base, -1);
-      const label = `${typeof positions === "number" ? `offset ${positions}` : "per-token"}, base ${base}`;
+    for (const [positions, base, scaling] of cases) {
+      const forward = ropeRotate64(x, positions, base, 1, "rope", scaling);
+      const backward = ropeRotate64(x, positions, base, -1, "rope", scaling);
+      const label = `${typeof positions === "number" ? `offset ${positions}` : "per-token"}, base ${base}, scaling ${scaling?.type ?? "none"}`;
       for (const [isa, fused] of ops) {
-        expect(maxRelativeError(await fused.ropeForward(x, positions, base), forward), `forward, ${label}, ${isa}`).toBeLessThanOrEqual(TOLERANCE);
-        expect(maxRelativeError(await fused.ropeBackward(x, positions, base), backward), `backward, ${label}, ${isa}`).toBeLessThanOrEqual(TOLERANCE);
+        const y = await fused.ropeForward(x, positions, base, scaling);
+        expect(maxRelativeError(y, forward), `forward, ${label}, ${isa}`).toBeLessThanOrEqual(TOLERANCE);
+        expect(maxRelativeError(await fused.ropeBackward(x, positions, base, scaling), backward), `backward, ${label}, ${isa}`).toBeLessThanOrEqual(TOLERANCE);
+        if (scaling !== undefined && shape[3]! > 2)
+          // the scaling reaches the tables (pair 0 keeps its frequency; wider heads differ)
+          expect(maxRelativeError(y, ropeRotate64(x, positions, base, 1)), `scaled differs from plain, ${label}, ${isa}`).toBeGreaterThan(1e-4);
       }
-      const ortForward = await ort.ropeForward(x, positions, base);
-      expect(maxRelativeError(await ops.get("portable")!.ropeForward(x, positions, base), ortForward), `OrtOps, ${label}`).toBeLessThan(1e-6);
+      const ortForward = await ort.ropeForward(x, positions, base, scaling);
+      expect(maxRelativeError(await ops.get("portable")!.ropeForward(x, positions, base, scaling), ortForward), `OrtOps, ${label}`).toBeLessThan(1e-6);
     }
   });
 

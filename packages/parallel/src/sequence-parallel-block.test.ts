@@ -59,6 +59,21 @@ const cases: Case[] = [
     seq: 8,
     ranks: [2, 4],
   },
+  {
+    name: "GQA, RMSNorm, SwiGLU, llama3 RoPE scaling (head dim 8: pairs kept, interpolated and divided)",
+    config: {
+      hidden: 32,
+      heads: 4,
+      kvHeads: 2,
+      norm: "rmsnorm",
+      mlp: "swiglu",
+      mlpRatio: 2,
+      ropeScaling: { type: "llama3", factor: 4, lowFreqFactor: 1, highFreqFactor: 8, originalMaxPositions: 64 },
+    },
+    batch: 1,
+    seq: 24,
+    ranks: [2, 3],
+  },
   { name: "uneven heads 6 on 4", config: { hidden: 24, heads: 6, mlpRatio: 2 }, batch: 1, seq: 8, ranks: [4] },
   { name: "uneven sequence N=1000 on 3", config: { hidden: 12, heads: 3, mlpRatio: 2, norm: "rmsnorm" }, batch: 1, seq: 1000, ranks: [3] },
 ];

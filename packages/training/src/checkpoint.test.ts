@@ -97,6 +97,34 @@ describe("loadCheckpoint from untrusted files", () => {
     expect(weightsOnly.v).toBeNull();
   });
 
+  it("keeps a Hugging Face family's model fields (width, eps, RoPE base and scaling) and checks the scaling strictly", () => {
+    const llama: GptConfig = {
+      ...TINY,
+      mlp: "swiglu",
+      norm: "rmsnorm",
+      mlpHidden: 6,
+      eps: 1e-6,
+      ropeBase: 500000,
+      ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 8192 },
+    };
+    const file = craft(dir, "llama.safetensors", { ...llama, attention: "ulysses" }, withMoments(llama));
+    expect(loadCheckpoint(file).config).toEqual(llama);
+    expect(inspectCheckpoint(file).config).toEqual(llama);
+    const scaling = llama.ropeScaling!;
+    expectRefused(
+      craft(dir, "scaling-type.safetensors", { ...llama, ropeScaling: { ...scaling, type: "yarn" } }, withMoments(llama)),
+      /ropeScaling\.type must be one of "linear", "llama3", got "yarn"/,
+    );
+    expectRefused(
+      craft(dir, "scaling-extra.safetensors", { ...llama, ropeScaling: { type: "linear", factor: 2, lowFreqFactor: 1 } }, withMoments(llama)),
+      /ropeScaling\.lowFreqFactor is not a field of a linear RoPE scaling/,
+    );
+    expectRefused(
+      craft(dir, "scaling-factor.safetensors", { ...llama, ropeScaling: { ...scaling, factor: -1 } }, withMoments(llama)),
+      /ropeScaling\.factor must be a finite number > 0, got -1/,
+    );
+  });
+
   it("refuses a config with layers 1e8 before building its parameter list", () => {
     const file = craft(dir, "layers.safetensors", { ...TINY, layers: 1e8 }, withMoments(TINY));
     expectRefused(file, new RegExp(`layers 100000000 is above the limit of ${GPT_CONFIG_LIMITS.layers}`));

@@ -10,6 +10,7 @@
  * such a value. Saving is collective under ZeRO-1 (the moments are
  * gathered); only the rank given `write: true` touches the file, atomically.
  */
+import { copyRopeScaling } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { TrainingError } from "./errors.js";
 import {
@@ -225,15 +226,23 @@ function shortText(text: string): string {
 }
 
 /**
- * The model fields of a checkpoint's config. Checkpoints written before the
- * model became one-device code also carry `attention` (the sequence-parallel
- * kind, a run setting now kept in the settings); it is dropped here.
+ * The model fields of a checkpoint's config (validated by gptParamSpecs
+ * first), the optional ones (norm, mlpHidden, eps, ropeBase, ropeScaling)
+ * when present: a Hugging Face family's model keeps its width, epsilon and
+ * RoPE. Checkpoints written before the model became one-device code also
+ * carry `attention` (the sequence-parallel kind, a run setting now kept in
+ * the settings); it is dropped here.
  */
 function modelConfig(config: GptConfig): GptConfig {
-  const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm } = config;
-  return norm === undefined
-    ? { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead }
-    : { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm };
+  const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm, mlpHidden, eps, ropeBase, ropeScaling } = config;
+  return {
+    ...{ vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead },
+    ...(norm === undefined ? {} : { norm }),
+    ...(mlpHidden === undefined ? {} : { mlpHidden }),
+    ...(eps === undefined ? {} : { eps }),
+    ...(ropeBase === undefined ? {} : { ropeBase }),
+    ...(ropeScaling === undefined ? {} : { ropeScaling: copyRopeScaling(ropeScaling) }),
+  };
 }
 
 function describeConfig(config: GptConfig): string {
@@ -285,7 +294,8 @@ export function loadWeightsInto(params: ParameterStore, checkpoint: LoadedCheckp
 
 /** Restores weights, moments and step into a trainer whose model has the checkpoint's config. */
 export function restoreCheckpoint(trainer: Trainer, checkpoint: LoadedCheckpoint): void {
-  const a = JSON.stringify(trainer.model.config);
+  // both in modelConfig's order, so a config built in another key order (a Hugging Face family's) compares by its values
+  const a = JSON.stringify(modelConfig(trainer.model.config));
   const b = JSON.stringify(checkpoint.config);
   if (a !== b) throw new TrainingError(`checkpoint '${checkpoint.file}' was written for model ${b}, not ${a}`);
   if (checkpoint.m === null || checkpoint.v === null)

@@ -12,7 +12,7 @@ import { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
 import { DEFAULT_IGNORE_INDEX } from "../reference/embedding-loss.js";
 import { DEFAULT_ROPE_BASE } from "../reference/ops.js";
-import { ropeAngle } from "../reference/rope.js";
+import { ropeInverseFrequencies, ropeScalingKey, type RopeScaling } from "./rope-scaling.js";
 import type { SessionCache } from "../runtime/session-cache.js";
 import * as graphs from "./ort-graphs.js";
 import type { CrossEntropyResult, LayerNormSaved, RopePositions, TrainingOps } from "./types.js";
@@ -27,17 +27,18 @@ function float32(op: string, name: string, t: Tensor): void {
 /**
  * cos and sin tables of `shape` ([..., 1, headDim]) for one position per
  * table row (positions.length = size / headDim), each pair's angle repeated
- * in both halves of the row.
+ * in both halves of the row (frequencies from base and the optional scaling).
  */
-function ropeCosSin(shape: number[], positions: ArrayLike<number>, base: number): { cos: F32; sin: F32 } {
+function ropeCosSin(shape: number[], positions: ArrayLike<number>, base: number, scaling: RopeScaling | undefined): { cos: F32; sin: F32 } {
   const headDim = shape[shape.length - 1]!;
   const half = headDim / 2;
+  const frequencies = ropeInverseFrequencies(headDim, base, scaling);
   const cos = new Tensor("float32", shape);
   const sin = new Tensor("float32", shape);
   for (let r = 0; r < positions.length; r++) {
     const o = r * headDim;
     for (let i = 0; i < half; i++) {
-      const angle = ropeAngle(positions[r]!, i, headDim, base);
+      const angle = positions[r]! * frequencies[i]!;
       cos.data[o + i] = cos.data[o + i + half] = Math.cos(angle);
       sin.data[o + i] = sin.data[o + i + half] = Math.sin(angle);
     }
@@ -203,14 +204,14 @@ export class OrtOps implements TrainingOps {
     return { dGate: out.dGate!.reshape(gate.shape), dUp: out.dUp!.reshape(gate.shape) };
   }
 
-  /** cos and sin [seq, 1, headDim] for positions offset .. offset + seq - 1 (cached by shape, offset and base). */
-  private ropeTable(seq: number, headDim: number, offset: number, base: number): { cos: F32; sin: F32 } {
-    const key = `${seq} ${headDim} ${offset} ${base}`;
+  /** cos and sin [seq, 1, headDim] for positions offset .. offset + seq - 1 (cached by shape, offset, base and scaling). */
+  private ropeTable(seq: number, headDim: number, offset: number, base: number, scaling: RopeScaling | undefined): { cos: F32; sin: F32 } {
+    const key = `${seq} ${headDim} ${offset} ${base} ${ropeScalingKey(scaling)}`;
     let table = this.ropeTables.get(key);
     if (!table) {
       const positions = new Float64Array(seq);
       for (let t = 0; t < seq; t++) positions[t] = offset + t;
-      table = ropeCosSin([seq, 1, headDim], positions, base);
+      table = ropeCosSin([seq, 1, headDim], positions, base, scaling);
       if (this.ropeTables.size >= 64) this.ropeTables.clear();
       this.ropeTables.set(key, table);
     }
@@ -224,44 +225,46 @@ export class OrtOps implements TrainingOps {
    * batch * seq * headDim / 2 cos and sin to build one); forward and
    * backward of one step, and the layers of one model, build it once.
    */
-  private ropeTokenTable(dims: readonly number[], positions: Int32Array, base: number): { cos: F32; sin: F32 } {
+  private ropeTokenTable(dims: readonly number[], positions: Int32Array, base: number, scaling: RopeScaling | undefined): { cos: F32; sin: F32 } {
     const [batch, seq, , headDim] = dims as [number, number, number, number];
     const last = this.lastTokenTable;
-    const key = `${batch} ${seq} ${headDim} ${base}`;
+    const key = `${batch} ${seq} ${headDim} ${base} ${ropeScalingKey(scaling)}`;
     if (last && last.key === key && sameValues(last.positions, positions)) return last.table;
-    const table = ropeCosSin([batch, seq, 1, headDim], positions, base);
+    const table = ropeCosSin([batch, seq, 1, headDim], positions, base, scaling);
     this.lastTokenTable = { key, positions: positions.slice(), table };
     return table;
   }
 
   /**
    * The rope ops' checks and tables: x's dims [batch, seq, heads, headDim], and cos and sin [seq, 1, headDim] (positions from an
-   * offset) or [batch, seq, 1, headDim] (every token's own, perToken).
+   * offset) or [batch, seq, 1, headDim] (every token's own, perToken); `scaling` changes the frequencies.
    */
   protected ropeInputs(
     direction: "fwd" | "bwd",
     x: F32,
     positions: RopePositions,
     base: number,
+    scaling?: RopeScaling,
   ): { dims: [number, number, number, number]; perToken: boolean; cos: F32; sin: F32 } {
-    const dims = ropeShape(direction === "fwd" ? "ropeForward" : "ropeBackward", x, positions, base);
+    const dims = ropeShape(direction === "fwd" ? "ropeForward" : "ropeBackward", x, positions, base, scaling);
     const perToken = positions instanceof Int32Array;
-    return { dims, perToken, ...(perToken ? this.ropeTokenTable(dims, positions, base) : this.ropeTable(dims[1], dims[3], positions, base)) };
+    const table = perToken ? this.ropeTokenTable(dims, positions, base, scaling) : this.ropeTable(dims[1], dims[3], positions, base, scaling);
+    return { dims, perToken, ...table };
   }
 
-  private async rope(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number): Promise<F32> {
-    const { dims, perToken, cos, sin } = this.ropeInputs(direction, x, positions, base);
+  private async rope(direction: "fwd" | "bwd", x: F32, positions: RopePositions, base: number, scaling: RopeScaling | undefined): Promise<F32> {
+    const { dims, perToken, cos, sin } = this.ropeInputs(direction, x, positions, base, scaling);
     const key = `rope.${direction} ${dims.join("x")}${perToken ? " per-token" : ""}`;
     if (direction === "fwd") return (await this.run(key, () => graphs.ropeForwardGraph(dims, perToken), { x, cos, sin })).y!;
     return (await this.run(key, () => graphs.ropeBackwardGraph(dims, perToken), { dy: x, cos, sin })).dx!;
   }
 
-  ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return this.rope("fwd", x, positions, base);
+  ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE, scaling?: RopeScaling): Promise<F32> {
+    return this.rope("fwd", x, positions, base, scaling);
   }
 
-  ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return this.rope("bwd", dy, positions, base);
+  ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE, scaling?: RopeScaling): Promise<F32> {
+    return this.rope("bwd", dy, positions, base, scaling);
   }
 
   async embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32> {

@@ -5,6 +5,7 @@
  * Backward functions take what forward saved and the output gradient.
  */
 import type { Tensor } from "@ulysses/tensors";
+import type { RopeScaling } from "./rope-scaling.js";
 
 type F32 = Tensor<"float32">;
 
@@ -94,13 +95,14 @@ export interface BlockOps {
   /**
    * Rotary embedding on x [batch, seq, heads, headDim] (headDim even), rotating
    * pairs (i, i + headDim/2) (the GPT-NeoX / LLaMA "rotate half" layout) by
-   * angle pos * base^(-2i/headDim). `positions` is the position of the first
+   * angle pos * base^(-2i/headDim), those frequencies changed by `scaling`
+   * when given (linear, llama3: rope-scaling.ts). `positions` is the position of the first
    * token (pos = positions + token index), or every token's position as int32
    * [batch * seq] (packed documents: positions restart at each document).
    */
-  ropeForward(x: F32, positions: RopePositions, base?: number): Promise<F32>;
+  ropeForward(x: F32, positions: RopePositions, base?: number, scaling?: RopeScaling): Promise<F32>;
   /** The gradient: rotation by the negative angle. */
-  ropeBackward(dy: F32, positions: RopePositions, base?: number): Promise<F32>;
+  ropeBackward(dy: F32, positions: RopePositions, base?: number, scaling?: RopeScaling): Promise<F32>;
 
   /** ids int32 [rows] -> table rows [rows, hidden] */
   embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32>;

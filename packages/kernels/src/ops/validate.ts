@@ -5,6 +5,7 @@
  */
 import { formatShape, type Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
+import { ropeScalingProblem, type RopeScaling } from "./rope-scaling.js";
 import type { RopePositions } from "./types.js";
 
 /** Splits a shape [..., last] into rows = product of the leading axes and the last axis. */
@@ -62,7 +63,7 @@ export function linearGradientShapes(op: string, operand: Tensor, dy: Tensor, wr
  * even, and its positions: an offset (a non-negative integer) or every
  * token's position, an Int32Array of batch * seq entries, none negative.
  */
-export function ropeShape(op: string, x: Tensor, positions: RopePositions, base: number): [number, number, number, number] {
+export function ropeShape(op: string, x: Tensor, positions: RopePositions, base: number, scaling?: RopeScaling): [number, number, number, number] {
   if (x.rank !== 4 || x.shape[3]! % 2 !== 0) {
     throw new KernelError(`${op}: x must be [batch, seq, heads, headDim] with an even headDim, got ${formatShape(x.shape)}`);
   }
@@ -80,6 +81,8 @@ export function ropeShape(op: string, x: Tensor, positions: RopePositions, base:
     throw new KernelError(`${op}: positions must be a non-negative integer offset or an Int32Array of batch * seq positions, got ${shown}`);
   }
   if (!(base > 0)) throw new KernelError(`${op}: base must be positive, got ${base}`);
+  const problem = ropeScalingProblem(scaling, "scaling");
+  if (problem !== undefined) throw new KernelError(`${op}: ${problem}`);
   return x.shape as [number, number, number, number];
 }
 

@@ -6,6 +6,7 @@
  * for finite-difference tests.
  */
 import type { Tensor } from "@ulysses/tensors";
+import type { RopeScaling } from "../ops/rope-scaling.js";
 import type { CrossEntropyResult, LayerNormSaved, RopePositions, TrainingOps } from "../ops/types.js";
 import { geluBackward64, geluForward64, swigluBackward64, swigluForward64 } from "./activations.js";
 import { crossEntropyBackward64, crossEntropyForward64, DEFAULT_IGNORE_INDEX, embeddingBackward64, embeddingForward64 } from "./embedding-loss.js";
@@ -76,12 +77,12 @@ export class ReferenceOps implements TrainingOps {
     return { dGate: toFloat32(g.dGate), dUp: toFloat32(g.dUp) };
   }
 
-  async ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return toFloat32(ropeRotate64(x, positions, base, 1, "ropeForward"));
+  async ropeForward(x: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE, scaling?: RopeScaling): Promise<F32> {
+    return toFloat32(ropeRotate64(x, positions, base, 1, "ropeForward", scaling));
   }
 
-  async ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE): Promise<F32> {
-    return toFloat32(ropeRotate64(dy, positions, base, -1, "ropeBackward"));
+  async ropeBackward(dy: F32, positions: RopePositions, base = DEFAULT_ROPE_BASE, scaling?: RopeScaling): Promise<F32> {
+    return toFloat32(ropeRotate64(dy, positions, base, -1, "ropeBackward", scaling));
   }
 
   async embeddingForward(ids: Tensor<"int32">, table: F32): Promise<F32> {

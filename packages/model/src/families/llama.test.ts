@@ -91,9 +91,19 @@ describe("the llama family", () => {
     expect(parameterCount(config)).toBe(134_515_008);
   });
 
-  it("refuses by name what it cannot run yet: RoPE scaling, a binding sliding window, biases, another head_dim or activation", () => {
-    expect(() => llamaFamily.configFrom(llama32, "llama/config.json")).toThrow(
-      /^config 'llama\/config.json': rope_scaling \{"factor":32.*is not supported: RoPE scaling/,
+  it("reads Llama 3.2's llama3 RoPE scaling (rope-scaling.test.ts has the rest)", () => {
+    expect(llamaFamily.configFrom(llama32, "llama/config.json").ropeScaling).toEqual({
+      type: "llama3",
+      factor: 32,
+      lowFreqFactor: 1,
+      highFreqFactor: 4,
+      originalMaxPositions: 8192,
+    });
+  });
+
+  it("refuses by name what it cannot run yet: other RoPE scalings, a binding sliding window, biases, another head_dim or activation", () => {
+    expect(() => llamaFamily.configFrom({ ...llama32, rope_scaling: { rope_type: "yarn", factor: 4 } }, "llama/config.json")).toThrow(
+      /^config 'llama\/config.json': rope_scaling.rope_type "yarn" is not supported/,
     );
     expect(() => llamaFamily.configFrom(mistral, "mistral/config.json")).toThrow(
       "config 'mistral/config.json': sliding_window 4096 is not supported: sliding-window attention shorter than max_position_embeddings (32768) is not implemented yet",

@@ -7,8 +7,9 @@
  * Read from config.json: vocab_size, hidden_size, intermediate_size,
  * num_hidden_layers, num_attention_heads, num_key_value_heads (default the
  * heads), head_dim (must be hidden_size / num_attention_heads),
- * max_position_embeddings, rms_norm_eps, rope_theta, tie_word_embeddings,
- * hidden_act (silu). Refused by name until supported: rope_scaling,
+ * max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling (linear,
+ * llama3: rope-scaling.ts), tie_word_embeddings, hidden_act (silu). Refused
+ * by name until supported: other RoPE scalings,
  * attention_bias and mlp_bias true, a sliding_window shorter than
  * max_position_embeddings (Mistral's default, 4096, when the key is absent),
  * pretraining_tp above 1.
@@ -16,6 +17,7 @@
 import { ModelError } from "../errors.js";
 import type { GptConfig } from "../gpt-config.js";
 import type { ModelFamily } from "./family.js";
+import { ropeScalingFrom } from "./rope-scaling.js";
 
 function reader(json: Readonly<Record<string, unknown>>, file: string) {
   const where = (key: string) => `config '${file}': ${key}`;
@@ -55,7 +57,6 @@ export const llamaFamily: ModelFamily = {
   modelTypes: ["llama", "mistral"],
   configFrom(json, file) {
     const { int, number, refuse, where } = reader(json, file);
-    refuse("rope_scaling", (v) => v === null, "RoPE scaling (llama3, linear, yarn) is not implemented yet; this model would run with plain RoPE");
     refuse("attention_bias", (v) => v === false, "biases on the attention projections are not implemented yet");
     refuse("mlp_bias", (v) => v === false, "biases on the MLP projections are not implemented yet");
     refuse("pretraining_tp", (v) => v === 1, "only pretraining_tp 1 is read (its slices change the rounding of the projections)");
@@ -92,6 +93,7 @@ export const llamaFamily: ModelFamily = {
       norm: "rmsnorm",
       eps: number("rms_norm_eps", 1e-6),
       ropeBase: number("rope_theta", 10000),
+      ropeScaling: ropeScalingFrom(json, file),
     } satisfies GptConfig;
   },
   tensorOf(parameter, config) {

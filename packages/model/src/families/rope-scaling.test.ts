@@ -1,0 +1,102 @@
+/**
+ * config.json's rope_scaling: Llama 3.1's and a linear one read into the
+ * model's RopeScaling (under rope_type or the older type), null or absent
+ * as none; yarn, dynamic, unknown types, unknown keys, missing or malformed
+ * fields and transformers 5's rope_parameters refused with the file and key.
+ */
+import { describe, expect, it } from "vitest";
+import { blockConfigOf, validateGptConfig, type GptConfig } from "../gpt-config.js";
+import { llamaFamily } from "./llama.js";
+import { ropeScalingFrom } from "./rope-scaling.js";
+
+const llama31 = { factor: 8.0, high_freq_factor: 4.0, low_freq_factor: 1.0, original_max_position_embeddings: 8192, rope_type: "llama3" };
+const at = (rope_scaling: unknown) => ({ rope_scaling });
+
+describe("ropeScalingFrom", () => {
+  it("reads llama3 and linear (rope_type or type), and none for null, absent or default", () => {
+    expect(ropeScalingFrom(at(llama31), "c.json")).toEqual({ type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 8192 });
+    expect(ropeScalingFrom(at({ type: "linear", factor: 2 }), "c.json")).toEqual({ type: "linear", factor: 2 });
+    expect(ropeScalingFrom(at({ type: "linear", rope_type: "linear", factor: 2 }), "c.json")).toEqual({ type: "linear", factor: 2 });
+    expect(ropeScalingFrom(at(null), "c.json")).toBeUndefined();
+    expect(ropeScalingFrom({}, "c.json")).toBeUndefined();
+    expect(ropeScalingFrom(at({ rope_type: "default" }), "c.json")).toBeUndefined();
+  });
+
+  it("refuses what it does not read, naming the file, the key and the value", () => {
+    const cases: [unknown, string | RegExp][] = [
+      [{ type: "yarn", factor: 4, original_max_position_embeddings: 32768 }, /^config 'm\/config.json': rope_scaling.type "yarn" is not supported: YaRN/],
+      [{ rope_type: "dynamic", factor: 2 }, /^config 'm\/config.json': rope_scaling.rope_type "dynamic" is not supported: dynamic NTK/],
+      [{ rope_type: "longrope", factor: 2 }, /^config 'm\/config.json': rope_scaling.rope_type "longrope" is not supported: LongRoPE/],
+      [
+        { rope_type: "su", factor: 2 },
+        "config 'm/config.json': rope_scaling.rope_type \"su\" is not supported: the RoPE scalings read are default, linear, llama3",
+      ],
+      [{ rope_type: "constructor" }, /^config 'm\/config.json': rope_scaling.rope_type "constructor" is not supported: the RoPE scalings read are/],
+      [{ factor: 2 }, "config 'm/config.json': rope_scaling.type must be a string, got undefined"],
+      [{ rope_type: 3 }, "config 'm/config.json': rope_scaling.rope_type must be a string, got 3"],
+      [
+        { rope_type: "linear", type: "llama3", factor: 2 },
+        'config \'m/config.json\': rope_scaling.type "llama3" disagrees with rope_scaling.rope_type "linear"',
+      ],
+      [{ type: "linear" }, "config 'm/config.json': rope_scaling.factor must be a number > 0, got nothing (the key is missing)"],
+      [{ type: "linear", factor: "2" }, "config 'm/config.json': rope_scaling.factor must be a number > 0, got \"2\""],
+      [{ type: "linear", factor: 0 }, "config 'm/config.json': rope_scaling.factor must be a number > 0, got 0"],
+      [
+        { type: "linear", factor: 2, original_max_position_embeddings: 4096 },
+        "config 'm/config.json': rope_scaling.original_max_position_embeddings is not a key of a linear RoPE scaling (its keys: type, factor)",
+      ],
+      [{ rope_type: "default", factor: 2 }, /^config 'm\/config.json': rope_scaling.factor is not a key of a default RoPE scaling/],
+      [{ ...llama31, low_freq_factor: undefined }, "config 'm/config.json': rope_scaling.low_freq_factor must be a number > 0, got undefined"],
+      [{ ...llama31, attention_factor: 1 }, /^config 'm\/config.json': rope_scaling.attention_factor is not a key of a llama3 RoPE scaling/],
+      [{ ...llama31, high_freq_factor: 1 }, "config 'm/config.json': rope_scaling.high_freq_factor 1 must be greater than rope_scaling.low_freq_factor 1"],
+      [
+        { ...llama31, original_max_position_embeddings: 8192.5 },
+        "config 'm/config.json': rope_scaling.original_max_position_embeddings must be an integer from 1 to 2^31, got 8192.5",
+      ],
+      [
+        { ...llama31, original_max_position_embeddings: 2 ** 40 },
+        "config 'm/config.json': rope_scaling.original_max_position_embeddings must be an integer from 1 to 2^31, got 1099511627776",
+      ],
+      [[2], "config 'm/config.json': rope_scaling must be an object or null, got [2]"],
+      ["linear", "config 'm/config.json': rope_scaling must be an object or null, got \"linear\""],
+    ];
+    for (const [scaling, message] of cases) expect(() => ropeScalingFrom(at(scaling), "m/config.json"), JSON.stringify(scaling)).toThrow(message);
+    expect(() => ropeScalingFrom({ rope_parameters: { rope_type: "default", rope_theta: 10000 } }, "m/config.json")).toThrow(
+      /^config 'm\/config.json': rope_parameters \{"rope_type":"default","rope_theta":10000\} is not supported: transformers 5's rope_parameters/,
+    );
+  });
+});
+
+describe("the llama family with rope_scaling", () => {
+  const llama = {
+    model_type: "llama",
+    hidden_size: 64,
+    intermediate_size: 160,
+    num_attention_heads: 4,
+    num_hidden_layers: 1,
+    vocab_size: 50,
+    max_position_embeddings: 131072,
+    rope_theta: 500000,
+  };
+
+  it("carries it into the GPT and block configs; the GPT config checks it strictly (as read back from a checkpoint)", () => {
+    const config = llamaFamily.configFrom({ ...llama, rope_scaling: llama31 }, "c.json");
+    expect(config.ropeScaling).toEqual({ type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 8192 });
+    validateGptConfig(config);
+    expect(blockConfigOf(config).ropeScaling).toEqual(config.ropeScaling);
+    const roundTrip = JSON.parse(JSON.stringify(config)) as GptConfig;
+    expect(blockConfigOf(roundTrip).ropeScaling).toEqual(config.ropeScaling);
+    expect(llamaFamily.configFrom({ ...llama, rope_scaling: null }, "c.json").ropeScaling).toBeUndefined();
+    expect(() => llamaFamily.configFrom({ ...llama, rope_scaling: { type: "dynamic", factor: 2 } }, "d/config.json")).toThrow(
+      /^config 'd\/config.json': rope_scaling.type "dynamic" is not supported/,
+    );
+    const bad: [unknown, string][] = [
+      [{ type: "linear", factor: 2, extra: 1 }, "GPT config: ropeScaling.extra is not a field of a linear RoPE scaling (fields: type, factor)"],
+      [{ type: "dynamic", factor: 2 }, 'GPT config: ropeScaling.type must be one of "linear", "llama3", got "dynamic"'],
+      [{ ...config.ropeScaling, lowFreqFactor: "1" }, 'GPT config: ropeScaling.lowFreqFactor must be a finite number > 0, got "1"'],
+      [{ type: "llama3", factor: 8 }, "GPT config: ropeScaling.lowFreqFactor must be a finite number > 0, got undefined"],
+      ["linear", 'GPT config: ropeScaling must be an object or absent, got "linear"'],
+    ];
+    for (const [ropeScaling, message] of bad) expect(() => validateGptConfig({ ...config, ropeScaling } as GptConfig)).toThrow(message);
+  });
+});

@@ -1,0 +1,78 @@
+/**
+ * A Hugging Face config.json's `rope_scaling` -> the model's RopeScaling
+ * (@ulysses/kernels, where the frequencies are computed). Read: absent or
+ * null (plain RoPE), type "default" (plain RoPE, no other key), "linear"
+ * (factor) and "llama3" (factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings); the type under `rope_type` or the older
+ * `type` (both: they must agree). Refused by name, with the file and key:
+ * "yarn" (it also scales cos and sin by an attention factor), "dynamic" (its
+ * frequencies change with the sequence length), any other type, a missing or
+ * malformed field, any key the type does not have, and `rope_parameters`
+ * (transformers 5's layout of theta and scaling, not read yet).
+ */
+import { ropeScalingProblem, type RopeScaling } from "@ulysses/kernels";
+import { ModelError } from "../errors.js";
+
+/** Why each known but unimplemented type is refused. */
+const REFUSED: Record<string, string> = {
+  yarn: "YaRN (frequencies ramped between beta_fast and beta_slow, and cos and sin scaled by an attention factor) is not implemented yet",
+  dynamic: "dynamic NTK scaling changes the frequencies with each sequence's length; it is not implemented",
+  longrope: "LongRoPE (per-frequency short and long factors) is not implemented",
+};
+
+/** The keys each read type may have, besides rope_type and type. */
+const KEYS: Record<string, readonly string[]> = {
+  default: [],
+  linear: ["factor"],
+  llama3: ["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
+};
+
+function shown(value: unknown): string {
+  return JSON.stringify(value)?.slice(0, 80) ?? String(value);
+}
+
+/** config.json's `rope_scaling` (in `json`, read from `file`) as a RopeScaling, undefined for plain RoPE; a ModelError naming file and key otherwise. */
+export function ropeScalingFrom(json: Readonly<Record<string, unknown>>, file: string): RopeScaling | undefined {
+  const where = (key: string) => `config '${file}': ${key}`;
+  if ("rope_parameters" in json && json.rope_parameters !== null)
+    throw new ModelError(`${where("rope_parameters")} ${shown(json.rope_parameters)} is not supported: transformers 5's rope_parameters is not read yet`);
+  const scaling = json.rope_scaling;
+  if (scaling === undefined || scaling === null) return undefined;
+  if (typeof scaling !== "object" || Array.isArray(scaling)) throw new ModelError(`${where("rope_scaling")} must be an object or null, got ${shown(scaling)}`);
+  const record = scaling as Record<string, unknown>;
+  const typeKey = "rope_type" in record ? "rope_type" : "type";
+  const type = record[typeKey];
+  if ("rope_type" in record && "type" in record && record.type !== type)
+    throw new ModelError(`${where("rope_scaling.type")} ${shown(record.type)} disagrees with rope_scaling.rope_type ${shown(type)}`);
+  if (typeof type !== "string") throw new ModelError(`${where(`rope_scaling.${typeKey}`)} must be a string, got ${shown(type)}`);
+  if (Object.hasOwn(REFUSED, type)) throw new ModelError(`${where(`rope_scaling.${typeKey}`)} "${type}" is not supported: ${REFUSED[type]}`);
+  const keys = Object.hasOwn(KEYS, type) ? KEYS[type] : undefined;
+  if (keys === undefined)
+    throw new ModelError(`${where(`rope_scaling.${typeKey}`)} ${shown(type)} is not supported: the RoPE scalings read are ${Object.keys(KEYS).join(", ")}`);
+  const extra = Object.keys(record).find((key) => key !== "rope_type" && key !== "type" && !keys.includes(key));
+  if (extra !== undefined)
+    throw new ModelError(`${where(`rope_scaling.${extra}`)} is not a key of a ${type} RoPE scaling (its keys: ${[typeKey, ...keys].join(", ")})`);
+  const positive = (key: string): number => {
+    const value = record[key];
+    if (typeof value !== "number" || !Number.isFinite(value) || value <= 0)
+      throw new ModelError(`${where(`rope_scaling.${key}`)} must be a number > 0, got ${key in record ? shown(value) : "nothing (the key is missing)"}`);
+    return value;
+  };
+  let result: RopeScaling | undefined;
+  if (type === "linear") result = { type: "linear", factor: positive("factor") };
+  else if (type === "llama3") {
+    const factor = positive("factor");
+    const lowFreqFactor = positive("low_freq_factor");
+    const highFreqFactor = positive("high_freq_factor");
+    const originalMaxPositions = positive("original_max_position_embeddings");
+    if (!Number.isSafeInteger(originalMaxPositions) || originalMaxPositions > 2 ** 31)
+      throw new ModelError(`${where("rope_scaling.original_max_position_embeddings")} must be an integer from 1 to 2^31, got ${originalMaxPositions}`);
+    if (!(highFreqFactor > lowFreqFactor))
+      throw new ModelError(`${where("rope_scaling.high_freq_factor")} ${highFreqFactor} must be greater than rope_scaling.low_freq_factor ${lowFreqFactor}`);
+    result = { type: "llama3", factor, lowFreqFactor, highFreqFactor, originalMaxPositions };
+  }
+  // the kernels' own check, as a safety net: every bound it has is refused above under the file's keys
+  const problem = ropeScalingProblem(result);
+  if (problem !== undefined) throw new ModelError(`${where("rope_scaling")} is not supported: ${problem}`);
+  return result;
+}
