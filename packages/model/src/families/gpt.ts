@@ -26,6 +26,8 @@ const KEYS = {
   mlpHidden: "intermediate_size",
   eps: "norm_eps",
   ropeBase: "rope_theta",
+  /** In this library's own form ({ type, factor, ... }), checked by validateGptConfig. */
+  ropeScaling: "rope_scaling",
 } as const satisfies Record<keyof GptConfig, string>;
 
 const REQUIRED = ["vocab", "hidden", "heads", "kvHeads", "layers", "mlp", "mlpRatio", "maxSeq", "tiedHead"] as const;
