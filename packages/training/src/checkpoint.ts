@@ -230,11 +230,14 @@ function shortText(text: string): string {
  * kind, a run setting now kept in the settings); it is dropped here.
  */
 function modelConfig(config: GptConfig): GptConfig {
-  const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm } = config;
-  return norm === undefined
-    ? { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead }
-    : { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm };
+  const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead } = config;
+  const model: GptConfig = { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead };
+  // the optional fields that change the model, where the config has them (validated with the rest by gptParamSpecs)
+  for (const key of OPTIONAL_MODEL_FIELDS) if (config[key] !== undefined) (model as unknown as Record<string, unknown>)[key] = config[key];
+  return model;
 }
+
+const OPTIONAL_MODEL_FIELDS = ["norm", "mlpHidden", "eps", "ropeBase", "headDim", "attentionBias", "mlpBias", "qkNorm"] as const satisfies readonly (keyof GptConfig)[];
 
 function describeConfig(config: GptConfig): string {
   return `layers ${config.layers}, hidden ${config.hidden}, heads ${config.heads}/${config.kvHeads}, vocab ${config.vocab}`;
