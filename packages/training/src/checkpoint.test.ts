@@ -114,8 +114,14 @@ describe("loadCheckpoint from untrusted files", () => {
     expect(c.config).toEqual(qwen);
     expect(c.weights.get("blocks.0.attn.q_norm.gamma")!.shape).toEqual([6]);
     expect(c.weights.get("blocks.0.attn.q.b")!.shape).toEqual([TINY.heads * 6]);
-    expectRefused(craft(dir, "config-head-dim.safetensors", { ...qwen, headDim: 7 }, withMoments(qwen)), /headDim must be an even integer from 2 to 4096, got 7/);
-    expectRefused(craft(dir, "config-bias.safetensors", { ...qwen, attentionBias: "qk" }, withMoments(qwen)), /attentionBias must be "none", "qkv" or "qkvo", got "qk"/);
+    expectRefused(
+      craft(dir, "config-head-dim.safetensors", { ...qwen, headDim: 7 }, withMoments(qwen)),
+      /headDim must be an even integer from 2 to 4096, got 7/,
+    );
+    expectRefused(
+      craft(dir, "config-bias.safetensors", { ...qwen, attentionBias: "qk" }, withMoments(qwen)),
+      /attentionBias must be "none", "qkv" or "qkvo", got "qk"/,
+    );
     expectRefused(craft(dir, "config-qk-norm.safetensors", { ...qwen, qkNorm: 1 }, withMoments(qwen)), /qkNorm must be true or false, got 1/);
   });
 

@@ -237,7 +237,16 @@ function modelConfig(config: GptConfig): GptConfig {
   return model;
 }
 
-const OPTIONAL_MODEL_FIELDS = ["norm", "mlpHidden", "eps", "ropeBase", "headDim", "attentionBias", "mlpBias", "qkNorm"] as const satisfies readonly (keyof GptConfig)[];
+const OPTIONAL_MODEL_FIELDS = [
+  "norm",
+  "mlpHidden",
+  "eps",
+  "ropeBase",
+  "headDim",
+  "attentionBias",
+  "mlpBias",
+  "qkNorm",
+] as const satisfies readonly (keyof GptConfig)[];
 
 function describeConfig(config: GptConfig): string {
   return `layers ${config.layers}, hidden ${config.hidden}, heads ${config.heads}/${config.kvHeads}, vocab ${config.vocab}`;

@@ -172,7 +172,10 @@ function referenceLogProbs(w: Map<string, Weight>, c: HfConfig, ids: number[], r
 
 /** Writes `tensors` as one model.safetensors, or alternately into two shards named by a model.safetensors.index.json. */
 function writeDirectory(dir: string, tensors: Map<string, Tensor>, sharded: boolean): void {
-  if (!sharded) return writeSafetensors(path.join(dir, "model.safetensors"), tensors);
+  if (!sharded) {
+    writeSafetensors(path.join(dir, "model.safetensors"), tensors);
+    return;
+  }
   const shards = [new Map<string, Tensor>(), new Map<string, Tensor>()];
   const weightMap: Record<string, string> = {};
   [...tensors].forEach(([name, t], i) => {

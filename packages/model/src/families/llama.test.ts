@@ -105,9 +105,15 @@ describe("the llama family", () => {
     expect(() => llamaFamily.configFrom({ ...mistral, sliding_window: null, attention_bias: true }, "m.json")).toThrow(
       "config 'm.json': attention_bias true is not supported: Hugging Face's Mistral has no biases",
     );
-    expect(() => llamaFamily.configFrom({ ...mistral, sliding_window: null, mlp_bias: true }, "m.json")).toThrow("config 'm.json': mlp_bias true is not supported");
-    expect(() => llamaFamily.configFrom({ ...smollm2, head_dim: 7 }, "c.json")).toThrow("config 'c.json': head_dim 7 is not supported: RoPE needs an even head width");
-    expect(() => llamaFamily.configFrom({ ...smollm2, attention_bias: "yes" }, "c.json")).toThrow("config 'c.json': attention_bias must be true or false, got \"yes\"");
+    expect(() => llamaFamily.configFrom({ ...mistral, sliding_window: null, mlp_bias: true }, "m.json")).toThrow(
+      "config 'm.json': mlp_bias true is not supported",
+    );
+    expect(() => llamaFamily.configFrom({ ...smollm2, head_dim: 7 }, "c.json")).toThrow(
+      "config 'c.json': head_dim 7 is not supported: RoPE needs an even head width",
+    );
+    expect(() => llamaFamily.configFrom({ ...smollm2, attention_bias: "yes" }, "c.json")).toThrow(
+      "config 'c.json': attention_bias must be true or false, got \"yes\"",
+    );
     expect(() => llamaFamily.configFrom({ ...smollm2, attention_dropout: 0.1 }, "c.json")).toThrow("config 'c.json': attention_dropout 0.1 is not supported");
     expect(() => llamaFamily.configFrom({ ...smollm2, hidden_act: "gelu" }, "c.json")).toThrow("config 'c.json': hidden_act \"gelu\" is not supported");
     expect(() => llamaFamily.configFrom({ ...smollm2, num_hidden_layers: "30" }, "c.json")).toThrow(
