@@ -69,10 +69,12 @@ export function tiedOf(read: ConfigReader): boolean {
 /**
  * RoPE's theta for plain RoPE: rope_theta (default `fallback`), or
  * transformers 5's rope_parameters { rope_type: "default", rope_theta }.
- * rope_scaling and any other rope_parameters are refused by name.
+ * rope_scaling, partial_rotary_factor other than 1 and any other
+ * rope_parameters are refused by name.
  */
 export function plainRopeTheta(read: ConfigReader, json: Readonly<Record<string, unknown>>, fallback: number): number {
   read.refuse("rope_scaling", (v) => v === null, "RoPE scaling (llama3, linear, yarn, dynamic) is not implemented yet; this model would run with plain RoPE");
+  read.refuse("partial_rotary_factor", (v) => v === 1 || v === null, "RoPE on part of each head is not implemented (every pair is rotated)");
   const parameters = json.rope_parameters;
   if (parameters === undefined || parameters === null) return read.number("rope_theta", fallback);
   const p = (typeof parameters === "object" && !Array.isArray(parameters) ? parameters : {}) as Record<string, unknown>;

@@ -126,6 +126,7 @@ describe("the qwen2 family", () => {
     expect(refused({ ...qwen25, rope_parameters: { rope_type: "yarn", rope_theta: 1e6, factor: 4 } })).toThrow(
       /^config 'q\/config.json': rope_parameters .* is not supported: only plain RoPE/,
     );
+    expect(refused({ ...qwen25, partial_rotary_factor: 0.5 })).toThrow("config 'q/config.json': partial_rotary_factor 0.5 is not supported");
     expect(refused({ ...qwen25, attention_dropout: 0.1 })).toThrow("config 'q/config.json': attention_dropout 0.1 is not supported");
     const { num_key_value_heads: _, ...noKv } = qwen25;
     expect(refused(noKv)).toThrow("config 'q/config.json': num_key_value_heads must be a positive integer, got undefined");
