@@ -19,6 +19,7 @@ export function gptDimensionsOf(config: GptConfig): GptDimensions {
     vocab: config.vocab,
     mlpHidden: block.mlpHidden,
     kvWidth: block.kvHeads * block.headDim,
+    qWidth: block.heads * block.headDim,
     gatedMlp: mlpComponent(block.mlp).projections.length > 1,
   };
 }

@@ -8,7 +8,7 @@ import type { AttentionDocuments, RopePositions } from "@ulysses/kernels";
 import type { Tensor } from "@ulysses/tensors";
 import type { BlockAttention, BlockAttentionContext } from "./block-attention.js";
 import type { LinearName, NormName } from "./block-forward.js";
-import type { BlockWeights } from "./block-weights.js";
+import type { BlockWeights, QkNormName } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 import type { NormTensors } from "./norms.js";
 import type { BlockForwardOptions } from "./block-options.js";
@@ -48,6 +48,8 @@ export function take<K, V>(map: Map<K, V>, key: K): V {
  */
 export class Activations {
   readonly norms = new Map<NormName, NormRecord>();
+  /** qkNorm: the per-head norms' inputs ([rows * n, D], q's and k's projections) and statistics. */
+  readonly headNorms = new Map<QkNormName, NormRecord>();
   /** The input of each linear layer. */
   readonly inputs = new Map<LinearName, F32>();
   /** The MLP projections' outputs (GELU: up's; SwiGLU: gate's and up's), by index. */
@@ -62,6 +64,10 @@ export class Activations {
 
   takeNorm(name: NormName): NormRecord {
     return take(this.norms, name);
+  }
+
+  takeHeadNorm(name: QkNormName): NormRecord {
+    return take(this.headNorms, name);
   }
 
   takeInput(name: LinearName): F32 {
@@ -93,6 +99,7 @@ export class Activations {
 
   clear(): void {
     this.norms.clear();
+    this.headNorms.clear();
     this.inputs.clear();
     this.mlp.clear();
     this.attention = null;
@@ -117,7 +124,7 @@ export class BlockContext {
     const a = this.activations;
     if (a === null) return this.input.byteLength;
     const tensors: F32[] = [this.input, ...a.inputs.values(), ...a.mlp.values()];
-    for (const { x, saved } of a.norms.values()) tensors.push(x, ...Object.values(saved));
+    for (const { x, saved } of [...a.norms.values(), ...a.headNorms.values()]) tensors.push(x, ...Object.values(saved));
     if (a.mlpInput !== null) tensors.push(a.mlpInput);
     // each buffer once: reshaped views share their data (h1 feeds q, k and v; norm1's input is the block input)
     const buffers = new Set(tensors.map((t) => t.data));

@@ -33,9 +33,28 @@ export interface BlockConfig {
   ropeScaling?: RopeScaling;
   /** default true */
   causal?: boolean;
-  /** Biases on every linear layer; default false. */
+  /** Biases on every linear layer (attentionBias "qkvo" and mlpBias true); default false. */
   bias?: boolean;
+  /**
+   * Biases of the attention projections: "none", "qkv" (q, k and v: Qwen2) or
+   * "qkvo" (o too: Llama's attention_bias); default "qkvo" when `bias`, else "none".
+   */
+  attentionBias?: AttentionBias;
+  /** Biases of the MLP's projections (gate, up, down: Llama's mlp_bias); default `bias`. */
+  mlpBias?: boolean;
+  /** Per-head width of q, k and v (even, for RoPE); default hidden / heads. q is [rows, heads * headDim], attn.o [heads * headDim, hidden]. */
+  headDim?: number;
+  /**
+   * RMSNorm over headDim of every head of q and of k after their projections
+   * and before RoPE (Qwen3), weights attn.q_norm.gamma and attn.k_norm.gamma
+   * [headDim] shared by the heads, the block's eps; default false.
+   */
+  qkNorm?: boolean;
 }
+
+/** Which attention projections have a bias. */
+export type AttentionBias = "none" | "qkv" | "qkvo";
+const ATTENTION_BIASES: readonly AttentionBias[] = ["none", "qkv", "qkvo"];
 
 export interface ResolvedBlockConfig {
   readonly hidden: number;
@@ -51,7 +70,16 @@ export interface ResolvedBlockConfig {
   /** Absent: plain RoPE. */
   readonly ropeScaling?: RopeScaling;
   readonly causal: boolean;
-  readonly bias: boolean;
+  readonly attentionBias: AttentionBias;
+  readonly mlpBias: boolean;
+  readonly qkNorm: boolean;
+}
+
+/** Whether the linear layer `name` (attn.q, ..., mlp.down) has a bias `${name}.b` under this config. */
+export function hasBias(config: Pick<ResolvedBlockConfig, "attentionBias" | "mlpBias">, name: string): boolean {
+  if (name.startsWith("mlp.")) return config.mlpBias;
+  if (name === "attn.o") return config.attentionBias === "qkvo";
+  return config.attentionBias !== "none";
 }
 
 function positiveInteger(name: string, value: number): void {
@@ -65,10 +93,18 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
   positiveInteger("hidden", hidden);
   positiveInteger("heads", heads);
   positiveInteger("kvHeads", kvHeads);
-  if (hidden % heads !== 0) throw new BlockError(`block config: hidden (${hidden}) must be divisible by heads (${heads})`);
   if (heads % kvHeads !== 0) throw new BlockError(`block config: heads (${heads}) must be a multiple of kvHeads (${kvHeads})`);
-  const headDim = hidden / heads;
-  if (headDim % 2 !== 0) throw new BlockError(`block config: headDim = hidden/heads = ${hidden}/${heads} = ${headDim} must be even for RoPE`);
+  let headDim: number;
+  if (config.headDim === undefined) {
+    if (hidden % heads !== 0) throw new BlockError(`block config: hidden (${hidden}) must be divisible by heads (${heads})`);
+    headDim = hidden / heads;
+    if (headDim % 2 !== 0) throw new BlockError(`block config: headDim = hidden/heads = ${hidden}/${heads} = ${headDim} must be even for RoPE`);
+  } else {
+    headDim = config.headDim;
+    positiveInteger("headDim", headDim);
+    if (headDim % 2 !== 0) throw new BlockError(`block config: headDim ${headDim} must be even for RoPE`);
+  }
+  const { attentionBias, mlpBias, qkNorm } = resolveBiases(config);
   if (config.mlpHidden !== undefined && (!Number.isSafeInteger(config.mlpHidden) || config.mlpHidden < 1))
     throw new BlockError(`block config: mlpHidden must be a positive integer, got ${String(config.mlpHidden)}`);
   const mlpHidden = config.mlpHidden ?? hidden * (config.mlpRatio ?? 4);
@@ -96,6 +132,24 @@ export function resolveBlockConfig(config: BlockConfig): ResolvedBlockConfig {
     ropeBase,
     ...(config.ropeScaling === undefined ? {} : { ropeScaling: copyRopeScaling(config.ropeScaling) }),
     causal: config.causal ?? true,
-    bias: config.bias ?? false,
+    attentionBias,
+    mlpBias,
+    qkNorm,
   };
+}
+
+/** The biases and qkNorm, defaulted and checked: `bias: true` may not be combined with options that take biases away. */
+function resolveBiases(config: BlockConfig): { attentionBias: AttentionBias; mlpBias: boolean; qkNorm: boolean } {
+  for (const key of ["bias", "mlpBias", "qkNorm"] as const) {
+    const value = config[key];
+    if (value !== undefined && typeof value !== "boolean") throw new BlockError(`block config: ${key} must be true or false, got ${JSON.stringify(value)}`);
+  }
+  if (config.attentionBias !== undefined && !ATTENTION_BIASES.includes(config.attentionBias))
+    throw new BlockError(`block config: attentionBias must be one of ${ATTENTION_BIASES.join(", ")}, got ${JSON.stringify(config.attentionBias)}`);
+  const all = config.bias ?? false;
+  if (all && ((config.attentionBias ?? "qkvo") !== "qkvo" || config.mlpBias === false))
+    throw new BlockError(
+      `block config: bias true (a bias on every linear) contradicts attentionBias ${JSON.stringify(config.attentionBias)} / mlpBias ${String(config.mlpBias)}; give those alone`,
+    );
+  return { attentionBias: config.attentionBias ?? (all ? "qkvo" : "none"), mlpBias: config.mlpBias ?? all, qkNorm: config.qkNorm ?? false };
 }

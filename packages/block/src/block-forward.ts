@@ -4,7 +4,8 @@
  * `transformer-block.ts`), ONNX export runs it on graph values
  * (@ulysses/model's export). Pre-norm, rows = b * s:
  *
- *   h1 = norm1(x); q, k, v = h1 @ Wq, Wk, Wv; RoPE(q, k)
+ *   h1 = norm1(x); q, k, v = h1 @ Wq, Wk, Wv (+ biases);
+ *   (qkNorm: q, k = RMSNorm over each head's D); RoPE(q, k)
  *   o  = attention(q, k, v)
  *   x2 = x + o @ Wo
  *   h2 = norm2(x2); m = MLP(h2)   (GELU: down(gelu(up h2)); SwiGLU: down(silu(gate h2) * up h2))
@@ -15,6 +16,7 @@
  * its checkpoint recompute stops at `mlpActivation` (or at x2).
  */
 import type { ResolvedBlockConfig } from "./block-config.js";
+import type { QkNormName } from "./block-weights.js";
 import { mlpComponent } from "./mlps.js";
 
 /** The block's linear layers (weights `${name}.w`, biases `${name}.b`). */
@@ -31,6 +33,8 @@ export interface BlockMath<T> {
   splitHeads(x: T, heads: number): T;
   /** [b, s, n, D] -> [rows, n * D] */
   mergeHeads(x: T): T;
+  /** qkNorm: x [b, s, n, D] -> RMSNorm over D of every head (weights `${name}.gamma` [D], the config's eps). */
+  headNorm(x: T, name: QkNormName): Promise<T>;
   /** Rotary embedding of q or k [b, s, n, D] at the positions of the input's tokens. */
   rope(x: T, which: "q" | "k"): Promise<T>;
   /** Causal attention: q [b, s, H, D], k, v [b, s, Hkv, D] -> [b, s, H, D]. */
@@ -53,8 +57,13 @@ export async function blockForward<T>(config: ResolvedBlockConfig, m: BlockMath<
  */
 export async function attentionHalf<T>(config: ResolvedBlockConfig, m: BlockMath<T>, x: T): Promise<T> {
   const h1 = await m.norm(x, "norm1");
-  const q = await m.rope(m.splitHeads(await m.linear(h1, "attn.q"), config.heads), "q");
-  const k = await m.rope(m.splitHeads(await m.linear(h1, "attn.k"), config.kvHeads), "k");
+  // [rows, n * D] -> [b, s, n, D], then (qkNorm) each head normalised, then rotated
+  const heads = async (name: "attn.q" | "attn.k", n: number) => {
+    const t = m.splitHeads(await m.linear(h1, name), n);
+    return config.qkNorm ? m.headNorm(t, name === "attn.q" ? "attn.q_norm" : "attn.k_norm") : t;
+  };
+  const q = await m.rope(await heads("attn.q", config.heads), "q");
+  const k = await m.rope(await heads("attn.k", config.kvHeads), "k");
   const v = m.splitHeads(await m.linear(h1, "attn.v"), config.kvHeads);
   const o = m.mergeHeads(await m.attention(q, k, v));
   return m.residual(await m.linear(o, "attn.o"), x);

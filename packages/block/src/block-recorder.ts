@@ -9,7 +9,9 @@ import type { Tensor } from "@ulysses/tensors";
 import type { BlockAttentionContext, BlockAttentionOptions } from "./block-attention.js";
 import type { Activations, Geometry } from "./block-activations.js";
 import type { BlockMath, LinearName, NormName } from "./block-forward.js";
-import { addWith } from "./block-weights.js";
+import { addWith, type QkNormName } from "./block-weights.js";
+import { hasBias } from "./block-config.js";
+import { headNormForward } from "./head-norm.js";
 import { BlockError } from "./errors.js";
 import type { TransformerBlock } from "./transformer-block.js";
 
@@ -39,7 +41,7 @@ export class Recorder implements BlockMath<F32> {
   async linear(x: F32, name: LinearName): Promise<F32> {
     const { config, weights } = this.block;
     this.saved?.inputs.set(name, x);
-    const y = await this.ops.linearForward(x, weights[`${name}.w`]!, config.bias ? weights[`${name}.b`] : undefined);
+    const y = await this.ops.linearForward(x, weights[`${name}.w`]!, hasBias(config, name) ? weights[`${name}.b`] : undefined);
     if (name === "attn.o" && this.pending !== null) {
       this.block.attention.release(this.pending.context, this.pending.out);
       this.pending = null;
@@ -62,7 +64,16 @@ export class Recorder implements BlockMath<F32> {
     return x.reshape([batch * seq, x.shape[2]! * x.shape[3]!]);
   }
 
-  /** x is q's or k's projection, which nothing else reads: it goes back to the ops once rotated. */
+  /** qkNorm: x [b, s, n, D] is q's or k's projection; saving nothing, it goes back to the ops once normalised. */
+  async headNorm(x: F32, name: QkNormName): Promise<F32> {
+    const { config, weights } = this.block;
+    const { y, record } = await headNormForward(this.ops, x, weights[`${name}.gamma`]!, config.eps);
+    if (this.saved !== null) this.saved.headNorms.set(name, record);
+    else if (y.data !== x.data) this.ops.release?.(x);
+    return y;
+  }
+
+  /** x is q's or k's projection (or its per-head norm), which nothing else reads: it goes back to the ops once rotated. */
   async rope(x: F32): Promise<F32> {
     const y = await this.ops.ropeForward(x, this.where().call.positions, this.block.config.ropeBase, this.block.config.ropeScaling);
     if (y.data !== x.data) this.ops.release?.(x);

@@ -8,7 +8,7 @@
  */
 import { Rng, Tensor } from "@ulysses/tensors";
 import type { BlockOps } from "@ulysses/kernels";
-import type { ResolvedBlockConfig } from "./block-config.js";
+import { hasBias, type ResolvedBlockConfig } from "./block-config.js";
 import { BlockError } from "./errors.js";
 import { mlpComponent } from "./mlps.js";
 import { normComponent } from "./norms.js";
@@ -26,9 +26,13 @@ export interface WeightSpec {
   readonly std: number;
 }
 
+/** The per-head RMSNorms of q and of k (BlockConfig.qkNorm), weights `${name}.gamma`. */
+export const QK_NORMS = ["attn.q_norm", "attn.k_norm"] as const;
+export type QkNormName = (typeof QK_NORMS)[number];
+
 /** Names, shapes and initialisers of the block's weights, in a fixed order. */
 export function blockWeightSpecs(config: ResolvedBlockConfig): WeightSpec[] {
-  const { hidden, heads, kvHeads, headDim, mlpHidden, bias } = config;
+  const { hidden, heads, kvHeads, headDim, mlpHidden } = config;
   const specs: WeightSpec[] = [];
   const std = 0.02;
   const normWeights = normComponent(config.norm).weights;
@@ -37,12 +41,14 @@ export function blockWeightSpecs(config: ResolvedBlockConfig): WeightSpec[] {
   };
   const linear = (name: string, input: number, output: number, scale = 1) => {
     specs.push({ name: `${name}.w`, shape: [input, output], init: "normal", std: std * scale });
-    if (bias) specs.push({ name: `${name}.b`, shape: [output], init: "zeros", std: 0 });
+    if (hasBias(config, name)) specs.push({ name: `${name}.b`, shape: [output], init: "zeros", std: 0 });
   };
   norm("norm1");
   linear("attn.q", hidden, heads * headDim);
   linear("attn.k", hidden, kvHeads * headDim);
   linear("attn.v", hidden, kvHeads * headDim);
+  // per-head q/k RMSNorm gains [headDim], shared by the heads
+  if (config.qkNorm) for (const name of QK_NORMS) specs.push({ name: `${name}.gamma`, shape: [headDim], init: "ones", std: 0 });
   linear("attn.o", heads * headDim, hidden);
   norm("norm2");
   for (const projection of mlpComponent(config.mlp).projections) linear(projection, hidden, mlpHidden);

@@ -2,7 +2,9 @@
  * The attention half of a TransformerBlock run over groups of heads
  * (`attentionHeadGroups`, G): group g's q, k, v projections (the weights'
  * columns of its heads), RoPE, the attention and its share of the output
- * projection (the rows of Wo of its heads) run one group at a time, and the
+ * projection (the rows of Wo of its heads) run one group at a time (the
+ * q, k, v biases' entries of its heads; qkNorm's per-head norms, whose gains
+ * are shared by all groups and get the sum of their gradients), and the
  * group's contributions are summed into x2. So q, k, v, the attention output,
  * their gradients and a sharded attention's exchange buffers exist for H/G
  * heads at a time, forward and backward; what spans the whole width is x,
@@ -22,7 +24,9 @@
 import type { AttentionDocuments, BlockOps, RopePositions } from "@ulysses/kernels";
 import { narrow, Tensor } from "@ulysses/tensors";
 import type { BlockAttention, BlockAttentionOptions } from "./block-attention.js";
-import type { ResolvedBlockConfig } from "./block-config.js";
+import { hasBias, type ResolvedBlockConfig } from "./block-config.js";
+import type { NormRecord } from "./block-activations.js";
+import { headNormBackward, headNormForward } from "./head-norm.js";
 import { addWith, type BlockWeights, type FlatTensors } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 import { inRowTiles, rowsOf } from "./row-tiles.js";
@@ -118,17 +122,37 @@ function sliceOf(config: ResolvedBlockConfig, groups: number, g: number): Slice 
   return { heads, kvHeads, qStart: g * qWidth, qWidth, kvStart: g * kvWidth, kvWidth };
 }
 
-/** h1 [rows, hidden] -> this group's q [b, s, h, D] and k [b, s, k, D] (RoPE applied) and v [b, s, k, D]. */
-async function project(c: HeadGroupsCall, s: Slice, h1: F32): Promise<{ q: F32; k: F32; v: F32 }> {
+/** What a group's projections keep for their backward: qkNorm's records of q and k (their inputs and statistics). */
+interface Projected {
+  q: F32;
+  k: F32;
+  v: F32;
+  norms: { q: NormRecord; k: NormRecord } | null;
+}
+
+/**
+ * h1 [rows, hidden] -> this group's q [b, s, h, D] and k [b, s, k, D] (per-head
+ * norms and RoPE applied) and v [b, s, k, D]: the weights' columns and the
+ * biases' entries of its heads; the per-head norms' gains are shared by all heads.
+ */
+async function project(c: HeadGroupsCall, s: Slice, h1: F32): Promise<Projected> {
   const { config, weights, ops } = c;
   const linear = (name: "attn.q" | "attn.k" | "attn.v", start: number, width: number) =>
-    ops.linearForward(h1, narrow(weights[`${name}.w`]!, 1, start, width), config.bias ? part(weights[`${name}.b`]!, start, width) : undefined);
+    ops.linearForward(h1, narrow(weights[`${name}.w`]!, 1, start, width), hasBias(config, name) ? part(weights[`${name}.b`]!, start, width) : undefined);
   // [rows, n * D] -> [b, s, n, D]
   const heads = (t: F32, n: number) => t.reshape([c.batch, c.seq, n, config.headDim]);
-  const q = await ops.ropeForward(heads(await linear("attn.q", s.qStart, s.qWidth), s.heads), c.positions, config.ropeBase, config.ropeScaling);
-  const k = await ops.ropeForward(heads(await linear("attn.k", s.kvStart, s.kvWidth), s.kvHeads), c.positions, config.ropeBase, config.ropeScaling);
+  let q = heads(await linear("attn.q", s.qStart, s.qWidth), s.heads);
+  let k = heads(await linear("attn.k", s.kvStart, s.kvWidth), s.kvHeads);
+  let norms: Projected["norms"] = null;
+  if (config.qkNorm) {
+    const qn = await headNormForward(ops, q, weights["attn.q_norm.gamma"]!, config.eps);
+    const kn = await headNormForward(ops, k, weights["attn.k_norm.gamma"]!, config.eps);
+    [q, k, norms] = [qn.y, kn.y, { q: qn.record, k: kn.record }];
+  }
+  q = await ops.ropeForward(q, c.positions, config.ropeBase, config.ropeScaling);
+  k = await ops.ropeForward(k, c.positions, config.ropeBase, config.ropeScaling);
   const v = heads(await linear("attn.v", s.kvStart, s.kvWidth), s.kvHeads);
-  return { q, k, v };
+  return { q, k, v, norms };
 }
 
 function attentionOptions(c: HeadGroupsCall): BlockAttentionOptions {
@@ -144,8 +168,8 @@ function attentionOptions(c: HeadGroupsCall): BlockAttentionOptions {
  * so the rank's own-layout ones are garbage once it returns.
  */
 async function attend(c: HeadGroupsCall, s: Slice, h1: F32) {
-  const { q, k, v } = await project(c, s, h1);
-  return c.attention.forward(q, k, v, attentionOptions(c));
+  const { q, k, v, norms } = await project(c, s, h1);
+  return { ...(await c.attention.forward(q, k, v, attentionOptions(c))), norms };
 }
 
 /** x [rows, hidden] and h1 = norm1(x) -> x2 = x + attention(h1) @ Wo, one head group at a time; keeps nothing. */
@@ -158,7 +182,7 @@ export async function groupedAttentionForward(c: HeadGroupsCall, groups: number,
     // [b, s, h, D] -> [rows, h * D]; the bias of Wo is added once, with group 0
     const outRows = out.reshape([c.batch * c.seq, s.qWidth]);
     const wo = rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth);
-    const bias = config.bias && g === 0 ? weights["attn.o.b"] : undefined;
+    const bias = hasBias(config, "attn.o") && g === 0 ? weights["attn.o.b"] : undefined;
     await inRowTiles(c.batch * c.seq, c.tileRows, async (start, count) =>
       addWith(ops, rowsOf(x2, start, count), await ops.linearForward(rowsOf(outRows, start, count), wo, bias)),
     );
@@ -174,7 +198,12 @@ export async function groupedAttentionForward(c: HeadGroupsCall, groups: number,
  */
 async function outputBackward(c: HeadGroupsCall, s: Slice, g: number, out: F32, dx2: F32, grads: FlatTensors): Promise<F32> {
   const { config, weights, ops } = c;
-  const o = await ops.linearBackward(out.reshape([c.batch * c.seq, s.qWidth]), rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth), dx2, config.bias && g === 0);
+  const o = await ops.linearBackward(
+    out.reshape([c.batch * c.seq, s.qWidth]),
+    rowsOf(weights["attn.o.w"]!, s.qStart, s.qWidth),
+    dx2,
+    hasBias(config, "attn.o") && g === 0,
+  );
   addBlock(grads, "attn.o.w", o.dw, s.qStart, 0);
   if (o.db !== undefined) addBlock(grads, "attn.o.b", o.db, 0, 0);
   return o.dx.reshape([c.batch, c.seq, s.heads, config.headDim]);
@@ -190,16 +219,22 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
   const { config, weights, ops } = c;
   const rowCount = c.batch * c.seq;
   const dh1 = new Tensor("float32", h1.shape);
+  // q, k and v have biases together or not at all (BlockConfig.attentionBias)
+  const qkvBias = config.attentionBias !== "none";
   for (let g = 0; g < groups; g++) {
     const s = sliceOf(config, groups, g);
-    const { out, context } = await attend(c, s, h1);
+    const { out, context, norms } = await attend(c, s, h1);
     const a = await c.attention.backward(context, await outputBackward(c, s, g, out, dx2, grads));
+    // RoPE's backward, then (qkNorm) the per-head norms' (their gains' gradients summed over the groups)
+    const unrotate = async (d: F32, name: "attn.q_norm" | "attn.k_norm", record: NormRecord | undefined) => {
+      const rotated = await ops.ropeBackward(d, c.positions, config.ropeBase, config.ropeScaling);
+      if (record === undefined) return rotated;
+      const r = await headNormBackward(ops, record, weights[`${name}.gamma`]!, rotated);
+      addBlock(grads, `${name}.gamma`, r.dGamma, 0, 0);
+      return r.dx;
+    };
     // q, k and v in one linear backward against the group's columns side by side: one [rows, hidden] dh1 term per group
-    const dqkv = sideBySide(rowCount, [
-      await ops.ropeBackward(a.dq, c.positions, config.ropeBase, config.ropeScaling),
-      await ops.ropeBackward(a.dk, c.positions, config.ropeBase, config.ropeScaling),
-      a.dv,
-    ]);
+    const dqkv = sideBySide(rowCount, [await unrotate(a.dq, "attn.q_norm", norms?.q), await unrotate(a.dk, "attn.k_norm", norms?.k), a.dv]);
     c.attention.release(context, out, a.dq, a.dk, a.dv);
     const parts = [
       { name: "attn.q", start: s.qStart, width: s.qWidth },
@@ -212,12 +247,12 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
     );
     // row tile by row tile, so the group's [rows, hidden] term of dh1 exists for one tile at a time
     await inRowTiles(rowCount, c.tileRows, async (start, count) => {
-      const r = await ops.linearBackward(rowsOf(h1, start, count), wqkv, rowsOf(dqkv, start, count), config.bias);
+      const r = await ops.linearBackward(rowsOf(h1, start, count), wqkv, rowsOf(dqkv, start, count), qkvBias);
       addWith(ops, rowsOf(dh1, start, count), r.dx);
       let at = 0;
       for (const p of parts) {
         addBlock(grads, `${p.name}.w`, narrow(r.dw, 1, at, p.width), 0, p.start);
-        if (config.bias) addBlock(grads, `${p.name}.b`, part(r.db!, at, p.width), 0, p.start);
+        if (qkvBias) addBlock(grads, `${p.name}.b`, part(r.db!, at, p.width), 0, p.start);
         at += p.width;
       }
     });

@@ -20,8 +20,18 @@ export { blockForward, type BlockMath, type LinearName, type NormName } from "./
 export { elementwiseOpsOf } from "./elementwise-ops.js";
 export { registerNorm, normComponent, normNames, type NormComponent, type NormTensors } from "./norms.js";
 export { registerMlp, mlpComponent, mlpNames, type MlpComponent, type MlpProjection } from "./mlps.js";
-export { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
-export { addWith, blockWeightSpecs, initBlockWeights, checkBlockWeights, FlatTensors, type BlockWeights, type WeightSpec } from "./block-weights.js";
+export { resolveBlockConfig, hasBias, type AttentionBias, type BlockConfig, type ResolvedBlockConfig, type MlpKind, type NormKind } from "./block-config.js";
+export {
+  addWith,
+  blockWeightSpecs,
+  QK_NORMS,
+  type QkNormName,
+  initBlockWeights,
+  checkBlockWeights,
+  FlatTensors,
+  type BlockWeights,
+  type WeightSpec,
+} from "./block-weights.js";
 export { headGroupTileRowsOf } from "./head-groups.js";
 export { TransformerBlock, type TransformerBlockOptions, type BlockForwardOptions, type BlockBackwardOptions } from "./transformer-block.js";
 export { BlockContext, type BlockGradients } from "./block-activations.js";

@@ -27,6 +27,27 @@ async function step(config: BlockConfig, weights: BlockWeights, ops: ReferenceOp
 
 const bufferKey = (t: Tensor) => t.data.buffer;
 
+/** The step on PoisoningOps equals the step without release, bit for bit; nothing live or twice released. */
+async function expectOnlyDeadReleased(config: BlockConfig, options: Partial<TransformerBlockOptions>, into: boolean) {
+  const c = resolveBlockConfig(config);
+  const weights = initBlockWeights(c, 3, { perturb: 0.2, std: 0.4 });
+  const random = seededRandom(7);
+  const x = randomTensor([batch, seq, c.hidden], random);
+  const dy = randomTensor([batch, seq, c.hidden], random);
+  const want = await step(config, weights, new ReferenceOps(), options, x, dy, into);
+  const ops = new PoisoningOps();
+  const got = await step(config, weights, ops, options, x, dy, into);
+
+  expect(Array.from(got.y.data)).toEqual(Array.from(want.y.data));
+  expect(Array.from(got.dx.data)).toEqual(Array.from(want.dx.data));
+  for (const name of Object.keys(want.grads)) expect(Array.from(got.grads[name]!.data), name).toEqual(Array.from(want.grads[name]!.data));
+
+  expect(ops.released.length).toBeGreaterThan(0);
+  const live = new Set([x, dy, got.y, got.dx, ...Object.values(got.grads), ...Object.values(weights)].map(bufferKey));
+  for (const t of ops.released) expect(live.has(bufferKey(t)), `released ${t} is live`).toBe(false);
+  expect(new Set(ops.released.map(bufferKey)).size, "a buffer released twice").toBe(ops.released.length);
+}
+
 describe("TransformerBlock releases only dead tensors", () => {
   const modes: [string, Partial<TransformerBlockOptions>][] = [
     ["plain", {}],
@@ -40,29 +61,20 @@ describe("TransformerBlock releases only dead tensors", () => {
       for (const bias of [false, true]) {
         for (const [mode, options] of modes) {
           for (const into of [false, true]) {
-            it(`${mlp}, ${norm}, bias ${bias}, ${mode}${into ? ", overwriteDy" : ""}: the same bits, nothing live released`, async () => {
-              const config: BlockConfig = { hidden: 16, heads: 4, kvHeads: 2, mlpRatio: 3, mlp, norm, bias };
-              const c = resolveBlockConfig(config);
-              const weights = initBlockWeights(c, 3, { perturb: 0.2, std: 0.4 });
-              const random = seededRandom(7);
-              const x = randomTensor([batch, seq, c.hidden], random);
-              const dy = randomTensor([batch, seq, c.hidden], random);
-              const want = await step(config, weights, new ReferenceOps(), options, x, dy, into);
-              const ops = new PoisoningOps();
-              const got = await step(config, weights, ops, options, x, dy, into);
-
-              expect(Array.from(got.y.data)).toEqual(Array.from(want.y.data));
-              expect(Array.from(got.dx.data)).toEqual(Array.from(want.dx.data));
-              for (const name of Object.keys(want.grads)) expect(Array.from(got.grads[name]!.data), name).toEqual(Array.from(want.grads[name]!.data));
-
-              expect(ops.released.length).toBeGreaterThan(0);
-              const live = new Set([x, dy, got.y, got.dx, ...Object.values(got.grads), ...Object.values(weights)].map(bufferKey));
-              for (const t of ops.released) expect(live.has(bufferKey(t)), `released ${t} is live`).toBe(false);
-              expect(new Set(ops.released.map(bufferKey)).size, "a buffer released twice").toBe(ops.released.length);
-            });
+            it(`${mlp}, ${norm}, bias ${bias}, ${mode}${into ? ", overwriteDy" : ""}: the same bits, nothing live released`, () =>
+              expectOnlyDeadReleased({ hidden: 16, heads: 4, kvHeads: 2, mlpRatio: 3, mlp, norm, bias }, options, into));
           }
         }
       }
+    }
+  }
+});
+
+describe("TransformerBlock with per-head q/k norms, a head width of its own and q/k/v biases releases only dead tensors", () => {
+  const config: BlockConfig = { hidden: 12, heads: 4, kvHeads: 2, headDim: 6, qkNorm: true, attentionBias: "qkv", mlp: "swiglu", norm: "rmsnorm", mlpRatio: 2 };
+  for (const options of [{}, { checkpoint: true }, { mlpTileRows: 3, checkpoint: true }, { attentionHeadGroups: 2 }] as Partial<TransformerBlockOptions>[]) {
+    for (const into of [false, true]) {
+      it(`${JSON.stringify(options)}${into ? ", overwriteDy" : ""}: the same bits, nothing live released`, () => expectOnlyDeadReleased(config, options, into));
     }
   }
 });

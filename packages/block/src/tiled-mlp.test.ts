@@ -81,10 +81,13 @@ function savedFloats(c: ResolvedBlockConfig, mode: { tiled: boolean; checkpoint:
   if (mode.checkpoint) return rows * c.hidden; // x only, tiled or not
   const stats = c.norm === "layernorm" ? 2 : 1; // mean and rstd, or rstd, [rows] per norm
   const kv = c.kvHeads * c.headDim;
+  const q = c.heads * c.headDim;
   // the attention's context (its own count): q and out [rows, H*D], k and v [rows, Hkv*D], log-sum-exp [b, H, s]
-  const attention = 2 * rows * c.hidden + 2 * rows * kv + rows * c.heads;
-  // x, h1 (the input of q, k and v), the attention output (attn.o's input, the context's out too), x2 [rows, hidden]; norm1's stats
-  const first = 4 * rows * c.hidden + stats * rows;
+  const attention = 2 * rows * q + 2 * rows * kv + rows * c.heads;
+  // x, h1 (the input of q, k and v), x2 [rows, hidden], the attention output (attn.o's input, the context's out too) [rows, H*D];
+  // norm1's stats; qkNorm: the per-head norms' inputs (q's and k's projections) and their rstd, one per head and row
+  const qkNorm = c.qkNorm ? rows * (q + kv + c.heads + c.kvHeads) : 0;
+  const first = 3 * rows * c.hidden + rows * q + stats * rows + qkNorm;
   // tiled: x2 is all the MLP keeps (no h2, norm2 stats, up, gate or activation)
   if (mode.tiled) return first + attention;
   // h2, norm2's stats; GELU: up's output and the activation; SwiGLU: gate, up and the activation [rows, mlpHidden]
@@ -96,6 +99,8 @@ describe("BlockContext.savedBytes", () => {
   const configs: BlockConfig[] = [
     { hidden: 8, heads: 2, mlpRatio: 2, bias: true },
     { hidden: 16, heads: 4, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 3 },
+    // Qwen3-shaped: a head width of 6 (hidden / heads = 3), per-head q/k norms, q/k/v biases
+    { hidden: 12, heads: 4, kvHeads: 2, headDim: 6, qkNorm: true, attentionBias: "qkv", norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2 },
   ];
   for (const config of configs) {
     for (const tiled of [false, true]) {

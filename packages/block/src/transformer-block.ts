@@ -37,9 +37,10 @@
 import type { AttentionGradients, BlockOps, RopePositions } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { LocalBlockAttention, type BlockAttention } from "./block-attention.js";
-import { resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
+import { hasBias, resolveBlockConfig, type BlockConfig, type ResolvedBlockConfig } from "./block-config.js";
 import { attentionHalf, mlpActivation, mlpHalf, type LinearName, type NormName } from "./block-forward.js";
-import { addWith, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights } from "./block-weights.js";
+import { addWith, blockWeightSpecs, checkBlockWeights, FlatTensors, initBlockWeights, type BlockWeights, type QkNormName } from "./block-weights.js";
+import { headNormBackward } from "./head-norm.js";
 import { BlockError } from "./errors.js";
 import { mlpComponent, type MlpComponent } from "./mlps.js";
 import { normComponent, type NormComponent, type NormTensors } from "./norms.js";
@@ -316,18 +317,25 @@ export class TransformerBlock {
     return g;
   }
 
-  /** RoPE and q, k, v: the attention's gradients -> dh1; then hands the attention's buffers back. */
+  /** RoPE (and the per-head q/k norms) and q, k, v: the attention's gradients -> dh1; then hands the attention's buffers back. */
   private async qkvBackward(a: Activations, g: AttentionGradients, positions: RopePositions, grads: FlatTensors): Promise<F32> {
-    const { heads, kvHeads, headDim, ropeBase, ropeScaling } = this.config;
+    const { heads, kvHeads, headDim, ropeBase, ropeScaling, qkNorm } = this.config;
     const rows = g.dq.shape[0]! * g.dq.shape[1]!;
-    // [b, s, H, D] -> [rows, H*D]; [b, s, Hkv, D] -> [rows, Hkv*D]
-    const rotated = async (d: F32, width: number) => (await this.ops.ropeBackward(d, positions, ropeBase, ropeScaling)).reshape([rows, width]);
-    // each rotated gradient goes back to the ops as soon as its projection's backward has read it (unless the ops rotated in
-    // place: then it is the attention's)
+    // each rotated (and normalised) gradient goes back to the ops as soon as the next stage has read it (unless it is the
+    // attention's own: the ops rotated in place)
+    const spend = (t: F32, ...keep: F32[]) => {
+      if (keep.every((k) => k.data.buffer !== t.data.buffer)) this.ops.release?.(t);
+    };
     const projectionBackward = async (x: F32, name: "attn.q" | "attn.k", d: F32, width: number) => {
-      const rotatedD = await rotated(d, width);
-      const dx = await this.linearBackward(x, name, rotatedD, grads);
-      if (rotatedD.data !== d.data) this.ops.release?.(rotatedD);
+      let dProjection = await this.ops.ropeBackward(d, positions, ropeBase, ropeScaling);
+      if (qkNorm) {
+        const rotated = dProjection;
+        dProjection = await this.headNormBackward(a, name === "attn.q" ? "attn.q_norm" : "attn.k_norm", rotated, grads);
+        spend(rotated, d, dProjection);
+      }
+      // [b, s, n, D] -> [rows, n * D]
+      const dx = await this.linearBackward(x, name, dProjection.reshape([rows, width]), grads);
+      spend(dProjection, d);
       return dx;
     };
     const inputs = [a.takeInput("attn.q"), a.takeInput("attn.k"), a.takeInput("attn.v")] as const;
@@ -342,12 +350,22 @@ export class TransformerBlock {
     return dq;
   }
 
+  /** qkNorm: the gradient at a per-head norm's output [b, s, n, D] -> at its input (the projection's output); the gain's gradient added. */
+  private async headNormBackward(a: Activations, name: QkNormName, dy: F32, grads: FlatTensors): Promise<F32> {
+    const record = a.takeHeadNorm(name);
+    const { dx, dGamma } = await headNormBackward(this.ops, record, this.weights[`${name}.gamma`]!, dy);
+    grads.add(`${name}.gamma`, dGamma, this.ops);
+    this.ops.release?.(dGamma, record.x);
+    return dx;
+  }
+
   /** Adds dW and db into `grads` (its views start at zero); returns dx. */
   private async linearBackward(x: F32, name: LinearName, dy: F32, grads: FlatTensors): Promise<F32> {
-    const r = await this.ops.linearBackward(x, this.weights[`${name}.w`]!, dy, this.config.bias);
+    const bias = hasBias(this.config, name);
+    const r = await this.ops.linearBackward(x, this.weights[`${name}.w`]!, dy, bias);
     grads.add(`${name}.w`, r.dw, this.ops);
     this.ops.release?.(r.dw);
-    if (this.config.bias) {
+    if (bias) {
       grads.add(`${name}.b`, r.db!, this.ops);
       this.ops.release?.(r.db!);
     }

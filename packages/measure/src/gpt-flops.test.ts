@@ -14,6 +14,8 @@ describe("GPT FLOPs", () => {
     expect(gptMatrixWeights({ layers: 1, hidden: 4, vocab: 8, mlpHidden: 4 })).toBe(6 * 16 + 32);
     // grouped-query attention (k, v 4x2) and SwiGLU (gate, up 4x16; down 16x4), 2 layers, no head
     expect(gptMatrixWeights({ layers: 2, hidden: 4, vocab: 0, mlpHidden: 16, kvWidth: 2, gatedMlp: true })).toBe(2 * (16 + 16 + 8 + 8 + 3 * 64));
+    // a head width other than hidden / heads (Qwen3): q 4x6 and o 6x4, k and v 4x2, MLP 4x4 twice
+    expect(gptMatrixWeights({ layers: 1, hidden: 4, vocab: 0, mlpHidden: 4, qWidth: 6, kvWidth: 2 })).toBe(24 + 24 + 8 + 8 + 16 + 16);
     // GPT-2 small: 12 layers x 12 h^2 plus the tied head 50257 x 768
     expect(gptMatrixWeights({ layers: 12, hidden: 768, vocab: 50257, mlpHidden: 3072 })).toBe(84_934_656 + 38_597_376);
   });
@@ -39,6 +41,8 @@ describe("GPT FLOPs", () => {
     expect(f.matmul).toBe(2 * 24 * 2048 * 1024 * 1024 + 2 * 2048 * 1024 * 1000);
     expect(f.attention).toBe(2 * 4 * 2048 * 2048 * 1024);
     expect(gptForwardFlops(d, 2048, true).attention).toBe(2 * 4 * ((2048 * 2049) / 2) * 1024);
+    // the attention's width is heads x head dim when that is not hidden
+    expect(gptForwardFlops({ ...d, qWidth: 1536 }, 2048, true).attention).toBe(2 * 4 * ((2048 * 2049) / 2) * 1536);
   });
 
   it("a training step is 3 forwards", () => {

@@ -29,6 +29,8 @@ export interface GptDimensions {
   mlpHidden: number;
   /** Width of the key and value projections, kvHeads · head dim (default hidden: no grouped-query attention). */
   kvWidth?: number;
+  /** Width of the query projection and of the attention, heads · head dim (default hidden: head dim = hidden / heads). */
+  qWidth?: number;
   /** SwiGLU: gate and up both map hidden to mlpHidden (3 MLP matrices instead of 2). Default false. */
   gatedMlp?: boolean;
 }
@@ -43,13 +45,14 @@ function checkDimensions(d: GptDimensions): void {
   positiveInteger("GPT vocab", d.vocab, 0);
   positiveInteger("GPT mlpHidden", d.mlpHidden);
   if (d.kvWidth !== undefined) positiveInteger("GPT kvWidth", d.kvWidth);
+  if (d.qWidth !== undefined) positiveInteger("GPT qWidth", d.qWidth);
 }
 
-/** Weights in the GPT's matrices: per layer q and o (h·h), k and v (h·kvWidth), the MLP's; plus the LM head (h·V). */
+/** Weights in the GPT's matrices: per layer q and o (h·qWidth), k and v (h·kvWidth), the MLP's; plus the LM head (h·V). */
 export function gptMatrixWeights(d: GptDimensions): number {
   checkDimensions(d);
   const h = d.hidden;
-  const attention = 2 * h * h + 2 * h * (d.kvWidth ?? h);
+  const attention = 2 * h * (d.qWidth ?? h) + 2 * h * (d.kvWidth ?? h);
   const mlp = (d.gatedMlp === true ? 3 : 2) * h * d.mlpHidden;
   return d.layers * (attention + mlp) + h * d.vocab;
 }
@@ -88,7 +91,7 @@ export interface SequenceFlops {
 
 /** Forward FLOPs of one sequence of `seq` tokens (attention over the whole sequence, causal or not). */
 export function gptForwardFlops(d: GptDimensions, seq: number, causal: boolean): SequenceFlops {
-  return { matmul: seq * matmulFlopsPerToken(d), attention: d.layers * attentionFlops({ seq, width: d.hidden, causal }) };
+  return { matmul: seq * matmulFlopsPerToken(d), attention: d.layers * attentionFlops({ seq, width: d.qWidth ?? d.hidden, causal }) };
 }
 
 /** FLOPs of one training step (forward and backward) over `sequences` sequences of `seq` tokens. */

@@ -62,6 +62,13 @@ describe("ONNX export", () => {
       expect(await compare(config, true)).toBeGreaterThan(1e-4);
     });
   }
+  it("and with a qwen3-shaped config: head width 6 on hidden 16 with 4 heads, per-head q/k norms, GQA", async () => {
+    expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", headDim: 6, qkNorm: true, mlpHidden: 24, eps: 1e-6, ropeBase: 1e6 })).toBeLessThan(1e-5);
+  });
+  it("and with per-projection biases: q, k, v only (qwen2), and every linear (llama's attention_bias and mlp_bias)", async () => {
+    expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", attentionBias: "qkv", tiedHead: true })).toBeLessThan(1e-5);
+    expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", attentionBias: "qkvo", mlpBias: true, headDim: 8, qkNorm: true })).toBeLessThan(1e-5);
+  });
   it("and with SwiGLU, RMSNorm and a tied head", async () => {
     expect(await compare({ ...base, mlp: "swiglu", norm: "rmsnorm", tiedHead: true, kvHeads: 1 })).toBeLessThan(1e-5);
   });

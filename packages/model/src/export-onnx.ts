@@ -6,13 +6,13 @@
  * run on graph values instead of tensors: this file only says how each
  * operation of that definition is written as ONNX nodes (the same operators
  * the training kernels run: LayerNormalization or
- * SimplifiedLayerNormalization, Gelu with the tanh approximation, RoPE as
- * rotate-half with float64 angle tables, the config's RoPE scaling
- * included, causal attention as MatMul + additive mask + Softmax with
- * key/value heads repeated for GQA).
+ * SimplifiedLayerNormalization (also Qwen3's per-head q/k norm), Gelu with the
+ * tanh approximation, RoPE as rotate-half with float64 angle tables, the
+ * config's RoPE scaling included, causal attention as MatMul + additive mask +
+ * Softmax with key/value heads repeated for GQA).
  * Weights are stored as initializers.
  */
-import { blockForward, mlpComponent, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
+import { blockForward, hasBias, mlpComponent, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
 import { GraphBuilder, attr, ropeInverseFrequencies, type Value } from "@ulysses/kernels";
 import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
@@ -65,8 +65,10 @@ function blockMath(inputs: GraphInputs, layer: number): BlockMath<Value> {
     norm: async (x, name) => norm(g, config, x, w, name),
     linear: async (x, name) => {
       const y = g.op("MatMul", [x, w(`${name}.w`)]);
-      return config.bias ? g.op("Add", [y, w(`${name}.b`)]) : y;
+      return hasBias(config, name) ? g.op("Add", [y, w(`${name}.b`)]) : y;
     },
+    // qkNorm: RMSNorm over the last axis of [b, s, n, D], its gain [D] shared by the heads
+    headNorm: async (x, name) => normComponent("rmsnorm").onnx!(g, x, (suffix) => w(`${name}.${suffix}`), config.eps),
     // [b, s, n*D] -> [b, s, n, D]
     splitHeads: (x, n) => g.op("Reshape", [x, g.int64s([0, 0, n, headDim])]),
     // [b, s, n, D] -> [b, s, n*D]

@@ -4,7 +4,7 @@
  * parameter vector: token embedding, the blocks' weights (in the block's own
  * spec order), the final norm, the LM head (absent when tied).
  */
-import { blockWeightSpecs, normComponent, resolveBlockConfig, type MlpKind, type NormKind, type ResolvedBlockConfig } from "@ulysses/block";
+import { blockWeightSpecs, normComponent, resolveBlockConfig, type AttentionBias, type MlpKind, type NormKind, type ResolvedBlockConfig } from "@ulysses/block";
 import { ropeScalingProblem, type RopeScaling } from "@ulysses/kernels";
 import { ModelError } from "./errors.js";
 
@@ -31,6 +31,14 @@ export interface GptConfig {
   ropeBase?: number;
   /** RoPE's frequency scaling (linear, llama3: a Hugging Face config's rope_scaling); absent: plain RoPE. */
   ropeScaling?: RopeScaling;
+  /** Per-head width of q, k, v (even); default hidden / heads (a Hugging Face config's head_dim). */
+  headDim?: number;
+  /** Biases of the attention projections: "none" (default), "qkv" (Qwen2) or "qkvo" (Llama's attention_bias). */
+  attentionBias?: AttentionBias;
+  /** Biases of the MLP projections (Llama's mlp_bias); default false. */
+  mlpBias?: boolean;
+  /** Per-head RMSNorm of q and k before RoPE (Qwen3); default false. */
+  qkNorm?: boolean;
 }
 
 export interface ParamSpec {
@@ -54,6 +62,10 @@ export function blockConfigOf(config: GptConfig): ResolvedBlockConfig {
     ...(config.eps === undefined ? {} : { eps: config.eps }),
     ...(config.ropeBase === undefined ? {} : { ropeBase: config.ropeBase }),
     ...(config.ropeScaling === undefined ? {} : { ropeScaling: config.ropeScaling }),
+    ...(config.headDim === undefined ? {} : { headDim: config.headDim }),
+    ...(config.attentionBias === undefined ? {} : { attentionBias: config.attentionBias }),
+    ...(config.mlpBias === undefined ? {} : { mlpBias: config.mlpBias }),
+    ...(config.qkNorm === undefined ? {} : { qkNorm: config.qkNorm }),
     norm: config.norm ?? "layernorm",
     causal: true,
   });
@@ -74,6 +86,8 @@ export const GPT_CONFIG_LIMITS = {
   layers: 1 << 12,
   maxSeq: 1 << 24,
   mlpRatio: 64,
+  /** Per-head width (GptConfig.headDim). */
+  headDim: 1 << 12,
   /** maxSeq x headDim: the RoPE tables the ONNX export builds (cos and sin, 1 GiB each at the limit). */
   ropeTable: 1 << 28,
   /** Parameters in all (the flat vector is one Float32Array; 2^31 of them are 8 GiB, and the gradient and two moments as much again each). */
@@ -103,6 +117,7 @@ export function validateGptConfig(config: GptConfig): void {
   // strict (a checkpoint's metadata is read back through here): a known type, exactly its fields, each in range
   const scalingProblem = ropeScalingProblem(config.ropeScaling);
   if (scalingProblem !== undefined) throw new ModelError(`GPT config: ${scalingProblem}`);
+  validateAttentionOptions(config);
   let block: ResolvedBlockConfig;
   try {
     block = blockConfigOf(config);
@@ -121,6 +136,21 @@ export function validateGptConfig(config: GptConfig): void {
       `GPT config: ${config.layers} layers x hidden ${config.hidden}, vocab ${config.vocab} make about ${total.toExponential(3)} parameters, ` +
         `above the limit of ${GPT_CONFIG_LIMITS.parameters}`,
     );
+  }
+}
+
+/** The optional attention fields (headDim, attentionBias, mlpBias, qkNorm), strictly: a config from a file is data. */
+function validateAttentionOptions(config: GptConfig): void {
+  const { headDim, attentionBias, mlpBias, qkNorm } = config;
+  if (headDim !== undefined && (!Number.isSafeInteger(headDim) || headDim < 2 || headDim % 2 !== 0 || headDim > GPT_CONFIG_LIMITS.headDim))
+    throw new ModelError(`GPT config: headDim must be an even integer from 2 to ${GPT_CONFIG_LIMITS.headDim}, got ${JSON.stringify(headDim)}`);
+  if (attentionBias !== undefined && !(["none", "qkv", "qkvo"] as unknown[]).includes(attentionBias))
+    throw new ModelError(`GPT config: attentionBias must be "none", "qkv" or "qkvo", got ${JSON.stringify(attentionBias)}`);
+  for (const [key, value] of [
+    ["mlpBias", mlpBias],
+    ["qkNorm", qkNorm],
+  ] as const) {
+    if (value !== undefined && typeof value !== "boolean") throw new ModelError(`GPT config: ${key} must be true or false, got ${JSON.stringify(value)}`);
   }
 }
 

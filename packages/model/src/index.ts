@@ -47,6 +47,8 @@ export { errnoText } from "./files/errno.js";
 export { HfTokenizer, MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, type EncodeOptions } from "./hf-tokenizer.js";
 export { registerModelFamily, modelFamilyOf, modelTypes, type CheckpointTensor, type ModelFamily } from "./families/family.js";
 export { llamaFamily } from "./families/llama.js";
+export { qwen2Family } from "./families/qwen2.js";
+export { qwen3Family } from "./families/qwen3.js";
 export { importWeights, MAX_INDEX_BYTES } from "./families/import-weights.js";
 export { gptFamily, GPT_MODEL_TYPE } from "./families/gpt.js";
 export {

@@ -51,6 +51,11 @@ export function layerFloatsPerToken(
   const moved = sp > 1; // an exchange moved q, k, v (and out back): the output exists in both layouts
   const normStats = normComponent(block.norm).statsPerRow;
   const mlpTensors = mlpComponent(block.mlp).projections.length + 1; // up (and gate), activation
+  // qkNorm (Qwen3): the per-head norms keep their inputs (q's and k's projections, in the rank's own layout) and one statistic
+  // per head; their backward makes one more gradient of q's width besides RoPE's
+  const ownKv = kvHeads * headDim;
+  const qkNormSaved = block.qkNorm ? qWidth + ownKv + heads + kvHeads : 0;
+  const qkNormBackward = block.qkNorm ? qWidth : 0;
   const attentionHalf =
     hidden + // h1 (norm1's output), the q, k, v projections' input
     normStats +
@@ -59,13 +64,14 @@ export function layerFloatsPerToken(
     qWidth + // out
     heads + // log-sum-exp
     (moved ? qWidth : 0) + // out in the rank's own layout, the o projection's input
-    hidden; // x2, the MLP's input (and the residual)
+    hidden + // x2, the MLP's input (and the residual)
+    qkNormSaved;
   const mlpHalf = hidden + normStats + mlpTensors * mlpHidden; // h2 and its statistics, up (and gate), activation
   const saved = hidden + attentionHalf + (tiledMlp ? 0 : mlpHalf);
   // backward: the MLP's gradients (dy, dAct, dUp (and dGate)) and the largest op's temporaries (one MLP-wide
   // tensor) unless tiled; then the attention's (dx2, dAttn, dq, dk, dv and RoPE's dq, dk)
   const mlpBackward = hidden + (mlpTensors + 1) * mlpHidden;
-  const attentionBackward = hidden + qWidth + qWidth + 2 * kvWidth + qWidth + kvWidth;
+  const attentionBackward = hidden + qWidth + qWidth + 2 * kvWidth + qWidth + kvWidth + qkNormBackward;
   const backward = tiledMlp ? attentionBackward : Math.max(mlpBackward, attentionBackward);
   // (a tiled MLP's backward works on one tile at a time, before the attention's gradients exist: see mlpTile)
   // send and receive areas of q, k, v (reused for out and the gradients), of which the fraction that travels (a rank's own
@@ -78,8 +84,9 @@ export function layerFloatsPerToken(
   // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileRowsOf),
   // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
   // (dOut, dq, dk, dv, RoPE's dq and dk, dq|dk|dv side by side)
-  const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0)) / attentionHeadGroups;
-  const groupBackward = (4 * qWidth + 5 * kvWidth) / attentionHeadGroups;
+  // (and, with qkNorm, its per-head norms' inputs and statistics, and their gradient of q's width)
+  const groupForward = (2 * qWidth + 3 * kvWidth + qWidth + heads + (moved ? qWidth : 0) + qkNormSaved) / attentionHeadGroups;
+  const groupBackward = (4 * qWidth + 5 * kvWidth + qkNormBackward) / attentionHeadGroups;
   const groupedBackward = 2 * hidden + groupForward + groupBackward;
   return {
     saved: 2 * hidden + (tiledMlp ? 0 : mlpHalf),

@@ -29,6 +29,11 @@ describe("TransformerBlock with ONNX Runtime kernels", () => {
   const cases: [string, SpBlockConfig, number][] = [
     ["ulysses, GQA kv=2, SwiGLU, RMSNorm", { hidden: 64, heads: 8, kvHeads: 2, mlp: "swiglu", norm: "rmsnorm", mlpRatio: 2 }, 4],
     ["ulysses, uneven heads 6 on 4, N=50", { hidden: 48, heads: 6, mlpRatio: 2 }, 4],
+    [
+      "ulysses, Qwen3-shaped: head width 12 on hidden 32 with 4 heads, GQA kv=2, q/k norms, q/k/v biases",
+      { hidden: 32, heads: 4, kvHeads: 2, headDim: 12, qkNorm: true, attentionBias: "qkv", mlp: "swiglu", norm: "rmsnorm", mlpRatio: 2 },
+      2,
+    ],
     ["allgather, MHA", { hidden: 32, heads: 4, attention: "allgather", mlpRatio: 2 }, 2],
     ["ring, GQA kv=2 (OrtAttention's backward reads the merged lse and out)", { hidden: 32, heads: 4, kvHeads: 2, attention: "ring", mlpRatio: 2 }, 4],
   ];

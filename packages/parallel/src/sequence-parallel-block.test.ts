@@ -74,6 +74,13 @@ const cases: Case[] = [
     seq: 24,
     ranks: [2, 3],
   },
+  {
+    name: "Qwen3-shaped: head width 6 on hidden 16 with 4 heads, GQA kv=2, q/k norms, q/k/v biases",
+    config: { hidden: 16, heads: 4, kvHeads: 2, headDim: 6, qkNorm: true, attentionBias: "qkv", norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2 },
+    batch: 1,
+    seq: 8,
+    ranks: [2, 4],
+  },
   { name: "uneven heads 6 on 4", config: { hidden: 24, heads: 6, mlpRatio: 2 }, batch: 1, seq: 8, ranks: [4] },
   { name: "uneven sequence N=1000 on 3", config: { hidden: 12, heads: 3, mlpRatio: 2, norm: "rmsnorm" }, batch: 1, seq: 1000, ranks: [3] },
 ];

@@ -125,6 +125,34 @@ describe("loadCheckpoint from untrusted files", () => {
     );
   });
 
+  it("keeps a Hugging Face model's fields: head width, biases, q/k norm, MLP width, eps, RoPE base", () => {
+    const qwen: GptConfig = {
+      ...TINY,
+      headDim: 6,
+      attentionBias: "qkv",
+      mlpBias: false,
+      qkNorm: true,
+      norm: "rmsnorm",
+      mlp: "swiglu",
+      mlpHidden: 10,
+      eps: 1e-6,
+      ropeBase: 1e6,
+    };
+    const c = loadCheckpoint(craft(dir, "qwen.safetensors", qwen, withMoments(qwen)));
+    expect(c.config).toEqual(qwen);
+    expect(c.weights.get("blocks.0.attn.q_norm.gamma")!.shape).toEqual([6]);
+    expect(c.weights.get("blocks.0.attn.q.b")!.shape).toEqual([TINY.heads * 6]);
+    expectRefused(
+      craft(dir, "config-head-dim.safetensors", { ...qwen, headDim: 7 }, withMoments(qwen)),
+      /headDim must be an even integer from 2 to 4096, got 7/,
+    );
+    expectRefused(
+      craft(dir, "config-bias.safetensors", { ...qwen, attentionBias: "qk" }, withMoments(qwen)),
+      /attentionBias must be "none", "qkv" or "qkvo", got "qk"/,
+    );
+    expectRefused(craft(dir, "config-qk-norm.safetensors", { ...qwen, qkNorm: 1 }, withMoments(qwen)), /qkNorm must be true or false, got 1/);
+  });
+
   it("refuses a config with layers 1e8 before building its parameter list", () => {
     const file = craft(dir, "layers.safetensors", { ...TINY, layers: 1e8 }, withMoments(TINY));
     expectRefused(file, new RegExp(`layers 100000000 is above the limit of ${GPT_CONFIG_LIMITS.layers}`));

@@ -234,16 +234,24 @@ function shortText(text: string): string {
  * the settings); it is dropped here.
  */
 function modelConfig(config: GptConfig): GptConfig {
-  const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead, norm, mlpHidden, eps, ropeBase, ropeScaling } = config;
-  return {
-    ...{ vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead },
-    ...(norm === undefined ? {} : { norm }),
-    ...(mlpHidden === undefined ? {} : { mlpHidden }),
-    ...(eps === undefined ? {} : { eps }),
-    ...(ropeBase === undefined ? {} : { ropeBase }),
-    ...(ropeScaling === undefined ? {} : { ropeScaling: copyRopeScaling(ropeScaling) }),
-  };
+  const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead } = config;
+  const model: GptConfig = { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead };
+  // the optional fields that change the model, where the config has them (validated with the rest by gptParamSpecs)
+  for (const key of OPTIONAL_MODEL_FIELDS) if (config[key] !== undefined) (model as unknown as Record<string, unknown>)[key] = config[key];
+  if (config.ropeScaling !== undefined) model.ropeScaling = copyRopeScaling(config.ropeScaling);
+  return model;
 }
+
+const OPTIONAL_MODEL_FIELDS = [
+  "norm",
+  "mlpHidden",
+  "eps",
+  "ropeBase",
+  "headDim",
+  "attentionBias",
+  "mlpBias",
+  "qkNorm",
+] as const satisfies readonly (keyof GptConfig)[];
 
 function describeConfig(config: GptConfig): string {
   return `layers ${config.layers}, hidden ${config.hidden}, heads ${config.heads}/${config.kvHeads}, vocab ${config.vocab}`;

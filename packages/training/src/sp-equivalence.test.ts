@@ -39,13 +39,15 @@ interface Options {
   /** Tiled loss (Trainer's lossTileRows) and tiled MLP (Gpt's mlpTileRows); default untiled. */
   lossTileRows?: number;
   mlpTileRows?: number;
+  /** Model fields on top of `config` (a Hugging Face family's attention variants). */
+  model?: Partial<GptConfig>;
 }
 
 /** Trains on one device (sp null) or on `sp` ranks of one local world; returns per-step losses and rank 0's final weights. */
 async function train(sp: number | null, options: Options = {}) {
   const steps = options.steps ?? 20;
   const ops = options.ops ?? new ReferenceOps();
-  const modelConfig = { ...config, tiedHead: options.tiedHead ?? false, kvHeads: options.kvHeads ?? config.kvHeads };
+  const modelConfig = { ...config, tiedHead: options.tiedHead ?? false, kvHeads: options.kvHeads ?? config.kvHeads, ...options.model };
   const loop = async (trainer: Trainer, runs: SequenceRun[] = [{ start: 0, length: task.seq }]) => {
     const data = new Rng(99, 1);
     const losses: number[] = [];
@@ -126,6 +128,17 @@ describe("sequence-parallel equivalence (local backend, reference kernels)", () 
       const parallel = await train(sp);
       single.losses.forEach((loss, step) => expect(Math.abs(parallel.losses[step]! - loss) / loss, `sp ${sp} step ${step}`).toBeLessThanOrEqual(1e-4));
       expect(maxRelative(parallel.weights, single.weights)).toBeLessThanOrEqual(1e-4);
+    }
+  });
+
+  it("a Qwen3-shaped model (head width 6 on hidden 16, per-head q/k norms, q/k/v biases) trains at SP 2 like one device", async () => {
+    const model: Partial<GptConfig> = { headDim: 6, qkNorm: true, attentionBias: "qkv", mlp: "swiglu", norm: "rmsnorm" };
+    const single = await train(null, { steps: 10, model });
+    expect(single.losses[9]!).toBeLessThan(single.losses[0]!);
+    for (const options of [{}, { checkpointing: true, attention: "allgather" as const }]) {
+      const parallel = await train(2, { steps: 10, model, ...options });
+      single.losses.forEach((loss, step) => expect(Math.abs(parallel.losses[step]! - loss) / loss, `step ${step}`).toBeLessThanOrEqual(1e-5));
+      expect(maxRelative(parallel.weights, single.weights)).toBeLessThanOrEqual(1e-5);
     }
   });
 

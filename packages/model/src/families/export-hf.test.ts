@@ -216,8 +216,8 @@ describe("exportHfDirectory", () => {
     };
     const json = gptFamily.configTo(gpt);
     expect(gptFamily.configFrom(JSON.parse(JSON.stringify(json)), "c.json")).toEqual(gpt);
-    expect(() => gptFamily.configFrom({ ...json, rope_scaling: { rope_type: "yarn" } }, "/x/config.json")).toThrow(
-      /config '\/x\/config\.json': rope_scaling is not a key of a ulysses_gpt config/,
+    expect(() => gptFamily.configFrom({ ...json, rope_theory: { rope_type: "yarn" } }, "/x/config.json")).toThrow(
+      /config '\/x\/config\.json': rope_theory is not a key of a ulysses_gpt config/,
     );
     const { num_hidden_layers: _, ...missing } = json;
     expect(() => gptFamily.configFrom(missing, "/x/config.json")).toThrow(/config '\/x\/config\.json': num_hidden_layers is missing/);

@@ -9,6 +9,8 @@ import { ModelError } from "../errors.js";
 import type { GptConfig } from "../gpt-config.js";
 import { gptFamily } from "./gpt.js";
 import { llamaFamily } from "./llama.js";
+import { qwen2Family } from "./qwen2.js";
+import { qwen3Family } from "./qwen3.js";
 
 /** A checkpoint tensor: its name there, and whether the matrix is stored [out, in] (Hugging Face's nn.Linear) where ours is [in, out]. */
 export interface CheckpointTensor {
@@ -57,3 +59,5 @@ export function modelFamilyOf(json: Readonly<Record<string, unknown>>, file: str
 
 registerModelFamily(llamaFamily);
 registerModelFamily(gptFamily);
+registerModelFamily(qwen2Family);
+registerModelFamily(qwen3Family);

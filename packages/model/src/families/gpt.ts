@@ -28,6 +28,11 @@ const KEYS = {
   ropeBase: "rope_theta",
   /** In this library's own form ({ type, factor, ... }), checked by validateGptConfig. */
   ropeScaling: "rope_scaling",
+  headDim: "head_dim",
+  /** "none", "qkv" or "qkvo", as GptConfig has it. */
+  attentionBias: "attention_bias",
+  mlpBias: "mlp_bias",
+  qkNorm: "qk_norm",
 } as const satisfies Record<keyof GptConfig, string>;
 
 const REQUIRED = ["vocab", "hidden", "heads", "kvHeads", "layers", "mlp", "mlpRatio", "maxSeq", "tiedHead"] as const;

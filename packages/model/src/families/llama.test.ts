@@ -101,7 +101,7 @@ describe("the llama family", () => {
     });
   });
 
-  it("refuses by name what it cannot run yet: other RoPE scalings, a binding sliding window, biases, another head_dim or activation", () => {
+  it("refuses by name what it cannot run yet: other RoPE scalings, a binding sliding window, Mistral biases, another activation, dropout", () => {
     expect(() => llamaFamily.configFrom({ ...llama32, rope_scaling: { rope_type: "yarn", factor: 4 } }, "llama/config.json")).toThrow(
       /^config 'llama\/config.json': rope_scaling.rope_type "yarn" is not supported/,
     );
@@ -112,16 +112,44 @@ describe("the llama family", () => {
     expect(() => llamaFamily.configFrom(noWindow, "m.json")).toThrow(/sliding_window 4096 is not supported/); // Mistral's default window
     expect(llamaFamily.configFrom({ ...mistral, sliding_window: null }, "m.json").kvHeads).toBe(8);
     expect(llamaFamily.configFrom({ ...mistral, sliding_window: 32768 }, "m.json").maxSeq).toBe(32768);
-    expect(() => llamaFamily.configFrom({ ...smollm2, attention_bias: true }, "c.json")).toThrow("config 'c.json': attention_bias true is not supported");
-    expect(() => llamaFamily.configFrom({ ...smollm2, mlp_bias: true }, "c.json")).toThrow("config 'c.json': mlp_bias true is not supported");
-    expect(() => llamaFamily.configFrom({ ...smollm2, head_dim: 128 }, "c.json")).toThrow(/head_dim 128 is not supported: a head_dim other than .* \(64\)/);
+    expect(() => llamaFamily.configFrom({ ...mistral, sliding_window: null, attention_bias: true }, "m.json")).toThrow(
+      "config 'm.json': attention_bias true is not supported: Hugging Face's Mistral has no biases",
+    );
+    expect(() => llamaFamily.configFrom({ ...mistral, sliding_window: null, mlp_bias: true }, "m.json")).toThrow(
+      "config 'm.json': mlp_bias true is not supported",
+    );
+    expect(() => llamaFamily.configFrom({ ...smollm2, head_dim: 7 }, "c.json")).toThrow(
+      "config 'c.json': head_dim 7 is not supported: RoPE needs an even head width",
+    );
+    expect(() => llamaFamily.configFrom({ ...smollm2, attention_bias: "yes" }, "c.json")).toThrow(
+      "config 'c.json': attention_bias must be true or false, got \"yes\"",
+    );
+    expect(() => llamaFamily.configFrom({ ...smollm2, attention_dropout: 0.1 }, "c.json")).toThrow("config 'c.json': attention_dropout 0.1 is not supported");
     expect(() => llamaFamily.configFrom({ ...smollm2, hidden_act: "gelu" }, "c.json")).toThrow("config 'c.json': hidden_act \"gelu\" is not supported");
     expect(() => llamaFamily.configFrom({ ...smollm2, num_hidden_layers: "30" }, "c.json")).toThrow(
       "config 'c.json': num_hidden_layers must be a positive integer, got \"30\"",
     );
-    expect(() => modelFamilyOf({ model_type: "qwen2" }, "q/config.json")).toThrow(
-      `config 'q/config.json': model_type "qwen2" is not a model family this library reads (llama, mistral, ulysses_gpt)`,
+    expect(() => modelFamilyOf({ model_type: "gpt2" }, "g/config.json")).toThrow(
+      `config 'g/config.json': model_type "gpt2" is not a model family this library reads (llama, mistral, ulysses_gpt, qwen2, qwen3)`,
     );
+  });
+
+  it("reads attention_bias (q, k, v and o), mlp_bias (gate, up, down) and a head_dim other than hidden / heads", () => {
+    const config = llamaFamily.configFrom({ ...smollm2, attention_bias: true, mlp_bias: true, head_dim: 128 }, "c.json");
+    expect([config.attentionBias, config.mlpBias, config.headDim]).toEqual(["qkvo", true, 128]);
+    expect(llamaFamily.configFrom({ ...smollm2, head_dim: 64 }, "c.json").headDim).toBeUndefined(); // hidden / heads: the default
+    const biases = gptParamSpecs({ ...config, layers: 1 })
+      .filter((s) => s.name.endsWith(".b"))
+      .map((s) => `${llamaFamily.tensorOf(s.name, config).name} [${s.shape.join(", ")}]`);
+    expect(biases).toEqual([
+      "model.layers.0.self_attn.q_proj.bias [1152]",
+      "model.layers.0.self_attn.k_proj.bias [384]",
+      "model.layers.0.self_attn.v_proj.bias [384]",
+      "model.layers.0.self_attn.o_proj.bias [576]",
+      "model.layers.0.mlp.gate_proj.bias [1536]",
+      "model.layers.0.mlp.up_proj.bias [1536]",
+      "model.layers.0.mlp.down_proj.bias [576]",
+    ]);
   });
 
   it("names every parameter's Hugging Face tensor, the matrices stored [out, in]", () => {

@@ -6,71 +6,41 @@
  *
  * Read from config.json: vocab_size, hidden_size, intermediate_size,
  * num_hidden_layers, num_attention_heads, num_key_value_heads (default the
- * heads), head_dim (must be hidden_size / num_attention_heads),
- * max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling (linear,
- * llama3: rope-scaling.ts), tie_word_embeddings, hidden_act (silu). Refused
- * by name until supported: other RoPE scalings,
- * attention_bias and mlp_bias true, a sliding_window shorter than
+ * heads), head_dim (default hidden_size / num_attention_heads; any even
+ * width), max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling
+ * (linear, llama3: rope-scaling.ts; rope_parameters with plain RoPE),
+ * tie_word_embeddings, hidden_act (silu), attention_bias (llama: biases on
+ * q, k, v and o) and mlp_bias (llama: on gate, up and down). Refused by name
+ * until supported: other RoPE scalings, a sliding_window shorter than
  * max_position_embeddings (Mistral's default, 4096, when the key is absent),
- * pretraining_tp above 1.
+ * pretraining_tp above 1, attention_bias or mlp_bias true for Mistral (whose
+ * Hugging Face model has no biases), attention_dropout above 0.
  */
 import { ModelError } from "../errors.js";
 import type { GptConfig } from "../gpt-config.js";
+import { configReader, evenSplit, headDimOf, ropeOf } from "./config-reader.js";
+import { decoderTensorOf } from "./decoder-tensors.js";
 import type { ModelFamily } from "./family.js";
-import { ropeScalingFrom } from "./rope-scaling.js";
-
-function reader(json: Readonly<Record<string, unknown>>, file: string) {
-  const where = (key: string) => `config '${file}': ${key}`;
-  const shown = (value: unknown) => JSON.stringify(value)?.slice(0, 80) ?? String(value);
-  const int = (key: string, fallback?: number): number => {
-    const value = json[key] ?? fallback;
-    if (!Number.isSafeInteger(value) || (value as number) < 1) throw new ModelError(`${where(key)} must be a positive integer, got ${shown(value)}`);
-    return value as number;
-  };
-  const number = (key: string, fallback: number): number => {
-    const value = json[key] ?? fallback;
-    if (typeof value !== "number" || !Number.isFinite(value) || value <= 0)
-      throw new ModelError(`${where(key)} must be a positive number, got ${shown(value)}`);
-    return value;
-  };
-  const refuse = (key: string, allowed: (value: unknown) => boolean, why: string) => {
-    if (key in json && !allowed(json[key])) throw new ModelError(`${where(key)} ${shown(json[key])} is not supported: ${why}`);
-  };
-  return { int, number, refuse, where, shown };
-}
-
-const LAYER = /^blocks\.(\d+)\.(.+)$/;
-const LAYER_TENSORS: Record<string, string> = {
-  "norm1.gamma": "input_layernorm.weight",
-  "attn.q.w": "self_attn.q_proj.weight",
-  "attn.k.w": "self_attn.k_proj.weight",
-  "attn.v.w": "self_attn.v_proj.weight",
-  "attn.o.w": "self_attn.o_proj.weight",
-  "norm2.gamma": "post_attention_layernorm.weight",
-  "mlp.gate.w": "mlp.gate_proj.weight",
-  "mlp.up.w": "mlp.up_proj.weight",
-  "mlp.down.w": "mlp.down_proj.weight",
-};
 
 export const llamaFamily: ModelFamily = {
   name: "llama",
   modelTypes: ["llama", "mistral"],
   configFrom(json, file) {
-    const { int, number, refuse, where } = reader(json, file);
-    refuse("attention_bias", (v) => v === false, "biases on the attention projections are not implemented yet");
-    refuse("mlp_bias", (v) => v === false, "biases on the MLP projections are not implemented yet");
+    const read = configReader(json, file);
+    const { int, number, boolean, refuse, where } = read;
+    const mistral = json.model_type === "mistral";
+    if (mistral) {
+      refuse("attention_bias", (v) => v === false || v === null, "Hugging Face's Mistral has no biases on its attention projections");
+      refuse("mlp_bias", (v) => v === false || v === null, "Hugging Face's Mistral has no biases on its MLP projections");
+    }
+    read.noDropout();
     refuse("pretraining_tp", (v) => v === 1, "only pretraining_tp 1 is read (its slices change the rounding of the projections)");
-    refuse("hidden_act", (v) => v === "silu", "the MLP is SwiGLU, silu(gate) x up");
+    read.siluOnly();
+    const rope = ropeOf(read, json, file, 10000);
     const hidden = int("hidden_size");
     const heads = int("num_attention_heads");
-    if (hidden % heads !== 0) throw new ModelError(`${where("hidden_size")} ${hidden} is not divisible by num_attention_heads ${heads}`);
-    refuse(
-      "head_dim",
-      (v) => v === null || v === hidden / heads,
-      `a head_dim other than hidden_size / num_attention_heads (${hidden / heads}) is not implemented yet`,
-    );
-    const tied = json.tie_word_embeddings ?? false;
-    if (typeof tied !== "boolean") throw new ModelError(`${where("tie_word_embeddings")} must be true or false, got ${JSON.stringify(tied)}`);
+    const headDim = headDimOf(read, json, () => evenSplit(read, hidden, heads));
+    const tied = boolean("tie_word_embeddings", false);
     const maxSeq = int("max_position_embeddings", 2048);
     // a window at least as long as any sequence the model reads changes nothing; Hugging Face's MistralConfig defaults it to 4096
     const window = "sliding_window" in json ? json.sliding_window : json.model_type === "mistral" ? 4096 : null;
@@ -92,17 +62,11 @@ export const llamaFamily: ModelFamily = {
       tiedHead: tied,
       norm: "rmsnorm",
       eps: number("rms_norm_eps", 1e-6),
-      ropeBase: number("rope_theta", 10000),
-      ropeScaling: ropeScalingFrom(json, file),
+      ...rope,
+      ...(headDim === hidden / heads ? {} : { headDim }),
+      ...(boolean("attention_bias", false) ? { attentionBias: "qkvo" as const } : {}),
+      ...(boolean("mlp_bias", false) ? { mlpBias: true } : {}),
     } satisfies GptConfig;
   },
-  tensorOf(parameter, config) {
-    if (parameter === "embed.weight") return { name: "model.embed_tokens.weight", transposed: false };
-    if (parameter === "norm.gamma") return { name: "model.norm.weight", transposed: false };
-    if (parameter === "head.w" && !config.tiedHead) return { name: "lm_head.weight", transposed: true };
-    const layer = LAYER.exec(parameter);
-    const tensor = layer === null ? undefined : LAYER_TENSORS[layer[2]!];
-    if (layer === null || tensor === undefined) throw new ModelError(`the llama family has no tensor for parameter '${parameter}'`);
-    return { name: `model.layers.${layer[1]}.${tensor}`, transposed: layer[2]!.endsWith(".w") };
-  },
+  tensorOf: (parameter, config) => decoderTensorOf("llama", parameter, config),
 };

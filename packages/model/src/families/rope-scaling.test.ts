@@ -2,7 +2,8 @@
  * config.json's rope_scaling: Llama 3.1's and a linear one read into the
  * model's RopeScaling (under rope_type or the older type), null or absent
  * as none; yarn, dynamic, unknown types, unknown keys, missing or malformed
- * fields and transformers 5's rope_parameters refused with the file and key.
+ * fields refused with the file and key; transformers 5's rope_parameters read
+ * when plain.
  */
 import { describe, expect, it } from "vitest";
 import { blockConfigOf, validateGptConfig, type GptConfig } from "../gpt-config.js";
@@ -61,9 +62,6 @@ describe("ropeScalingFrom", () => {
       ["linear", "config 'm/config.json': rope_scaling must be an object or null, got \"linear\""],
     ];
     for (const [scaling, message] of cases) expect(() => ropeScalingFrom(at(scaling), "m/config.json"), JSON.stringify(scaling)).toThrow(message);
-    expect(() => ropeScalingFrom({ rope_parameters: { rope_type: "default", rope_theta: 10000 } }, "m/config.json")).toThrow(
-      /^config 'm\/config.json': rope_parameters \{"rope_type":"default","rope_theta":10000\} is not supported: transformers 5's rope_parameters/,
-    );
   });
 });
 
@@ -98,5 +96,16 @@ describe("the llama family with rope_scaling", () => {
       ["linear", 'GPT config: ropeScaling must be an object or absent, got "linear"'],
     ];
     for (const [ropeScaling, message] of bad) expect(() => validateGptConfig({ ...config, ropeScaling } as GptConfig)).toThrow(message);
+  });
+
+  it("reads transformers 5's rope_parameters when it holds plain RoPE, and refuses scaling there or beside it by name", () => {
+    const { rope_theta: _, ...plain } = llama;
+    expect(llamaFamily.configFrom({ ...plain, rope_parameters: { rope_type: "default", rope_theta: 250000 } }, "c.json").ropeBase).toBe(250000);
+    expect(() => llamaFamily.configFrom({ ...plain, rope_parameters: { rope_type: "llama3", factor: 8, rope_theta: 1e4 } }, "p/config.json")).toThrow(
+      /^config 'p\/config.json': rope_parameters \{"rope_type":"llama3".* is not supported: only plain RoPE/,
+    );
+    expect(() =>
+      llamaFamily.configFrom({ ...plain, rope_parameters: { rope_theta: 1e4 }, rope_scaling: { type: "linear", factor: 2 } }, "p/config.json"),
+    ).toThrow(/^config 'p\/config.json': rope_scaling .* is not supported: rope_scaling beside rope_parameters/);
   });
 });

@@ -7,8 +7,8 @@
  * `type` (both: they must agree). Refused by name, with the file and key:
  * "yarn" (it also scales cos and sin by an attention factor), "dynamic" (its
  * frequencies change with the sequence length), any other type, a missing or
- * malformed field, any key the type does not have, and `rope_parameters`
- * (transformers 5's layout of theta and scaling, not read yet).
+ * malformed field and any key the type does not have. (transformers 5's
+ * rope_parameters: config-reader.ts's ropeOf, which calls this without it.)
  */
 import { ropeScalingProblem, type RopeScaling } from "@ulysses/kernels";
 import { ModelError } from "../errors.js";
@@ -34,8 +34,6 @@ function shown(value: unknown): string {
 /** config.json's `rope_scaling` (in `json`, read from `file`) as a RopeScaling, undefined for plain RoPE; a ModelError naming file and key otherwise. */
 export function ropeScalingFrom(json: Readonly<Record<string, unknown>>, file: string): RopeScaling | undefined {
   const where = (key: string) => `config '${file}': ${key}`;
-  if ("rope_parameters" in json && json.rope_parameters !== null)
-    throw new ModelError(`${where("rope_parameters")} ${shown(json.rope_parameters)} is not supported: transformers 5's rope_parameters is not read yet`);
   const scaling = json.rope_scaling;
   if (scaling === undefined || scaling === null) return undefined;
   if (typeof scaling !== "object" || Array.isArray(scaling)) throw new ModelError(`${where("rope_scaling")} must be an object or null, got ${shown(scaling)}`);
