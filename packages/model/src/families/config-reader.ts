@@ -75,7 +75,12 @@ export function tiedOf(read: ConfigReader): boolean {
  * "default", rope_theta }; anything else refused by name, as is rope_scaling
  * beside it). partial_rotary_factor other than 1 is refused.
  */
-export function ropeOf(read: ConfigReader, json: Readonly<Record<string, unknown>>, file: string, fallback: number): { ropeBase: number; ropeScaling?: RopeScaling } {
+export function ropeOf(
+  read: ConfigReader,
+  json: Readonly<Record<string, unknown>>,
+  file: string,
+  fallback: number,
+): { ropeBase: number; ropeScaling?: RopeScaling } {
   read.refuse("partial_rotary_factor", (v) => v === 1 || v === null, "RoPE on part of each head is not implemented (every pair is rotated)");
   const parameters = json.rope_parameters;
   if (parameters === undefined || parameters === null) {
