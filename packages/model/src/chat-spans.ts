@@ -70,7 +70,9 @@ export function encodeChatSpans(renderer: ChatRenderer, messages: readonly ChatM
       return;
     }
     if (part.start < previous)
-      throw new ModelError(`${where}: the chat template renders message ${k} (${messages[k]!.role}) before the end of an earlier message; its parts cannot be told apart`);
+      throw new ModelError(
+        `${where}: the chat template renders message ${k} (${messages[k]!.role}) before the end of an earlier message; its parts cannot be told apart`,
+      );
     previous = part.end;
   });
   const trained: Range[] = [];
@@ -80,7 +82,9 @@ export function encodeChatSpans(renderer: ChatRenderer, messages: readonly ChatM
     const limit = next?.start ?? full.length;
     const end = endOfTurn(full, part.end, limit, renderer.specialTokens);
     if (end === null)
-      throw new ModelError(`${where}: the chat template puts no special token (an end of turn such as <|im_end|>) after the content of message ${k} (assistant)`);
+      throw new ModelError(
+        `${where}: the chat template puts no special token (an end of turn such as <|im_end|>) after the content of message ${k} (assistant)`,
+      );
     trained.push({ start: part.start, end });
   });
   return tokenize(renderer, full, trained);

@@ -145,9 +145,12 @@ export class HfTokenizer implements DocumentTokenizer {
       try {
         this.template = new Template(this.chatTemplate);
       } catch (cause) {
-        throw new ModelError(`tokenizer config '${path.join(this.source, "tokenizer_config.json")}': chat_template cannot be parsed: ${(cause as Error).message}`, {
-          cause,
-        });
+        throw new ModelError(
+          `tokenizer config '${path.join(this.source, "tokenizer_config.json")}': chat_template cannot be parsed: ${(cause as Error).message}`,
+          {
+            cause,
+          },
+        );
       }
     }
     return this.template;

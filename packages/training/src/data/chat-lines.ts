@@ -26,7 +26,8 @@ export function chatMessages(value: object, where: string): ChatMessage[] | stri
     if (typeof role !== "string" || role.length === 0) return `${at}: "role" must be a non-empty string, got ${kind(role)}`;
     if (typeof content !== "string") return `${at} (${shortRole(role)}): "content" must be a string, got ${kind(content)}`;
     const extra = Object.keys(message).filter((key) => key !== "role" && key !== "content");
-    if (extra.length > 0) return `${at} (${shortRole(role)}) has ${extra.map((k) => JSON.stringify(k).slice(0, 40)).join(", ")}: only "role" and "content" are supported`;
+    if (extra.length > 0)
+      return `${at} (${shortRole(role)}) has ${extra.map((k) => JSON.stringify(k).slice(0, 40)).join(", ")}: only "role" and "content" are supported`;
     messages.push({ role, content });
   }
   return messages;

@@ -63,7 +63,17 @@ export function checkDocuments(options: DocumentDataOptions, checkBytes = DEFAUL
     const skipped = source.bad.count > 0 ? ` (${source.bad.count} bad documents skipped; the first: ${source.bad.examples[0]})` : "";
     if (documents === 0) throw new TrainingError(`${where} holds no documents${range}${skipped}`);
     if (targets === 0) throw new TrainingError(`${where} holds no document of 2 or more tokens${range}: there is nothing to predict${skipped}`);
-    return { format: source.format, files: files.paths.length, bytes: files.totalBytes, documents, skipped: source.bad.count, bytesChecked: checked, complete, tokens, targets };
+    return {
+      format: source.format,
+      files: files.paths.length,
+      bytes: files.totalBytes,
+      documents,
+      skipped: source.bad.count,
+      bytesChecked: checked,
+      complete,
+      tokens,
+      targets,
+    };
   } finally {
     source.files.close();
   }

@@ -57,7 +57,9 @@ export function sourceOf(options: DocumentDataOptions): DocumentSource {
 export function encoderOf(options: DocumentDataOptions, source: DocumentSource): DocumentEncoder | null {
   if (options.tokenizer === undefined) {
     if (options.lossOn !== undefined && options.lossOn !== "all")
-      throw new TrainingError(`loss on ${options.lossOn} tokens needs the model's tokenizer and chat data ('${options.path}' is read as ${source.format} bytes)`);
+      throw new TrainingError(
+        `loss on ${options.lossOn} tokens needs the model's tokenizer and chat data ('${options.path}' is read as ${source.format} bytes)`,
+      );
     return null;
   }
   return new DocumentEncoder(options.tokenizer, source, options.lossOn ?? (source.format === "chat" ? "assistant" : "all"), options.maxDocumentBytes);
