@@ -5,7 +5,7 @@
  * conversations, or data with nothing to train, is refused up front.
  */
 import { TrainingError } from "../errors.js";
-import { TEXT_FORMATS, type DocumentSource, type TextFormat } from "./documents.js";
+import { DATA_FORMATS, type DocumentSource, type TextFormat } from "./documents.js";
 import { encoderOf, sourceOf, type DocumentDataOptions } from "./document-options.js";
 import { LONG_DOCUMENTS } from "./packer.js";
 import { documentTargets } from "./tokenized-documents.js";
@@ -33,8 +33,8 @@ export interface DocumentCheck {
 }
 
 export function checkDocuments(options: DocumentDataOptions, checkBytes = DEFAULT_CHECK_BYTES): DocumentCheck {
-  if (options.format !== undefined && !TEXT_FORMATS.includes(options.format))
-    throw new TrainingError(`unknown text data format '${options.format}' (use ${TEXT_FORMATS.join(", ")})`);
+  if (options.format !== undefined && !DATA_FORMATS.includes(options.format))
+    throw new TrainingError(`unknown text data format '${options.format}' (use ${DATA_FORMATS.join(", ")})`);
   if (options.longDocuments !== undefined && !LONG_DOCUMENTS.includes(options.longDocuments))
     throw new TrainingError(`long documents must be ${LONG_DOCUMENTS.join(" or ")}, got '${options.longDocuments}'`);
   const source = sourceOf(options);

@@ -22,7 +22,10 @@ import { DEFAULT_CHUNK_BYTES, HeldBytes, readBytes } from "./byte-scanner.js";
 /** The corpus formats of a text task. */
 export type TextFormat = "text" | "jsonl" | "txt-dir" | "chat";
 export type TextFormatOption = TextFormat | "auto";
-export const TEXT_FORMATS: readonly TextFormatOption[] = ["auto", "text", "jsonl", "txt-dir", "chat"];
+/** The byte-level formats (what a run without the model's tokenizer reads). */
+export const TEXT_FORMATS: readonly TextFormatOption[] = ["auto", "text", "jsonl", "txt-dir"];
+/** Every format: the text formats and chat (which needs a tokenizer). */
+export const DATA_FORMATS: readonly TextFormatOption[] = [...TEXT_FORMATS, "chat"];
 
 /** Where one document lies: file index, byte range of its content in that file, and its line (JSONL) or document number (separator). */
 export interface DocumentRef {
@@ -135,7 +138,7 @@ function statFile(file: string): fs.Stats {
 
 /** The format `option` means for `dataPath`: auto is txt-dir for a folder, jsonl for a *.jsonl file, else text. */
 export function resolveTextFormat(dataPath: string, option: TextFormatOption): TextFormat {
-  if (!TEXT_FORMATS.includes(option)) throw new TrainingError(`unknown text data format '${option}' (use ${TEXT_FORMATS.join(", ")})`);
+  if (!DATA_FORMATS.includes(option)) throw new TrainingError(`unknown text data format '${option}' (use ${DATA_FORMATS.join(", ")})`);
   if (option !== "auto") return option;
   const stat = statFile(dataPath);
   if (stat.isDirectory()) return "txt-dir";
