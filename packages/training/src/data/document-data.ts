@@ -21,6 +21,7 @@ import { encoderOf, sourceOf, type DocumentDataOptions } from "./document-option
 import { readDocument, type DocumentRef, type DocumentSource, type SourceCursor, type SourceDocument, type TextFormat } from "./documents.js";
 import { DEFAULT_MAX_LINE_BYTES } from "./jsonl-source.js";
 import { DocumentPacker, PAD_TOKEN, type PackedBatch } from "./packer.js";
+import { BYTE_VOCAB } from "./text-data.js";
 import { isTokenDocument, type DocumentEncoder, type LossOn } from "./tokenized-documents.js";
 
 export { readsDocuments, type DocumentDataOptions } from "./document-options.js";
@@ -92,7 +93,7 @@ export class DocumentData {
 
   /** Token ids lie in [0, vocabSize): the tokenizer's, or 256 (bytes). */
   get vocabSize(): number {
-    return this.encoder === null ? 256 : this.encoder.tokenizer.vocabSize;
+    return this.encoder === null ? BYTE_VOCAB : this.encoder.tokenizer.vocabSize;
   }
 
   /**
@@ -112,7 +113,7 @@ export class DocumentData {
     return { count: this.source.bad.count, examples: this.source.bad.examples };
   }
 
-  /** The largest buffer the readers have held (bytes): bounded by the chunk size and the longest JSONL line, never the corpus. */
+  /** The largest buffer the readers have held (bytes): bounded by the chunk size, the longest JSONL line and (tokenized) the longest document read to be encoded, never the corpus. */
   get largestHeldBytes(): number {
     return this.source.files.held.largest;
   }
