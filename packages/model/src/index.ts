@@ -45,6 +45,7 @@ export { OnnxLM } from "./onnx-lm.js";
 export { MAX_CONFIG_FILE_BYTES, fileKind, fileProblem, readJsonObject, readRegularFile } from "./files/input-files.js";
 export { errnoText } from "./files/errno.js";
 export { HfTokenizer, MAX_TOKENIZER_CONFIG_BYTES, MAX_TOKENIZER_JSON_BYTES, type EncodeOptions } from "./hf-tokenizer.js";
+export type { ChatMessage, DocumentTokenizer, TokenizedDocument } from "./tokenized-document.js";
 export { registerModelFamily, modelFamilyOf, modelTypes, type CheckpointTensor, type ModelFamily } from "./families/family.js";
 export { llamaFamily } from "./families/llama.js";
 export { qwen2Family } from "./families/qwen2.js";

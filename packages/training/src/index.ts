@@ -35,7 +35,8 @@ export {
   type DocumentCheck,
 } from "./data/document-data.js";
 export { corpusDigest } from "./data/corpus-digest.js";
-export { resolveTextFormat, listTextFiles, TEXT_FORMATS, type TextFormat, type TextFormatOption, type DocumentRef } from "./data/documents.js";
+export { LOSS_ON, DEFAULT_MAX_DOCUMENT_BYTES, type LossOn } from "./data/tokenized-documents.js";
+export { resolveTextFormat, listTextFiles, TEXT_FORMATS, DATA_FORMATS, type TextFormat, type TextFormatOption, type DocumentRef } from "./data/documents.js";
 export { DocumentPacker, PAD_TOKEN, LONG_DOCUMENTS, type LongDocuments, type PackedBatch, type PackStats } from "./data/packer.js";
 export { scoreTokens, type TokenScores } from "./score.js";
 export { lossAndGradients, countCorrect, validateLossTileRows, type LossResult, type LossOptions, type TrainModel } from "./loss.js";

@@ -9,69 +9,34 @@
  * stream (source cursor, the buffer's documents, the document being packed,
  * the id counter) is plain JSON, `state()`, which `restore()` takes back
  * after a restart, together with the data RNG's own state.
+ * With a tokenizer (options.tokenizer) documents are the model's tokens,
+ * encoded as they enter the buffer (tokenized-documents.ts), offsets count
+ * tokens, and each label is trained only where its target token is a loss
+ * target (chat: the assistant's tokens); a restore re-encodes the buffer's
+ * documents.
  */
 import { TrainingError } from "../errors.js";
-import { DEFAULT_CHUNK_BYTES } from "./byte-scanner.js";
-import {
-  TEXT_FORMATS,
-  readDocument,
-  resolveTextFormat,
-  type DocumentRef,
-  type DocumentSource,
-  type SourceCursor,
-  type SourceDocument,
-  type TextFormat,
-  type TextFormatOption,
-} from "./documents.js";
-import { DEFAULT_MAX_LINE_BYTES, JsonlSource } from "./jsonl-source.js";
-import { DocumentPacker, LONG_DOCUMENTS, type LongDocuments, type PackedBatch } from "./packer.js";
-import { SeparatedTextSource } from "./text-source.js";
-import { TxtDirSource } from "./txt-dir-source.js";
+import { checkDocuments, DEFAULT_CHECK_BYTES, type DocumentCheck } from "./document-check.js";
+import { encoderOf, sourceOf, type DocumentDataOptions } from "./document-options.js";
+import { readDocument, type DocumentRef, type DocumentSource, type SourceCursor, type SourceDocument, type TextFormat } from "./documents.js";
+import { DEFAULT_MAX_LINE_BYTES } from "./jsonl-source.js";
+import { DocumentPacker, PAD_TOKEN, type PackedBatch } from "./packer.js";
+import { BYTE_VOCAB } from "./text-data.js";
+import { isTokenDocument, type DocumentEncoder, type LossOn } from "./tokenized-documents.js";
+
+export { readsDocuments, type DocumentDataOptions } from "./document-options.js";
+export { DEFAULT_CHECK_BYTES, type DocumentCheck } from "./document-check.js";
 
 /** Documents the shuffle buffer holds by default. */
 export const DEFAULT_SHUFFLE_BUFFER = 64;
-/** Bytes of a corpus DocumentData.check reads by default. */
-export const DEFAULT_CHECK_BYTES = 64 << 20;
 export const DOCUMENT_STATE_FORMAT = "ulysses-ts-documents/1";
-
-export interface DocumentDataOptions {
-  /** A file (jsonl, text) or a folder (txt-dir). */
-  path: string;
-  /** Default auto: a folder is txt-dir, *.jsonl is jsonl, else text. */
-  format?: TextFormatOption;
-  /** The text format's document separator (required there, refused elsewhere). */
-  separator?: string | null;
-  /** Documents longer than seq + 1 tokens: split into documents of their own, or continue as one (default split). */
-  longDocuments?: LongDocuments;
-  /** Skip and count bad documents instead of throwing (default false). */
-  skipBadDocuments?: boolean;
-  /** Documents the shuffle buffer holds (default 64; 1: corpus order). */
-  shuffleBuffer?: number;
-  /** Bytes per read (default 1 MiB). */
-  chunkBytes?: number;
-  /** Longest JSONL line (default 64 MiB). */
-  maxLineBytes?: number;
-}
-
-/** What DocumentData.check found. */
-export interface DocumentCheck {
-  format: TextFormat;
-  files: number;
-  bytes: number;
-  /** Good documents in the bytes read. */
-  documents: number;
-  /** Bad documents skipped in the bytes read (skip mode). */
-  skipped: number;
-  /** Bytes read (the first `checkBytes` of the corpus, or all of it). */
-  bytesChecked: number;
-  /** Whether the whole corpus was read. */
-  complete: boolean;
-}
 
 /** The stream's position as plain JSON (record it in a checkpoint with the data RNG's state). */
 export interface DocumentDataState {
   format: typeof DOCUMENT_STATE_FORMAT;
   corpus: { format: TextFormat; files: number; bytes: number };
+  /** Tokenized streams only: the tokenizer's vocabulary and the loss mask; offsets below then count its tokens. */
+  tokens?: { vocabSize: number; lossOn: LossOn };
   epoch: number;
   cursor: SourceCursor;
   buffer: DocumentRef[];
@@ -81,25 +46,6 @@ export interface DocumentDataState {
   skipped: number;
 }
 
-function sourceOf(options: DocumentDataOptions): DocumentSource {
-  const format = resolveTextFormat(options.path, options.format ?? "auto");
-  const separator = options.separator ?? null;
-  const common = { chunkBytes: options.chunkBytes ?? DEFAULT_CHUNK_BYTES, skipBadDocuments: options.skipBadDocuments ?? false };
-  if (format !== "text" && separator !== null)
-    throw new TrainingError(`a document separator (${JSON.stringify(separator)}) is only for the text format; '${options.path}' is read as ${format}`);
-  if (format === "jsonl") return new JsonlSource(options.path, { ...common, maxLineBytes: options.maxLineBytes });
-  if (format === "txt-dir") return new TxtDirSource(options.path, common);
-  if (separator === null)
-    throw new TrainingError(`plain text '${options.path}' has no documents without a separator (give one, or read it as one stream with ByteTextData)`);
-  return new SeparatedTextSource(options.path, separator, common);
-}
-
-/** True when `options` read documents (jsonl, txt-dir, or text with a separator); plain text without one is ByteTextData's stream. */
-export function readsDocuments(options: Pick<DocumentDataOptions, "path" | "format" | "separator">): boolean {
-  const format = resolveTextFormat(options.path, options.format ?? "auto");
-  return format !== "text" || (options.separator ?? null) !== null;
-}
-
 export class DocumentData {
   readonly source: DocumentSource;
   readonly shuffleBuffer: number;
@@ -107,6 +53,8 @@ export class DocumentData {
   readonly path: string;
   /** Longest document held in memory (JSONL's decoded lines: maxLineBytes); null when documents are read from the file on demand. */
   readonly heldDocumentBytes: number | null;
+  /** Encodes documents as the model's tokens; null: byte-level. */
+  readonly encoder: DocumentEncoder | null;
   private readonly packer: DocumentPacker<SourceDocument>;
   private buffer: SourceDocument[] = [];
   private epoch = 0;
@@ -121,55 +69,43 @@ export class DocumentData {
     this.shuffleBuffer = shuffle;
     this.path = options.path;
     this.source = sourceOf(options);
-    this.heldDocumentBytes = this.source.format === "jsonl" ? (options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES) : null;
+    const jsonl = this.source.format === "jsonl" || this.source.format === "chat";
+    this.heldDocumentBytes = jsonl ? (options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES) : null;
     const files = this.source.files;
-    this.packer = new DocumentPacker(options.longDocuments ?? "split", (doc, offset, count, into, at) => readDocument(files, doc, offset, count, into, at));
+    try {
+      this.encoder = encoderOf(options, this.source);
+    } catch (error) {
+      files.close();
+      throw error;
+    }
+    const read = (doc: SourceDocument, offset: number, count: number, into: Int32Array, at: number) => {
+      if (isTokenDocument(doc)) into.set(doc.ids.subarray(offset, offset + count), at);
+      else readDocument(files, doc, offset, count, into, at);
+    };
+    const readTrainable = (doc: SourceDocument, offset: number, count: number, into: Uint8Array, at: number) => {
+      const flags = isTokenDocument(doc) ? doc.trainable : null;
+      if (flags === null) into.fill(1, at, at + count);
+      else into.set(flags.subarray(offset, offset + count), at);
+    };
+    const pad = this.encoder === null ? PAD_TOKEN : (this.encoder.tokenizer.pad ?? PAD_TOKEN);
+    this.packer = new DocumentPacker(options.longDocuments ?? "split", read, pad, this.encoder === null ? null : readTrainable);
+  }
+
+  /** Token ids lie in [0, vocabSize): the tokenizer's, or 256 (bytes). */
+  get vocabSize(): number {
+    return this.encoder === null ? BYTE_VOCAB : this.encoder.tokenizer.vocabSize;
   }
 
   /**
    * Checks options and corpus before any rank starts: the format fits the
    * path, and the first `checkBytes` (default 64 MiB) of the corpus hold at
-   * least one document of two or more tokens, with no bad document unless
+   * least one document with a loss target (two or more tokens; with a
+   * tokenizer, encoded as training will), with no bad document unless
    * skipBadDocuments. Bad documents further on are met while training (same
    * message, or skipped). Throws a TrainingError naming the file and value.
    */
   static check(options: DocumentDataOptions, checkBytes = DEFAULT_CHECK_BYTES): DocumentCheck {
-    if (options.format !== undefined && !TEXT_FORMATS.includes(options.format))
-      throw new TrainingError(`unknown text data format '${options.format}' (use ${TEXT_FORMATS.join(", ")})`);
-    if (options.longDocuments !== undefined && !LONG_DOCUMENTS.includes(options.longDocuments))
-      throw new TrainingError(`long documents must be ${LONG_DOCUMENTS.join(" or ")}, got '${options.longDocuments}'`);
-    const source = sourceOf(options);
-    try {
-      const { files } = source;
-      let documents = 0;
-      let trainable = 0;
-      let checked = 0;
-      for (;;) {
-        const doc = source.next();
-        checked = bytesBefore(source);
-        if (doc === null) break;
-        documents++;
-        if (doc.length >= 2) trainable++;
-        if (checked >= checkBytes) break;
-      }
-      const complete = checked >= files.totalBytes;
-      const where = `${source.format === "txt-dir" ? "text folder" : `${source.format} file`} '${options.path}'`;
-      const range = complete ? "" : ` in its first ${checked} bytes`;
-      const skipped = source.bad.count > 0 ? ` (${source.bad.count} bad documents skipped; the first: ${source.bad.examples[0]})` : "";
-      if (documents === 0) throw new TrainingError(`${where} holds no documents${range}${skipped}`);
-      if (trainable === 0) throw new TrainingError(`${where} holds no document of 2 or more tokens${range}: there is nothing to predict${skipped}`);
-      return {
-        format: source.format,
-        files: files.paths.length,
-        bytes: files.totalBytes,
-        documents,
-        skipped: source.bad.count,
-        bytesChecked: checked,
-        complete,
-      };
-    } finally {
-      source.files.close();
-    }
+    return checkDocuments(options, checkBytes);
   }
 
   /** Bad documents skipped so far (skip mode), with the first few messages. */
@@ -177,7 +113,7 @@ export class DocumentData {
     return { count: this.source.bad.count, examples: this.source.bad.examples };
   }
 
-  /** The largest buffer the readers have held (bytes): bounded by the chunk size and the longest JSONL line, never the corpus. */
+  /** The largest buffer the readers have held (bytes): bounded by the chunk size, the longest JSONL line and (tokenized) the longest document read to be encoded, never the corpus. */
   get largestHeldBytes(): number {
     return this.source.files.held.largest;
   }
@@ -189,7 +125,10 @@ export class DocumentData {
 
   private take(random: () => number): SourceDocument {
     while (this.buffer.length < this.shuffleBuffer) {
-      const doc = this.source.next();
+      const read = this.source.next();
+      // a document that does not encode is bad: reported (thrown, or skipped and counted) by the encoder
+      const doc = read === null || this.encoder === null ? read : this.encoder.encode(read);
+      if (read !== null && doc === null) continue;
       if (doc !== null) {
         this.buffer.push(doc);
         this.documentsRead++;
@@ -217,6 +156,7 @@ export class DocumentData {
     return {
       format: DOCUMENT_STATE_FORMAT,
       corpus: { format: this.source.format, files: files.paths.length, bytes: files.totalBytes },
+      ...(this.encoder === null ? {} : { tokens: this.tokens() }),
       epoch: this.epoch,
       cursor: { ...this.source.cursor() },
       buffer: this.buffer.map((doc) => ({ ...doc.ref })),
@@ -246,6 +186,11 @@ export class DocumentData {
         `data state is for a ${s.corpus.format} corpus of ${s.corpus.files} files and ${s.corpus.bytes} bytes, but '${this.path}' is ${corpus.format} with ${corpus.files} files and ${corpus.bytes} bytes`,
       );
     }
+    const tokens = this.encoder === null ? undefined : this.tokens();
+    if (s.tokens?.vocabSize !== tokens?.vocabSize || s.tokens?.lossOn !== tokens?.lossOn)
+      throw new TrainingError(
+        `data state is for ${s.tokens === undefined ? "byte-level documents" : `documents of a ${s.tokens.vocabSize}-token vocabulary with loss on ${s.tokens.lossOn}`}, but this loader reads ${tokens === undefined ? "bytes" : `a ${tokens.vocabSize}-token vocabulary with loss on ${tokens.lossOn}`}`,
+      );
     const size = s.cursor.file < files.sizes.length ? files.sizes[s.cursor.file]! : 0;
     if (s.cursor.file > files.sizes.length || s.cursor.offset > size)
       throw new TrainingError(`data state: cursor ${JSON.stringify(s.cursor)} is outside the corpus (${files.paths.length} files; that one has ${size} bytes)`);
@@ -290,7 +235,8 @@ export class DocumentData {
       const key = refKey(ref);
       const known = loaded.get(key);
       if (known !== undefined) return known;
-      const doc = this.source.load(ref);
+      const read = this.source.load(ref);
+      const doc = this.encoder === null ? read : this.encoder.encodeOrThrow(read);
       loaded.set(key, doc);
       return doc;
     };
@@ -309,6 +255,10 @@ export class DocumentData {
     this.source.bad.count = s.skipped;
   }
 
+  private tokens(): { vocabSize: number; lossOn: LossOn } {
+    return { vocabSize: this.encoder!.tokenizer.vocabSize, lossOn: this.encoder!.lossOn };
+  }
+
   /** Releases the open file. */
   close(): void {
     this.source.files.close();
@@ -317,14 +267,6 @@ export class DocumentData {
 
 function refKey(ref: DocumentRef): string {
   return `${ref.file}:${ref.start}:${ref.end}:${ref.line}`;
-}
-
-/** Bytes of the corpus before the source's cursor. */
-function bytesBefore(source: DocumentSource): number {
-  const { file, offset } = source.cursor();
-  let before = 0;
-  for (let i = 0; i < file && i < source.files.sizes.length; i++) before += source.files.sizes[i]!;
-  return before + offset;
 }
 
 function checkState(state: unknown): DocumentDataState {
@@ -342,6 +284,8 @@ function checkState(state: unknown): DocumentDataState {
   const cursor = s.cursor as Record<string, unknown> | null;
   if (cursor === null || typeof cursor !== "object" || !["file", "offset", "line"].every((k) => count(cursor[k]))) fail("cursor");
   if (!Array.isArray(s.buffer) || !s.buffer.every(isRef)) fail("buffer");
+  const t = s.tokens as Record<string, unknown> | undefined;
+  if (t !== undefined && (t === null || typeof t !== "object" || !count(t.vocabSize) || (t.lossOn !== "assistant" && t.lossOn !== "all"))) fail("tokens");
   const p = s.pending as Record<string, unknown> | null;
   if (p !== null && (typeof p !== "object" || !isRef(p.ref) || !count(p.offset) || !count(p.position) || !(p.id === null || count(p.id)))) fail("pending");
   for (const key of ["epoch", "nextId", "documentsRead", "skipped"]) if (!count(s[key])) fail(key);

@@ -1,9 +1,12 @@
 /**
  * Document sources: a corpus read front to back as a stream of documents,
- * byte-level (a document's tokens are its UTF-8 bytes, vocabulary 256). Three
- * formats: JSONL (one {"text": "..."} object per line), a folder of .txt
- * files (sorted by name, one document each) and plain text cut at a separator
- * string. A source hands out DocumentRefs, plain JSON that says where a
+ * byte-level (a document's tokens are its UTF-8 bytes, vocabulary 256) unless
+ * a tokenizer encodes them (tokenized-documents.ts). Four formats: JSONL (one
+ * {"text": "..."} object per line), a folder of .txt files (sorted by name,
+ * one document each), plain text cut at a separator string, and chat (JSONL
+ * of {"messages": [{"role", "content"}, ...]}, tokenized data only; never
+ * picked by auto: a .jsonl file is read as text JSONL unless the format is
+ * chat). A source hands out DocumentRefs, plain JSON that says where a
  * document lies (so a checkpoint can record the stream's position, and a
  * document can be read again after a restart); the tokens of a document are
  * read from its file on demand, except JSONL's, whose decoded text is held.
@@ -12,13 +15,17 @@
  */
 import fs from "node:fs";
 import path from "node:path";
+import type { ChatMessage } from "@ulysses/model";
 import { TrainingError } from "../errors.js";
 import { DEFAULT_CHUNK_BYTES, HeldBytes, readBytes } from "./byte-scanner.js";
 
 /** The corpus formats of a text task. */
-export type TextFormat = "text" | "jsonl" | "txt-dir";
+export type TextFormat = "text" | "jsonl" | "txt-dir" | "chat";
 export type TextFormatOption = TextFormat | "auto";
+/** The byte-level formats (what a run without the model's tokenizer reads). */
 export const TEXT_FORMATS: readonly TextFormatOption[] = ["auto", "text", "jsonl", "txt-dir"];
+/** Every format: the text formats and chat (which needs a tokenizer). */
+export const DATA_FORMATS: readonly TextFormatOption[] = [...TEXT_FORMATS, "chat"];
 
 /** Where one document lies: file index, byte range of its content in that file, and its line (JSONL) or document number (separator). */
 export interface DocumentRef {
@@ -41,6 +48,8 @@ export interface SourceDocument {
   readonly length: number;
   /** The tokens when held in memory (JSONL), else null: read from the file on demand. */
   readonly bytes: Uint8Array | null;
+  /** A chat line's conversation (format chat; `length` is then the line's bytes). */
+  readonly messages?: readonly ChatMessage[];
 }
 
 export interface DocumentSource {
@@ -129,7 +138,7 @@ function statFile(file: string): fs.Stats {
 
 /** The format `option` means for `dataPath`: auto is txt-dir for a folder, jsonl for a *.jsonl file, else text. */
 export function resolveTextFormat(dataPath: string, option: TextFormatOption): TextFormat {
-  if (!TEXT_FORMATS.includes(option)) throw new TrainingError(`unknown text data format '${option}' (use ${TEXT_FORMATS.join(", ")})`);
+  if (!DATA_FORMATS.includes(option)) throw new TrainingError(`unknown text data format '${option}' (use ${DATA_FORMATS.join(", ")})`);
   if (option !== "auto") return option;
   const stat = statFile(dataPath);
   if (stat.isDirectory()) return "txt-dir";

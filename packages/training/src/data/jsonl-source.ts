@@ -5,9 +5,13 @@
  * are no documents and are passed over; a line that is not valid UTF-8 or
  * JSON, not an object, without a string "text", with an empty "text", or
  * longer than `maxLineBytes` is a bad document, named by file and line.
+ * With `chat`, each line holds a conversation instead (chat-lines.ts): the
+ * document keeps its messages, for a tokenizer's chat template.
  */
 import { TrainingError } from "../errors.js";
+import type { ChatMessage } from "@ulysses/model";
 import { ByteScanner } from "./byte-scanner.js";
+import { chatMessages } from "./chat-lines.js";
 import {
   BadDocuments,
   corpusFiles,
@@ -27,10 +31,12 @@ const WHITESPACE = /^[\s\uFEFF]*$/;
 
 export interface JsonlOptions extends SourceOptions {
   maxLineBytes?: number;
+  /** Lines are {"messages": [...]} conversations (format chat) instead of {"text": "..."}. */
+  chat?: boolean;
 }
 
 export class JsonlSource implements DocumentSource {
-  readonly format = "jsonl" as const;
+  readonly format: "jsonl" | "chat";
   readonly files: CorpusFiles;
   readonly bad: BadDocuments;
   private readonly scanner: ByteScanner;
@@ -41,7 +47,8 @@ export class JsonlSource implements DocumentSource {
   private line = 0;
 
   constructor(dataPath: string, options: JsonlOptions = {}) {
-    this.files = corpusFiles(dataPath, "jsonl", options);
+    this.format = options.chat === true ? "chat" : "jsonl";
+    this.files = corpusFiles(dataPath, this.format, options);
     this.bad = new BadDocuments(options.skipBadDocuments ?? false);
     this.maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
     this.scanner = new ByteScanner(this.files.chunkBytes, 0, this.files.held);
@@ -84,8 +91,13 @@ export class JsonlSource implements DocumentSource {
         this.bad.report(parsed);
         continue;
       }
-      return { ref: { file: 0, start, end, line }, length: parsed.length, bytes: parsed };
+      return this.document({ file: 0, start, end, line }, parsed);
     }
+  }
+
+  private document(ref: DocumentRef, parsed: Uint8Array | ChatMessage[]): SourceDocument {
+    if (parsed instanceof Uint8Array) return { ref, length: parsed.length, bytes: parsed };
+    return { ref, length: ref.end - ref.start, bytes: null, messages: parsed };
   }
 
   load(ref: DocumentRef): SourceDocument {
@@ -99,11 +111,11 @@ export class JsonlSource implements DocumentSource {
     const parsed = this.parse(bytes, line);
     if (parsed === null || typeof parsed === "string")
       throw new TrainingError(`JSONL file '${this.name}' line ${line} (bytes ${start}..${end}) is no longer a document: ${parsed ?? "a blank line"}`);
-    return { ref: { file: 0, start, end, line }, length: parsed.length, bytes: parsed };
+    return this.document({ file: 0, start, end, line }, parsed);
   }
 
-  /** The document's tokens, null for a blank line, or what is wrong with the line. */
-  private parse(bytes: Uint8Array, line: number): Uint8Array | null | string {
+  /** The document's tokens (chat: its messages), null for a blank line, or what is wrong with the line. */
+  private parse(bytes: Uint8Array, line: number): Uint8Array | ChatMessage[] | null | string {
     const where = `JSONL file '${this.name}' line ${line}`;
     let text: string;
     try {
@@ -118,9 +130,12 @@ export class JsonlSource implements DocumentSource {
     } catch (cause) {
       return `${where} is not valid JSON (${(cause as Error).message}): ${shorten(text)}`;
     }
+    const wanted = this.format === "chat" ? 'a "messages" list' : 'a string "text"';
     if (value === null || typeof value !== "object" || Array.isArray(value))
-      return `${where} must be a JSON object with a string "text", got ${Array.isArray(value) ? "an array" : value === null ? "null" : typeof value}`;
-    if (!("text" in value)) return `${where} has no "text" field (keys: ${shorten(Object.keys(value).join(", ") || "none")})`;
+      return `${where} must be a JSON object with ${wanted}, got ${Array.isArray(value) ? "an array" : value === null ? "null" : typeof value}`;
+    if (this.format === "chat") return chatMessages(value, where);
+    if (!("text" in value))
+      return `${where} has no "text" field (keys: ${shorten(Object.keys(value).join(", ") || "none")})${"messages" in value ? "; a conversation is read with the chat format" : ""}`;
     const field = (value as { text: unknown }).text;
     if (typeof field !== "string")
       return `${where}: "text" must be a string, got ${field === null ? "null" : Array.isArray(field) ? "an array" : typeof field}`;

@@ -149,3 +149,30 @@ describe("a data-parallel group's rows", () => {
     expect(batchRows({ tokens: batch.tokens, labels: batch.labels }, 0, 1).documents).toBeUndefined();
   });
 });
+
+describe("loss flags through packing", () => {
+  // A..D as above; flags: 1 on upper-case letters (the targets), worked by hand for split, seq 5.
+  const texts = ["aBc", "dEFg", "hI", "jKlMnOpQrStU"];
+  const flagged = () => {
+    const docs = texts.map((text) => ({ text, length: text.length }));
+    let next = 0;
+    const p = new DocumentPacker<Doc>(
+      "split",
+      (doc, offset, count, into, at) => {
+        for (let i = 0; i < count; i++) into[at + i] = doc.text.charCodeAt(offset + i);
+      },
+      PAD_TOKEN,
+      (doc, offset, count, into, at) => {
+        for (let i = 0; i < count; i++) into[at + i] = /[A-Z]/.test(doc.text[offset + i]!) ? 1 : 0;
+      },
+    );
+    return () => p.pack(5, 5, () => docs[next++ % docs.length]!);
+  };
+
+  it("trains a label only when its target token is flagged, across padding, split rows and the row's last slot", () => {
+    const batch = flagged()();
+    expect(rows(batch.tokens)).toEqual(["aBc__", "dEFgh", "jKlMn", "OpQrS", "tUaBc"].map(codes));
+    // a label is the next slot's token when that token is upper case (and of the same document)
+    expect(rows(batch.labels)).toEqual(["B!!!!", "EF!!I", "K!M!O", "!Q!S!", "U!B!!"].map(codes));
+  });
+});

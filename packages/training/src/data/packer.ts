@@ -12,6 +12,10 @@
  * own (new id, positions from 0); `continue`: the same document (same id,
  * positions go on, so a row may start at any position).
  * Labels never cross a document: a document's last token predicts nothing.
+ * Loss masks: with a `trainable` reader, each token carries a flag, and the
+ * label of slot t (the token of slot t + 1) is trained only when that target
+ * token's flag is 1; flags travel with their tokens through splits, continued
+ * rows and the shift, so a mask means the same wherever a document lands.
  * Ids come from one counter over the stream (pieces and padding take ids
  * too); the batch's ids are that counter less the id of its first token.
  */
@@ -33,6 +37,8 @@ export interface PackableDocument {
 
 /** Reads `count` tokens of `doc` from token `offset` into `into` at index `at`. */
 export type ReadTokens<D> = (doc: D, offset: number, count: number, into: Int32Array, at: number) => void;
+/** Reads the trainable flags (1: a loss target) of `count` tokens of `doc` from token `offset` into `into` at index `at`. */
+export type ReadTrainable<D> = (doc: D, offset: number, count: number, into: Uint8Array, at: number) => void;
 
 /** A document taken from the stream and not yet wholly packed. */
 export interface PendingDocument<D> {
@@ -59,6 +65,15 @@ export interface PackedBatch extends Batch {
   stats: PackStats;
 }
 
+/** The [rows, seq + 1] windows a batch is packed into. */
+interface Slots {
+  window: Int32Array;
+  ids: Float64Array;
+  positions: Int32Array;
+  pad: Uint8Array;
+  train: Uint8Array;
+}
+
 export class DocumentPacker<D extends PackableDocument> {
   pending: PendingDocument<D> | null = null;
   /** The id the next document (or padding) gets. */
@@ -68,6 +83,8 @@ export class DocumentPacker<D extends PackableDocument> {
     readonly longDocuments: LongDocuments,
     private readonly read: ReadTokens<D>,
     readonly padToken = PAD_TOKEN,
+    /** Per-token loss flags; absent: every token of a document is a target. */
+    private readonly readTrainable: ReadTrainable<D> | null = null,
   ) {
     if (!LONG_DOCUMENTS.includes(longDocuments)) throw new TrainingError(`long documents must be split or continue, got '${longDocuments}'`);
   }
@@ -77,16 +94,19 @@ export class DocumentPacker<D extends PackableDocument> {
     if (!Number.isSafeInteger(rows) || rows < 1 || !Number.isSafeInteger(seq) || seq < 1)
       throw new TrainingError(`packing needs positive integer rows and seq, got rows ${rows}, seq ${seq}`);
     const width = seq + 1;
-    // [rows, seq + 1] windows of tokens, ids, positions, padding flags
+    // [rows, seq + 1] windows of tokens, ids, positions, padding flags, trainable flags
     const window = new Int32Array(rows * width);
     const ids = new Float64Array(rows * width);
     const positions = new Int32Array(rows * width);
     const pad = new Uint8Array(rows * width);
-    for (let r = 0; r < rows; r++) this.fillRow(r * width, width, pull, window, ids, positions, pad);
-    return this.shift(rows, seq, window, ids, positions, pad);
+    const train = new Uint8Array(rows * width);
+    const slots: Slots = { window, ids, positions, pad, train };
+    for (let r = 0; r < rows; r++) this.fillRow(r * width, width, pull, slots);
+    return this.shift(rows, seq, slots);
   }
 
-  private fillRow(base: number, width: number, pull: () => D, window: Int32Array, ids: Float64Array, positions: Int32Array, pad: Uint8Array): void {
+  private fillRow(base: number, width: number, pull: () => D, slots: Slots): void {
+    const { window, ids, positions, pad } = slots;
     let used = 0;
     while (used < width) {
       if (this.pending === null) {
@@ -98,7 +118,7 @@ export class DocumentPacker<D extends PackableDocument> {
       const remaining = p.doc.length - p.offset;
       const room = width - used;
       if (remaining <= room) {
-        this.place(p, remaining, base + used, window, ids, positions);
+        this.place(p, remaining, base + used, slots);
         used += remaining;
         this.pending = null;
       } else if ((p.offset === 0 && p.doc.length <= width) || room < 2) {
@@ -112,7 +132,7 @@ export class DocumentPacker<D extends PackableDocument> {
         }
         used = width;
       } else {
-        this.place(p, room, base + used, window, ids, positions);
+        this.place(p, room, base + used, slots);
         used = width;
         // the last slot was a label only: it is the next row's first token
         p.offset += room - 1;
@@ -126,8 +146,11 @@ export class DocumentPacker<D extends PackableDocument> {
     }
   }
 
-  private place(p: PendingDocument<D>, count: number, at: number, window: Int32Array, ids: Float64Array, positions: Int32Array): void {
+  private place(p: PendingDocument<D>, count: number, at: number, slots: Slots): void {
+    const { window, ids, positions, train } = slots;
     this.read(p.doc, p.offset, count, window, at);
+    if (this.readTrainable === null) train.fill(1, at, at + count);
+    else this.readTrainable(p.doc, p.offset, count, train, at);
     if (p.id === null) p.id = this.nextId++;
     for (let i = 0; i < count; i++) {
       ids[at + i] = p.id!;
@@ -136,7 +159,8 @@ export class DocumentPacker<D extends PackableDocument> {
   }
 
   /** Windows [rows, seq + 1] -> tokens, labels, ids, positions [rows, seq]. */
-  private shift(rows: number, seq: number, window: Int32Array, ids: Float64Array, positions: Int32Array, pad: Uint8Array): PackedBatch {
+  private shift(rows: number, seq: number, slots: Slots): PackedBatch {
+    const { window, ids, positions, pad, train } = slots;
     const width = seq + 1;
     const tokens = new Tensor("int32", [rows, seq]);
     const labels = new Tensor("int32", [rows, seq]);
@@ -151,7 +175,8 @@ export class DocumentPacker<D extends PackableDocument> {
         const o = r * seq + i;
         tokens.data[o] = window[w]!;
         const sameDocument = ids[w + 1] === ids[w];
-        labels.data[o] = pad[w] === 1 || !sameDocument ? IGNORE_INDEX : window[w + 1]!;
+        // the target (slot w + 1) decides whether the label is trained
+        labels.data[o] = pad[w] === 1 || !sameDocument || train[w + 1] !== 1 ? IGNORE_INDEX : window[w + 1]!;
         docIds.data[o] = ids[w]! - first;
         docPositions.data[o] = positions[w]!;
         if (pad[w] === 1) paddingTokens++;
