@@ -41,7 +41,10 @@ export const SETTINGS = {
     null,
     "text data for byte-level language modelling (implies --task text): a file, or a folder of .txt files (see Text data below)",
   ),
-  dataFormat: setting<TextFormatOption>("auto", "auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir"),
+  dataFormat: setting<TextFormatOption>(
+    "auto",
+    'auto (a folder: txt-dir, *.jsonl: jsonl, else text) | text | jsonl | txt-dir | chat (JSONL of {"messages": [{"role", "content"}]}, rendered with the tokenizer\'s chat template; needs --model or --model-config)',
+  ),
   docSeparator: setting<string | null>(
     null,
     "plain text: the string between documents, e.g. '\\n\\n' (\\n \\r \\t \\\\ are escapes); without it a text file is one stream",

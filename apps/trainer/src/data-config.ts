@@ -10,14 +10,16 @@ import {
   ByteTextData,
   DocumentData,
   LONG_DOCUMENTS,
-  TEXT_FORMATS,
+  DATA_FORMATS,
+  LOSS_ON,
   readsDocuments,
   resolveTextFormat,
   errnoText,
   type DocumentDataOptions,
   fileKind,
 } from "@ulysses/training";
-import type { TrainConfig } from "./config.js";
+import { DEFAULTS, type TrainConfig } from "./config.js";
+import { tokenizerOf, usesHfModel } from "./hf-model.js";
 import { TrainerError } from "./errors.js";
 
 /** --doc-separator as typed: \n, \r, \t and \\ stand for a newline, a carriage return, a tab and a backslash. */
@@ -34,18 +36,26 @@ export function textDataOptions(config: TrainConfig): DocumentDataOptions {
     separator: config.docSeparator === null ? null : unescapeSeparator(config.docSeparator),
     longDocuments: config.longDocuments,
     skipBadDocuments: config.skipBadDocuments,
+    // a Hugging Face model's tokenizer turns documents (and chat) into its tokens; the loss on the assistant's only for chat
+    ...(usesHfModel(config) ? { tokenizer: tokenizerOf(config) } : {}),
+    ...(config.dataFormat === "chat" ? { lossOn: config.lossOn } : {}),
   };
 }
 
 /** Whether the run packs documents (text task: JSONL, a .txt folder, or text with --doc-separator); plain text without one is one stream (ByteTextData). */
 export function usesDocuments(config: TrainConfig): boolean {
-  return config.task === "text" && config.data !== null && readsDocuments(textDataOptions(config));
+  return config.task === "text" && config.data !== null && readsDocuments({ path: config.data, format: config.dataFormat, separator: config.docSeparator });
 }
 
 /** The document flags' own values, and the flags that only a text run with documents reads. */
 export function documentFlagProblems(config: TrainConfig): string[] {
   const problems: string[] = [];
-  if (!TEXT_FORMATS.includes(config.dataFormat)) problems.push(`--data-format must be ${TEXT_FORMATS.join(", ")}, got '${config.dataFormat}'`);
+  if (!DATA_FORMATS.includes(config.dataFormat)) problems.push(`--data-format must be ${DATA_FORMATS.join(", ")}, got '${config.dataFormat}'`);
+  else if (config.dataFormat === "chat" && !usesHfModel(config))
+    problems.push("--data-format chat needs a model with a tokenizer and a chat template (--model DIR, or --model-config FILE --tokenizer DIR)");
+  if (!LOSS_ON.includes(config.lossOn)) problems.push(`--loss-on must be ${LOSS_ON.join(" or ")}, got '${String(config.lossOn)}'`);
+  else if (config.lossOn !== DEFAULTS.lossOn && config.dataFormat !== "chat")
+    problems.push(`--loss-on ${config.lossOn} is for chat data (--data-format chat); other documents train on every token`);
   if (!LONG_DOCUMENTS.includes(config.longDocuments)) problems.push(`--long-documents must be ${LONG_DOCUMENTS.join(" or ")}, got '${config.longDocuments}'`);
   if (config.docSeparator !== null && (typeof config.docSeparator !== "string" || config.docSeparator === ""))
     problems.push(`--doc-separator must be a non-empty string, got ${JSON.stringify(config.docSeparator)}`);
@@ -82,6 +92,10 @@ export function textDataProblems(config: TrainConfig): string[] {
   if (format !== "text" && config.docSeparator !== null)
     return [
       `--doc-separator ${JSON.stringify(config.docSeparator)} is for plain text, but --data '${data}' is read as ${format} (--data-format ${config.dataFormat})`,
+    ];
+  if (!usesDocuments(config) && usesHfModel(config))
+    return [
+      `--data '${data}' is read as one stream of bytes, but a Hugging Face model trains on its tokenizer's documents: give --doc-separator, a .jsonl file, a folder of .txt files or --data-format chat`,
     ];
   if (!usesDocuments(config)) {
     const stream = `--data '${data}' is read as one stream of text (give --doc-separator to cut it into documents, or use a .jsonl file or a folder of .txt files)`;

@@ -9,7 +9,7 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { MAX_CONFIG_FILE_BYTES, modelFamilyOf, readJsonObject, type GptConfig, type ModelFamily } from "@ulysses/model";
+import { HfTokenizer, MAX_CONFIG_FILE_BYTES, modelFamilyOf, readJsonObject, type GptConfig, type ModelFamily } from "@ulysses/model";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 
@@ -92,4 +92,27 @@ export function hfModelOf(config: Pick<TrainConfig, "model" | "modelConfig" | "t
   const hf: HfModel = { configFile, json, family, model, weightsDir: config.model, tokenizerDir };
   read.set(key, hf);
   return hf;
+}
+
+const tokenizers = new Map<string, HfTokenizer>();
+
+/**
+ * The run's tokenizer (tokenizer.json and tokenizer_config.json of the model's
+ * tokenizer directory), loaded once per process. Throws a TrainerError when
+ * the run has no Hugging Face model, or when the tokenizer's ids do not all
+ * fit the model's vocabulary (naming both files).
+ */
+export function tokenizerOf(config: Pick<TrainConfig, "model" | "modelConfig" | "tokenizer">): HfTokenizer {
+  const hf = hfModelOf(config);
+  if (hf === null) throw new TrainerError("tokenizerOf: the run has no Hugging Face model (--model or --model-config)");
+  let tokenizer = tokenizers.get(hf.tokenizerDir);
+  if (tokenizer === undefined) {
+    tokenizer = HfTokenizer.load(hf.tokenizerDir);
+    tokenizers.set(hf.tokenizerDir, tokenizer);
+  }
+  if (tokenizer.vocabSize > hf.model.vocab)
+    throw new TrainerError(
+      `the tokenizer of '${hf.tokenizerDir}' has ${tokenizer.vocabSize} ids, more than the ${hf.model.vocab} rows of vocab_size in '${hf.configFile}'`,
+    );
+  return tokenizer;
 }

@@ -155,6 +155,8 @@ export function exportHfDirectory(
   const parent = path.dirname(target);
   fs.mkdirSync(parent, { recursive: true });
   const temp = fs.mkdtempSync(path.join(parent, `.${path.basename(target)}.tmp-`));
+  // mkdtemp makes it private (0700): the finished directory is an ordinary one, readable as the files in it are
+  fs.chmodSync(temp, 0o755 & ~process.umask());
   try {
     const shards = shardsOf(planned, max);
     const files = shards.map((_, i) => (shards.length === 1 ? "model.safetensors" : shardName(i, shards.length)));
