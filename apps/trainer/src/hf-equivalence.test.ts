@@ -98,12 +98,7 @@ describe("fine-tuning a qwen3-shaped model with the real tokenizer on chat data"
   it("Ulysses SP 2 and 4, ring SP 4 and hybrid 2 x 2 equal one rank over 10 steps (losses and weights within 1e-5)", async () => {
     const single = await train({ sp: 1 });
     expect(single.losses[9]!).toBeLessThan(single.losses[0]!);
-    for (const run of [
-      { sp: 2 },
-      { sp: 4 },
-      { sp: 4, attention: "ring" as const },
-      { sp: 4, attention: "hybrid" as const, ulyssesDegree: 2 },
-    ])
+    for (const run of [{ sp: 2 }, { sp: 4 }, { sp: 4, attention: "ring" as const }, { sp: 4, attention: "hybrid" as const, ulyssesDegree: 2 }])
       expectClose(single, await train(run), JSON.stringify(run));
     // the same ranks as worker threads
     expectClose(single, await train({ sp: 2, backend: "threads" }), "threads sp 2");

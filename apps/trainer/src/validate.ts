@@ -7,7 +7,7 @@
 import { launcherWorldSize } from "@ulysses/collectives";
 import fs from "node:fs";
 import os from "node:os";
-import { mlpNames, validateGptConfig } from "@ulysses/model";
+import { checkWeights, mlpNames, validateGptConfig } from "@ulysses/model";
 import { parallelDimsProblems } from "@ulysses/parallel";
 import { BYTE_VOCAB, validateRecallTask, fileProblem } from "@ulysses/training";
 import {
@@ -28,7 +28,7 @@ import {
 import { documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
 import { headSplit } from "./plan.js";
-import { hfFlagProblems, hfModelOf, usesHfModel, type HfModel } from "./hf-model.js";
+import { hfFlagProblems, hfModelOf, tokenizerOf, usesHfModel, type HfModel } from "./hf-model.js";
 
 /**
  * Checks a configuration before any rank starts; throws a TrainerError
@@ -217,7 +217,20 @@ function hfModelChecked(config: TrainConfig, problems: string[]): HfModel | null
     problems.push((error as Error).message);
     return null;
   }
-  if (hf !== null && config.seq > hf.model.maxSeq)
-    problems.push(`--seq ${config.seq} is beyond max_position_embeddings ${hf.model.maxSeq} of '${hf.configFile}'`);
+  if (hf === null) return null;
+  if (config.seq > hf.model.maxSeq) problems.push(`--seq ${config.seq} is beyond max_position_embeddings ${hf.model.maxSeq} of '${hf.configFile}'`);
+  // the tokenizer, and every shard's header and tensor (names, shapes, dtypes) before any rank starts or anything is written
+  try {
+    tokenizerOf(config);
+  } catch (error) {
+    problems.push(`${config.tokenizer === null ? "--model" : "--tokenizer"}: ${(error as Error).message}`);
+  }
+  if (hf.weightsDir !== null) {
+    try {
+      checkWeights(hf.weightsDir, hf.model, hf.family);
+    } catch (error) {
+      problems.push(`--model '${hf.weightsDir}': ${(error as Error).message}`);
+    }
+  }
   return hf;
 }

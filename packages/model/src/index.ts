@@ -50,7 +50,7 @@ export { registerModelFamily, modelFamilyOf, modelTypes, type CheckpointTensor, 
 export { llamaFamily } from "./families/llama.js";
 export { qwen2Family } from "./families/qwen2.js";
 export { qwen3Family } from "./families/qwen3.js";
-export { importWeights, MAX_INDEX_BYTES } from "./families/import-weights.js";
+export { importWeights, checkWeights, MAX_INDEX_BYTES } from "./families/import-weights.js";
 export { gptFamily, GPT_MODEL_TYPE } from "./families/gpt.js";
 export {
   exportHfDirectory,

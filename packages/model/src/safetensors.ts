@@ -21,6 +21,7 @@ import fs from "node:fs";
 import { Tensor, allocateStorage, bytesPerElement, formatShape, type DType } from "@ulysses/tensors";
 import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
+import { errnoText } from "./files/errno.js";
 
 const CODES: Record<DType, string> = {
   float32: "F32",
@@ -239,7 +240,7 @@ function withFile<T>(file: string, body: (fd: number, size: number) => T): T {
   try {
     fd = fs.openSync(file, "r");
   } catch (cause) {
-    throw new ModelError(`could not read safetensors file '${file}': ${(cause as Error).message}`, { cause });
+    throw new ModelError(`could not read safetensors file '${file}': ${errnoText(cause)}`, { cause });
   }
   try {
     try {

@@ -49,6 +49,37 @@ function shardsOf(dir: string): { index: string | null; files: string[] } {
  * key of the first problem; every check runs before the first value is written.
  */
 export function importWeights(dir: string, config: GptConfig, family: ModelFamily, params: ParameterStore): void {
+  const { files, wanted } = checkedImport(dir, config, family);
+  for (const file of files) {
+    forEachSafetensor(
+      file,
+      (entry) => wanted.has(entry.name),
+      (entry, tensor) => {
+        const { parameter, transposed, shape } = wanted.get(entry.name)!;
+        const values = (tensor.dtype === "float32" ? tensor : toDType(tensor, "float32")) as Tensor<"float32">;
+        const target = params.value(parameter).data;
+        if (!transposed) target.set(values.data);
+        else {
+          // [out, in] -> [in, out]
+          const [rows, cols] = shape as [number, number];
+          for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) target[c * rows + r] = values.data[r * cols + c]!;
+        }
+      },
+    );
+  }
+}
+
+/**
+ * The checks importWeights makes before it reads a value (every shard's
+ * header; each parameter's tensor present once, of the right shape and a
+ * readable dtype; no tensor left over), without reading any: a program runs
+ * it before it starts anything. Throws a ModelError naming the file and key.
+ */
+export function checkWeights(dir: string, config: GptConfig, family: ModelFamily): void {
+  checkedImport(dir, config, family);
+}
+
+function checkedImport(dir: string, config: GptConfig, family: ModelFamily) {
   const { index, files } = shardsOf(dir);
   const found = new Map<string, { file: string; entry: SafetensorsEntry }>();
   for (const file of files) {
@@ -72,21 +103,5 @@ export function importWeights(dir: string, config: GptConfig, family: ModelFamil
     wanted.set(tensor.name, { parameter: spec.name, transposed: tensor.transposed, shape });
   }
   for (const [name, { file }] of found) if (!wanted.has(name)) throw new ModelError(`'${file}': tensor '${name}' is not a weight of this ${family.name} model`);
-  for (const file of files) {
-    forEachSafetensor(
-      file,
-      (entry) => wanted.has(entry.name),
-      (entry, tensor) => {
-        const { parameter, transposed, shape } = wanted.get(entry.name)!;
-        const values = (tensor.dtype === "float32" ? tensor : toDType(tensor, "float32")) as Tensor<"float32">;
-        const target = params.value(parameter).data;
-        if (!transposed) target.set(values.data);
-        else {
-          // [out, in] -> [in, out]
-          const [rows, cols] = shape as [number, number];
-          for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) target[c * rows + r] = values.data[r * cols + c]!;
-        }
-      },
-    );
-  }
+  return { files, wanted };
 }
