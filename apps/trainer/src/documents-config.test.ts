@@ -65,7 +65,7 @@ describe("document flags", () => {
     expect(problems({ data: folder, longDocuments: "continue" })).toBe("");
     expect(problems({ data: plain, docSeparator: "\\n\\n", skipBadDocuments: true })).toBe("");
     expect(problems({ data: plain })).toBe("");
-    expect(problems({ data: jsonl, dataFormat: "csv" as never })).toMatch(/--data-format must be auto, text, jsonl, txt-dir, got 'csv'/);
+    expect(problems({ data: jsonl, dataFormat: "csv" as never })).toMatch(/--data-format must be auto, text, jsonl, txt-dir, chat, got 'csv'/);
     expect(problems({ data: jsonl, longDocuments: "wrap" as never })).toMatch(/--long-documents must be split or continue, got 'wrap'/);
     expect(problems({ data: plain, docSeparator: "" })).toMatch(/--doc-separator must be a non-empty string, got ""/);
     expect(problems({ data: jsonl, docSeparator: "\\n" })).toMatch(/--doc-separator "\\\\n" is for plain text, but --data '.*corpus\.jsonl' is read as jsonl/);
@@ -100,7 +100,7 @@ describe("document flags", () => {
   it("documents the formats in --help", () => {
     const help = helpText();
     expect(help).toMatch(
-      /--data-format <value>\s+auto \(a folder: txt-dir, \*\.jsonl: jsonl, else text\) \|\s+text\s+\|\s+jsonl\s+\|\s+txt-dir\s+\(default\s+auto\)/,
+      /--data-format <value>\s+auto \(a folder: txt-dir, \*\.jsonl: jsonl, else text\) \|\s+text\s+\|\s+jsonl\s+\|\s+txt-dir\s+\|\s+chat\s+\(JSONL of[\s\S]*?chat template;\s+needs --model or --model-config\)\s+\(default\s+auto\)/,
     );
     expect(help).toMatch(/--long-documents <value>[\s\S]*?\(default\s+split\)/);
     expect(help).toMatch(/--skip-bad-documents/);

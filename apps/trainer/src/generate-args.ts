@@ -36,19 +36,22 @@ export const USAGE = `Usage: ulysses-generate [--from runs/latest | --model DIR]
                         (pnpm generate [flags] from the repository root)
   --from         a run directory, model.onnx or checkpoint.safetensors (default runs/latest)
   --model        a Hugging Face model directory instead: a run's hf/, or a checkpoint of a
-                 family this library reads (${modelTypes().join(", ")}) with config.json,
-                 its safetensors and tokenizer.json; decoded with a key-value cache, stopping
-                 at the end-of-sequence token
-  --prompt       text to continue (byte-level models: at least one byte; --model: encoded by its
-                 tokenizer; default a newline); recall-task models answer a synthetic example instead
-  --tokens       bytes (--model: tokens) to generate, streamed as they come: an integer >= 0 with
-                 prompt + tokens <= the model's maxSeq (max_position_embeddings) (default min(200, what fits))
+                 family this library reads (${modelTypes().join(", ")})
+                 with config.json, its safetensors and tokenizer.json; decoded with a key-value
+                 cache, stopping at the end-of-sequence token
+  --prompt       text to continue (byte-level models: at least one byte; --model: encoded by
+                 its tokenizer; default a newline); recall-task models answer a synthetic
+                 example instead
+  --tokens       bytes (--model: tokens) to generate, streamed as they come: an integer >= 0
+                 with prompt + tokens <= the model's maxSeq (max_position_embeddings)
+                 (default min(200, what fits))
   --temperature  0 picks the most likely token; > 0 samples (default 0.8)
   --top-k        sample among the k most likely tokens, 0 for all (an integer >= 0)
   --seed         sampling seed (an integer >= 0)
-  --score FILE   with --model: score the UTF-8 text of FILE instead of generating: prints JSON with
-                 the token ids, each token's log-probability (null for the first) and the perplexity
-                 (exp of the mean negative log-probability); the text must fit max_position_embeddings
+  --score FILE   with --model: score the UTF-8 text of FILE instead of generating: prints JSON
+                 with the token ids, each token's log-probability (null for the first) and the
+                 perplexity (exp of the mean negative log-probability); the text must fit
+                 max_position_embeddings
   --sp N         --score: ranks sharing the sequence (default 1)
   --attention    --score: ulysses | ring | hybrid | allgather, as ulysses-train's (default ulysses)
   --backend      --score: threads | local (default threads)

@@ -119,7 +119,9 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
           },
         ),
       );
-    problems.push(...tileAttentionProblems(config, heads, kvHeads));
+    problems.push(
+      ...tileAttentionProblems(config, heads, kvHeads, hf === null ? ["--heads ", "--kv-heads "] : ["num_attention_heads ", "num_key_value_heads "]),
+    );
     const mlpWidth = hidden * config.mlpRatio;
     if (hf === null && !Number.isSafeInteger(mlpWidth))
       problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
@@ -182,11 +184,11 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
 }
 
 /** --tile-attention G: G divides the heads and the kv heads, and leaves a Ulysses group a query head per rank. */
-function tileAttentionProblems(config: TrainConfig, heads: number, kvHeads: number): string[] {
+function tileAttentionProblems(config: TrainConfig, heads: number, kvHeads: number, [headsLabel, kvLabel]: [string, string]): string[] {
   const groups = config.tileAttention;
   if (groups === 1 || groups === "auto") return [];
   if (heads % groups !== 0 || kvHeads % groups !== 0)
-    return [`--tile-attention ${groups} must divide the model's ${heads} heads and ${kvHeads} kv heads (each group of heads keeps its kv heads)`];
+    return [`--tile-attention ${groups} must divide ${headsLabel}${heads} and ${kvLabel}${kvHeads} (each group of heads keeps its kv heads)`];
   const split = headSplit(config);
   if (heads / groups < split)
     return [
