@@ -73,7 +73,9 @@ describe("validation before any rank starts", () => {
     expect(problems({ backend: "mpi", sp: 2, dp: 2 }, { OMPI_COMM_WORLD_SIZE: "2" })).toMatch(/--sp 2 x --dp 2 = 4 ranks, but mpirun started 2/);
     expect(problems({ heads: 4, kvHeads: 3 })).toMatch(/--heads 4 is not divisible by --kv-heads 3/);
     expect(problems({ hidden: 60, heads: 4 })).toMatch(/head dimension hidden\/heads = 60\/4 = 15 must be even/);
-    expect(problems({ steps: 0, batch: 1.5 })).toMatch(/--batch must be a positive integer, got 1.5[\s\S]*--steps must be a positive integer, got 0/);
+    expect(problems({ steps: -2, batch: 1.5 })).toMatch(
+      /--batch must be a positive integer, got 1.5[\s\S]*--steps must be 0 \(export the model as loaded\) or a positive integer, got -2/,
+    );
     expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
   });
 

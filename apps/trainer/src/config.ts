@@ -94,7 +94,7 @@ export const SETTINGS = {
     "Ulysses: pipeline its all-to-alls against the attention kernel over this many head groups (1: off; slower on a CPU, where the exchange copies use the same cores)",
   ),
   batch: setting(1, "sequences per step per data-parallel group"),
-  steps: setting(400, "training steps (total, including resumed ones)"),
+  steps: setting(400, "training steps (total, including resumed ones; 0: none, the model as built or imported is checkpointed and exported)"),
   lr: setting(3e-3, "peak learning rate"),
   minLr: setting(3e-4, "learning rate at the end of the cosine decay (at most --lr)"),
   warmup: setting(20, "linear warmup steps"),

@@ -2,7 +2,8 @@
  * The MPI backend trains exactly like the threads backend: the same flags
  * under `mpirun -np 2 ... --backend mpi` give the same loss curve (to 1e-5
  * relative) as the default worker-threads run, and so do ring attention
- * (np 2) and hybrid Ulysses x ring attention (np 4). Skipped, outside CI, where
+ * (np 2), hybrid Ulysses x ring attention (np 4) and a qwen3-shaped Hugging
+ * Face model with the real tokenizer on chat data (np 2). Skipped, outside CI, where
  * OpenMPI is not installed or the MPI addon is not built or does not load (the
  * note printed says what to install or which command builds it); in CI (which
  * installs OpenMPI) that is an error instead.
@@ -13,6 +14,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { mpirunCommand, mpiTestSkipNote, SOURCE_CONDITION_ARG } from "@ulysses/collectives-mpi";
 import { lossCurve, spawnTrainer } from "./testing-fixtures/cli.js";
+import { QWEN3_TOKENIZER_DIR, QWEN3_VOCAB } from "./testing-fixtures/tiny-hf.js";
 
 const flags = [
   "--seq",
@@ -55,17 +57,17 @@ const skipNote = mpiTestSkipNote();
 if (skipNote) console.warn(`threads vs mpi backend tests ${skipNote}`);
 
 /** Loss curves of the flags on the threads backend, and under mpirun -np `np` with `mpiFlags` added (a later flag wins). */
-async function threadsAndMpi(mpiFlags: string[], np = 2): Promise<{ threads: number[]; mpi: number[]; mpiOutput: string }> {
+async function threadsAndMpi(mpiFlags: string[], np = 2, base = flags): Promise<{ threads: number[]; mpi: number[]; mpiOutput: string }> {
   const node = ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts"];
   const threadsDir = fs.mkdtempSync(path.join(os.tmpdir(), "threads-"));
   const mpiDir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-"));
-  const threads = await run(process.execPath, [...node, ...flags, "--out", threadsDir]);
+  const threads = await run(process.execPath, [...node, ...base, "--out", threadsDir]);
   expect(threads.code, threads.output).toBe(0);
   const [mpirun, ...mpirunArgs] = mpirunCommand({
     np,
     node: process.execPath,
     entry: "src/cli.ts",
-    args: ["--backend", "mpi", ...flags, ...mpiFlags, "--out", mpiDir],
+    args: ["--backend", "mpi", ...base, ...mpiFlags, "--out", mpiDir],
     typescript: true,
     nodeArgs: [SOURCE_CONDITION_ARG],
   });
@@ -82,7 +84,46 @@ function expectSameCurve(a: number[], b: number[], what: string): void {
   expect(a[5]).not.toBe(a[0]);
 }
 
+/** A qwen3-shaped model from a config.json with the real Qwen3 tokenizer, on chat data (the loss on the assistant's tokens). */
+function hfFlags(): string[] {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-hf-"));
+  const config = path.join(dir, "qwen3.json");
+  fs.writeFileSync(
+    config,
+    JSON.stringify({
+      model_type: "qwen3",
+      vocab_size: QWEN3_VOCAB,
+      hidden_size: 16,
+      intermediate_size: 24,
+      num_hidden_layers: 2,
+      num_attention_heads: 2,
+      num_key_value_heads: 2,
+      head_dim: 8,
+      max_position_embeddings: 256,
+      tie_word_embeddings: true,
+    }),
+  );
+  const chat = path.join(dir, "chat.jsonl");
+  const line = (i: number) =>
+    JSON.stringify({
+      messages: [
+        { role: "user", content: `After ${i}?` },
+        { role: "assistant", content: `${i + 1}.` },
+      ],
+    });
+  fs.writeFileSync(chat, Array.from({ length: 20 }, (_, i) => line(i)).join("\n"));
+  const shape = new Set(["--hidden", "--heads", "--kv-heads", "--layers", "--keys", "--values"]);
+  const kept = flags.filter((flag, i) => !shape.has(flag) && !shape.has(flags[i - 1]!));
+  return [...kept, "--model-config", config, "--tokenizer", QWEN3_TOKENIZER_DIR, "--data", chat, "--data-format", "chat", "--seq", "64", "--batch", "1"];
+}
+
 describe.skipIf(skipNote !== null)(`threads vs mpi backend${skipNote ? ` (${skipNote})` : ""}`, () => {
+  it("a qwen3-shaped Hugging Face model with its real tokenizer on chat data: mpirun -np 2 gives the threads backend's loss curve to 1e-5", async () => {
+    const { threads, mpi, mpiOutput } = await threadsAndMpi([], 2, hfFlags());
+    expect(mpiOutput).toMatch(/on mpi, text task, seq 64, batch 1, qwen3 model of/);
+    expectSameCurve(threads, mpi, "threads vs mpi (qwen3, chat)");
+  }, 240_000);
+
   it("the same flags give the same loss curve to 1e-5 relative", async () => {
     const { threads, mpi, mpiOutput } = await threadsAndMpi([]);
     expect(mpiOutput).toMatch(/on mpi/);

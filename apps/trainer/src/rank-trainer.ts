@@ -235,7 +235,7 @@ export class RankTrainer {
   /** Each token's log-probability given the ones before (every rank of the SP group passes the same tokens; no data parallelism). */
   async score(tokens: Int32Array): Promise<TokenScores> {
     if (this.dims.dp !== 1) throw new TrainerError(`scoring runs one sequence on one SP group: --dp must be 1, got ${this.dims.dp}`);
-    return scoreTokens(this.trainer.model, tokens, this.lossTileRows > 0 ? this.lossTileRows : 256);
+    return scoreTokens(this.trainer.model, this.kernels.ops, tokens, this.lossTileRows > 0 ? this.lossTileRows : 256);
   }
 
   /** The flat parameter vector (tests compare it across runs). */

@@ -229,7 +229,7 @@ describe("every check comes before the first write", () => {
       [["--mlp-ratio", "0"], /--mlp-ratio must be positive, got 0/],
       [["--mlp-ratio", "0.3"], /MLP width --hidden 16 x --mlp-ratio 0.3 = 4.8 must be a whole number/],
       [["--seed", "1e300"], /--seed must be an integer in \[0, 2\^53 - 1\], got 1e\+300/],
-      [["--steps", "1e300"], /--steps must be a positive integer, got 1e\+300/],
+      [["--steps", "1e300"], /--steps must be 0 \(export the model as loaded\) or a positive integer, got 1e\+300/],
       [["--backend", path.join(modules, "missing.mjs")], /--backend '.*missing.mjs': no such file or directory \(ENOENT\)/],
       [["--backend", `${modules}/`], /--backend '.*': is a directory, not a file/],
       [["--backend", module, "--values", "1"], /--values must be at least 2/],

@@ -79,7 +79,8 @@ export async function scoreFile(options: ScoreOptions): Promise<ScoreReport> {
       `--score '${options.file}' encodes to ${ids.length} tokens, beyond max_position_embeddings ${hf.model.maxSeq} of '${hf.configFile}'`,
     );
   const config = scoreConfig(options, ids.length);
-  const pool = await RankPool.start(config, null, planRun(config));
+  // one forward: ONNX Runtime's arenas and glibc's heap kept (the trainer's fast setting; its preflight is for training's peak)
+  const pool = await RankPool.start(config, null, planRun(config, { memoryArena: true }));
   try {
     const { logProbs, perplexity } = await pool.score(Int32Array.from(ids));
     const mean = -logProbs.reduce((s, v) => s + v, 0) / logProbs.length;

@@ -41,8 +41,11 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)
       problems.push(`--${kebab(key)} must be a positive integer, got ${String(value)}`);
   };
-  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "steps", "logEvery", "keys", "values", "ulyssesHeadGroups"] as const)
+  for (const key of ["sp", "dp", "seq", "layers", "hidden", "heads", "kvHeads", "batch", "logEvery", "keys", "values", "ulyssesHeadGroups"] as const)
     positive(key);
+  // 0: no training, the model as built (or imported) exported and checkpointed
+  if (!Number.isSafeInteger(config.steps) || config.steps < 0)
+    problems.push(`--steps must be 0 (export the model as loaded) or a positive integer, got ${String(config.steps)}`);
   if (!Number.isSafeInteger(config.checkpointEvery) || config.checkpointEvery < 0)
     problems.push(`--checkpoint-every must be 0 (only at the end) or a positive integer, got ${config.checkpointEvery}`);
   for (const key of ["tileMlp", "tileLoss"] as const) {

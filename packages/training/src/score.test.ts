@@ -42,7 +42,7 @@ async function parallelScores(sp: number, options: Omit<ParallelDimsOptions, "sp
   return Promise.all(
     createLocalGroups(sp).map(async (world) => {
       const dims = await ParallelDims.create(world, { sp, ...options }, { heads: config.heads, kvHeads: config.kvHeads, seqLength: N });
-      return (await scoreTokens(parallelize(model(), dims), tokens, 5)).logProbs;
+      return (await scoreTokens(parallelize(model(), dims), ops, tokens, 5)).logProbs;
     }),
   );
 }
@@ -51,7 +51,7 @@ describe("scoreTokens", () => {
   it("one device, tiles of 5 rows: the float64 log-softmax of the untiled logits, and perplexity = exp(-mean)", async () => {
     const tokens = text();
     const want = await expected(tokens);
-    const got = await scoreTokens(model(), tokens, 5);
+    const got = await scoreTokens(model(), ops, tokens, 5);
     expect(got.logProbs.length).toBe(N - 1);
     want.forEach((w, i) => expect(Math.abs(got.logProbs[i]! - w), `token ${i}`).toBeLessThan(1e-5));
     const mean = want.reduce((s, v) => s + v, 0) / want.length;
@@ -60,7 +60,7 @@ describe("scoreTokens", () => {
 
   it("Ulysses SP 2, ring SP 2 (zigzag) and hybrid 2 x 2 give every rank the one-device scores", async () => {
     const tokens = text();
-    const single = (await scoreTokens(model(), tokens, 7)).logProbs;
+    const single = (await scoreTokens(model(), ops, tokens, 7)).logProbs;
     const layouts: [number, Omit<ParallelDimsOptions, "sp">][] = [
       [2, { attention: "ulysses" }],
       [2, { attention: "ring", layout: "zigzag" }],

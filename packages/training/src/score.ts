@@ -13,6 +13,7 @@
  * model's group assembles the whole on every rank. That group must hold one
  * replica (no data parallelism): replicas would each add their copy.
  */
+import type { TrainingOps } from "@ulysses/kernels";
 import { Tensor } from "@ulysses/tensors";
 import { IGNORE_INDEX } from "./data/batch.js";
 import { TrainingError } from "./errors.js";
@@ -30,7 +31,7 @@ export interface TokenScores {
  * under sequence parallelism every rank of the group passes the same tokens).
  * `tileRows`: rows of logits per tile (default 256).
  */
-export async function scoreTokens(model: TrainModel, tokens: Int32Array, tileRows = 256): Promise<TokenScores> {
+export async function scoreTokens(model: TrainModel, ops: TrainingOps, tokens: Int32Array, tileRows = 256): Promise<TokenScores> {
   const n = tokens.length;
   if (n < 2) throw new TrainingError(`scoreTokens: a text of ${n} tokens has nothing to score (at least 2)`);
   if (!Number.isSafeInteger(tileRows) || tileRows < 1) throw new TrainingError(`scoreTokens: tileRows must be a positive integer, got ${tileRows}`);
@@ -47,17 +48,12 @@ export async function scoreTokens(model: TrainModel, tokens: Int32Array, tileRow
     for (let from = 0; from < rows; from += tileRows) {
       const to = Math.min(rows, from + tileRows);
       const logits = await head.forward(new Tensor("float32", [to - from, hidden], h.data.subarray(from * hidden, to * hidden)));
-      const vocab = logits.shape[1]!;
-      for (let r = from; r < to; r++) {
-        const at = labels.data[r]!;
-        if (at === IGNORE_INDEX) continue;
-        const row = logits.data.subarray((r - from) * vocab, (r - from + 1) * vocab);
-        let max = Number.NEGATIVE_INFINITY;
-        for (let v = 0; v < vocab; v++) if (row[v]! > max) max = row[v]!;
-        let sum = 0;
-        for (let v = 0; v < vocab; v++) sum += Math.exp(row[v]! - max);
-        scores[at] = row[tokens[at + 1]!]! - max - Math.log(sum);
-      }
+      // the tile's next tokens as labels: each row's cross-entropy term is -log p(its next token)
+      const next = new Tensor("int32", [to - from]);
+      for (let r = from; r < to; r++) next.data[r - from] = labels.data[r] === IGNORE_INDEX ? IGNORE_INDEX : tokens[labels.data[r]! + 1]!;
+      const { rowLosses } = await ops.crossEntropyForward(logits, next, IGNORE_INDEX);
+      ops.release?.(logits);
+      for (let r = from; r < to; r++) if (labels.data[r] !== IGNORE_INDEX) scores[labels.data[r]!] = -rowLosses[r - from]!;
     }
   } finally {
     model.release(context);

@@ -167,6 +167,9 @@ describe("OrtOps vs ReferenceOps", () => {
     expect(o.count).toBe(4);
     expect(r.count).toBe(4);
     expect(Math.abs(o.lossSum - r.lossSum) / Math.abs(r.lossSum)).toBeLessThan(TOL);
+    // each row's term against the float64 reference's; ignored rows 0
+    r.rowLosses.forEach((want, row) => expect(Math.abs(o.rowLosses[row]! - want), `row ${row}`).toBeLessThan(TOL * Math.max(1, want)));
+    expect([o.rowLosses[1], o.rowLosses[4]]).toEqual([0, 0]);
     const grad = await ort.crossEntropyBackward(logits, labels, 1 / o.count);
     close(grad, await ref.crossEntropyBackward(logits, labels, 1 / o.count), "dLogits");
     for (const row of [1, 4]) expect(Array.from(grad.data.subarray(row * 13, row * 13 + 13))).toEqual(new Array(13).fill(0));

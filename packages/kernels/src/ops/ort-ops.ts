@@ -309,11 +309,15 @@ export class OrtOps implements TrainingOps {
     const count = checkLabels("crossEntropyForward", labels, rows, vocab, ignoreIndex);
     const { lse } = await this.run(`crossEntropy.fwd ${rows}x${vocab}`, () => graphs.logSumExpGraph(rows, vocab), { logits });
     let lossSum = 0;
+    const rowLosses = new Float64Array(rows);
     for (let r = 0; r < rows; r++) {
       const label = labels.data[r]!;
-      if (label !== ignoreIndex) lossSum += lse!.data[r]! - logits.data[r * vocab + label]!;
+      if (label !== ignoreIndex) {
+        rowLosses[r] = lse!.data[r]! - logits.data[r * vocab + label]!;
+        lossSum += rowLosses[r]!;
+      }
     }
-    return { lossSum, count };
+    return { lossSum, count, rowLosses };
   }
 
   async crossEntropyBackward(logits: F32, labels: Tensor<"int32">, gradScale: number, ignoreIndex = DEFAULT_IGNORE_INDEX): Promise<F32> {

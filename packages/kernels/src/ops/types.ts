@@ -24,6 +24,8 @@ export interface CrossEntropyResult {
   lossSum: number;
   /** Number of rows whose label is not ignored. */
   count: number;
+  /** Each row's -log p(label) (0 where the label is ignored): lossSum's terms, for scoring a text token by token. */
+  rowLosses: Float64Array;
 }
 
 /** One AdamW update of a slice (see BlockOps.adamwUpdate and @ulysses/training's AdamW). */

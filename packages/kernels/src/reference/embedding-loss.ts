@@ -47,16 +47,22 @@ function logSumExp(logits: Real, r: number, vocab: number): number {
   return max + Math.log(sum);
 }
 
-export function crossEntropyForward64(logits: Real, labels: Tensor<"int32">, ignoreIndex = DEFAULT_IGNORE_INDEX): { lossSum: number; count: number } {
+export function crossEntropyForward64(
+  logits: Real,
+  labels: Tensor<"int32">,
+  ignoreIndex = DEFAULT_IGNORE_INDEX,
+): { lossSum: number; count: number; rowLosses: Float64Array } {
   const [rows, vocab] = logitsShape("crossEntropyForward", logits);
   const count = checkLabels("crossEntropyForward", labels, rows, vocab, ignoreIndex);
   let lossSum = 0;
+  const rowLosses = new Float64Array(rows);
   for (let r = 0; r < rows; r++) {
     const label = labels.data[r]!;
     if (label === ignoreIndex) continue;
-    lossSum += logSumExp(logits, r, vocab) - logits.data[r * vocab + label]!;
+    rowLosses[r] = logSumExp(logits, r, vocab) - logits.data[r * vocab + label]!;
+    lossSum += rowLosses[r]!;
   }
-  return { lossSum, count };
+  return { lossSum, count, rowLosses };
 }
 
 export function crossEntropyBackward64(logits: Real, labels: Tensor<"int32">, gradScale: number, ignoreIndex = DEFAULT_IGNORE_INDEX): F64 {

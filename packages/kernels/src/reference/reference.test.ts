@@ -121,10 +121,14 @@ describe("reference values", () => {
     expect(geluDerivative(0)).toBe(0.5);
   });
 
-  it("cross-entropy of uniform logits is log(vocab); all ignored gives zero count", () => {
+  it("cross-entropy of uniform logits is log(vocab) per row; all ignored gives zero count", () => {
     const logits = new Tensor("float64", [2, 5]);
     expect(crossEntropyForward64(logits, Tensor.from("int32", [2], [1, 4])).lossSum).toBeCloseTo(2 * Math.log(5), 14);
-    expect(crossEntropyForward64(logits, Tensor.from("int32", [2], [-1, -1]), -1)).toEqual({ lossSum: 0, count: 0 });
+    expect(crossEntropyForward64(logits, Tensor.from("int32", [2], [-1, -1]), -1)).toEqual({ lossSum: 0, count: 0, rowLosses: new Float64Array(2) });
+    // each row's term: -log(1/5) where counted, 0 where ignored
+    const rows = crossEntropyForward64(logits, Tensor.from("int32", [2], [3, -1]), -1).rowLosses;
+    expect(rows[0]).toBeCloseTo(Math.log(5), 14);
+    expect(rows[1]).toBe(0);
     expect(() => crossEntropyForward64(logits, Tensor.from("int32", [2], [5, 0]))).toThrow(/label 5 at row 0/);
   });
 
