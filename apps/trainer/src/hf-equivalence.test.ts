@@ -17,6 +17,7 @@ import { readSafetensors } from "@ulysses/model";
 import { DEFAULTS, type TrainConfig } from "./config.js";
 import { RankPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
+import { expectRunsClose, type RunOutcome } from "./testing-fixtures/compare-runs.js";
 import { QWEN3_TOKENIZER_DIR, QWEN3_VOCAB } from "./testing-fixtures/tiny-hf.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -79,19 +80,8 @@ async function train(overrides: Partial<TrainConfig>) {
   return { losses: result.metrics.map((m) => m.loss), weights: readSafetensors(result.checkpoint).tensors };
 }
 
-function expectClose(a: Awaited<ReturnType<typeof train>>, b: Awaited<ReturnType<typeof train>>, what: string): void {
-  a.losses.forEach((loss, step) => expect(Math.abs(b.losses[step]! - loss) / loss, `${what} step ${step}`).toBeLessThanOrEqual(1e-5));
-  for (const [name, t] of a.weights) {
-    if (name.startsWith("optimizer")) continue;
-    const other = b.weights.get(name)!.data as Float32Array;
-    let worst = 0;
-    let scale = 1e-12;
-    (t.data as Float32Array).forEach((v, i) => {
-      worst = Math.max(worst, Math.abs(v - other[i]!));
-      scale = Math.max(scale, Math.abs(v));
-    });
-    expect(worst / scale, `${what}: ${name}`).toBeLessThanOrEqual(1e-5);
-  }
+function expectClose(a: RunOutcome, b: RunOutcome, what: string): void {
+  expectRunsClose(a, b, { tolerance: 1e-5, what });
 }
 
 describe("fine-tuning a qwen3-shaped model with the real tokenizer on chat data", () => {

@@ -7,6 +7,7 @@ import { DEFAULTS, type TrainConfig } from "./config.js";
 import { RankPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
 import { lossCurve, spawnTrainer, tinyFlags } from "./testing-fixtures/cli.js";
+import { expectRunsClose, type RunOutcome } from "./testing-fixtures/compare-runs.js";
 
 const base: TrainConfig = {
   ...DEFAULTS,
@@ -39,20 +40,8 @@ async function train(overrides: Partial<TrainConfig>) {
 }
 
 /** Losses and weights within 1e-4 (relative); with `optimizer`, the checkpoint's AdamW moments too (ZeRO-1 gathers them from the ranks' slices). */
-function expectClose(a: Awaited<ReturnType<typeof train>>, b: Awaited<ReturnType<typeof train>>, optimizer = false): void {
-  a.losses.forEach((loss, step) => expect(Math.abs(b.losses[step]! - loss) / loss, `step ${step}`).toBeLessThanOrEqual(1e-4));
-  expect([...b.weights.keys()].sort()).toEqual([...a.weights.keys()].sort());
-  for (const [name, t] of a.weights) {
-    if (name.startsWith("optimizer") && !optimizer) continue;
-    const other = b.weights.get(name)!.data as Float32Array;
-    let worst = 0;
-    let scale = 1e-12;
-    (t.data as Float32Array).forEach((v, i) => {
-      worst = Math.max(worst, Math.abs(v - other[i]!));
-      scale = Math.max(scale, Math.abs(v));
-    });
-    expect(worst / scale, name).toBeLessThanOrEqual(1e-4);
-  }
+function expectClose(a: RunOutcome, b: RunOutcome, optimizer = false): void {
+  expectRunsClose(a, b, { tolerance: 1e-4, optimizer });
 }
 
 describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", () => {

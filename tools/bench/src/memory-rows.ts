@@ -211,8 +211,8 @@ export async function runSpeedPair(rows: readonly [RowSpec, RowSpec], runs: numb
   return rows.map((row, k) => rowResult(row, commands[k]!, all[k]!, walls[k]!, dataFile)) as [RowResult, RowResult];
 }
 
-/** One trainer process with `args` (writing to `dir`): its metrics.jsonl, a line a step. */
-export async function runTrainer(args: string[], dir: string): Promise<RunMetrics[]> {
+/** One trainer process with `args` (writing to `dir`): its metrics.jsonl, a line a step; `bench` names the benchmark in a failure. */
+export async function runTrainer(args: string[], dir: string, bench = "bench:memory"): Promise<RunMetrics[]> {
   try {
     await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", CLI, ...args], {
       cwd: REPO_ROOT,
@@ -221,7 +221,7 @@ export async function runTrainer(args: string[], dir: string): Promise<RunMetric
     });
   } catch (cause) {
     const e = cause as { stderr?: string; stdout?: string; message: string };
-    throw new Error(`bench:memory: the trainer failed for ${path.basename(dir)}: ${e.message}\n${e.stderr ?? ""}${e.stdout?.slice(-2000) ?? ""}`, { cause });
+    throw new Error(`${bench}: the trainer failed for ${path.basename(dir)}: ${e.message}\n${e.stderr ?? ""}${e.stdout?.slice(-2000) ?? ""}`, { cause });
   }
   return fs
     .readFileSync(path.join(dir, "metrics.jsonl"), "utf8")

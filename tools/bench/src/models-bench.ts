@@ -18,15 +18,13 @@
  * trainer's own MatMul rate; memory the peak RSS of the process. Writes
  * bench-results/models/models.json and models.md. `--help` lists the flags.
  */
-import { execFile } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
-import { promisify } from "node:util";
 import { median } from "@ulysses/measure";
 import { parseFlags, readCommandLine, UsageError } from "./cli-flags.js";
-import { CLI, REPO_ROOT } from "./memory-rows.js";
+import { REPO_ROOT, runTrainer } from "./memory-rows.js";
 import { describeMachine, machineInfo } from "./paper/machine-info.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -113,13 +111,6 @@ function readFlags(argv: readonly string[]): Flags | null {
   return { models: list("models", values.models, names, names), seq, modes: list("modes", values.modes, ["default", "lean"], ["default", "lean"]), steps };
 }
 
-interface StepMetrics {
-  tokensPerSec: number;
-  mfu: number;
-  stepMs: number;
-  peakRssBytes: number;
-}
-
 interface Row {
   model: ModelName;
   seq: number;
@@ -186,21 +177,7 @@ async function runRow(model: ModelName, seq: number, mode: Mode, steps: number, 
     "--skip-memory-check",
   ]; // prettier-ignore
   if (mode === "lean") args.push("--activation-checkpointing", "--tile-attention", "auto");
-  try {
-    await promisify(execFile)(process.execPath, ["--conditions=@ulysses/source", "--import", "tsx", CLI, ...args], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, ORT_DISABLE_TELEMETRY: "1" },
-      maxBuffer: 16 << 20,
-    });
-  } catch (cause) {
-    const e = cause as { stderr?: string; stdout?: string; message: string };
-    throw new Error(`bench:models: the trainer failed for ${path.basename(out)}: ${e.message}\n${e.stderr ?? ""}${e.stdout?.slice(-2000) ?? ""}`, { cause });
-  }
-  const metrics = fs
-    .readFileSync(path.join(out, "metrics.jsonl"), "utf8")
-    .split("\n")
-    .filter((l) => l.trim() !== "")
-    .map((l) => JSON.parse(l) as StepMetrics);
+  const metrics = await runTrainer(args, out, "bench:models");
   const timed = metrics.slice(1);
   return {
     model,

@@ -17,7 +17,8 @@
  * without it), as are RoPE scalings other than linear and llama3 and attention_dropout above 0.
  */
 import type { GptConfig } from "../gpt-config.js";
-import { configReader, ropeOf, headDimOf, tiedOf } from "./config-reader.js";
+import { headDimOf } from "./config-reader.js";
+import { qwenDecoderConfig } from "./qwen2.js";
 import { decoderTensorOf } from "./decoder-tensors.js";
 import type { ModelFamily } from "./family.js";
 
@@ -25,33 +26,10 @@ export const qwen3Family: ModelFamily = {
   name: "qwen3",
   modelTypes: ["qwen3"],
   configFrom(json, file) {
-    const read = configReader(json, file);
-    const { int, number, boolean, refuse } = read;
-    refuse("use_sliding_window", (v) => v === false || v === null, "sliding-window attention is not implemented yet");
-    read.siluOnly();
-    read.noDropout();
-    const rope = ropeOf(read, json, file, 10000);
-    const hidden = int("hidden_size");
-    const heads = int("num_attention_heads");
-    const mlpHidden = int("intermediate_size");
-    return {
-      vocab: int("vocab_size"),
-      hidden,
-      heads,
-      kvHeads: json.num_key_value_heads === null ? heads : int("num_key_value_heads"),
-      layers: int("num_hidden_layers"),
-      mlp: "swiglu",
-      mlpRatio: mlpHidden / hidden,
-      mlpHidden,
-      maxSeq: int("max_position_embeddings", 32768),
-      tiedHead: tiedOf(read),
-      norm: "rmsnorm",
-      eps: number("rms_norm_eps", 1e-6),
-      ...rope,
-      headDim: headDimOf(read, json, () => 128),
-      attentionBias: boolean("attention_bias", false) ? "qkvo" : "none",
-      qkNorm: true,
-    } satisfies GptConfig;
+    const { read, config } = qwenDecoderConfig(json, file, (r) => headDimOf(r, json, () => 128));
+    // Qwen3's head width is its own even where it equals hidden / heads: kept explicit
+    const headDim = config.headDim ?? config.hidden / config.heads;
+    return { ...config, headDim, attentionBias: read.boolean("attention_bias", false) ? "qkvo" : "none", qkNorm: true } satisfies GptConfig;
   },
   tensorOf: (parameter, config) => decoderTensorOf("qwen3", parameter, config),
 };
