@@ -10,8 +10,13 @@ import { ModelError } from "./errors.js";
 
 let counter = 0;
 
-/** Writes `chunks` (concatenated) to `target` atomically. */
-export function writeFileAtomic(target: string, chunks: Uint8Array | readonly Uint8Array[]): void {
+/**
+ * Writes `chunks` (concatenated) to `target` atomically. An iterable is
+ * drawn one chunk at a time (a generator may build each only when its turn
+ * comes, so a large file is never whole in memory); a ModelError it throws
+ * reaches the caller as it is, after the temporary file is removed.
+ */
+export function writeFileAtomic(target: string, chunks: Uint8Array | Iterable<Uint8Array>): void {
   const parts = chunks instanceof Uint8Array ? [chunks] : chunks;
   const dir = path.dirname(target);
   const temp = path.join(dir, `.${path.basename(target)}.tmp-${process.pid}-${Date.now()}-${counter++}`);
@@ -29,6 +34,7 @@ export function writeFileAtomic(target: string, chunks: Uint8Array | readonly Ui
   } catch (cause) {
     if (fd !== undefined) fs.closeSync(fd);
     fs.rmSync(temp, { force: true });
+    if (cause instanceof ModelError) throw cause;
     throw new ModelError(`could not write '${target}' atomically: ${(cause as Error).message}`, { cause });
   }
 }

@@ -3,12 +3,11 @@
  * tensors' names, dtypes and shapes alone (sorted by name, offsets in that
  * order, padded with spaces to a multiple of 8 bytes, as `encodeSafetensors`
  * does), then each tensor's bytes are asked for and written in turn, so at
- * most one tensor's bytes are held. The file goes to a temporary name in the
- * target's directory and is renamed into place once complete and flushed.
+ * most one tensor's bytes are held; writeFileAtomic puts the file in place
+ * once complete and flushed.
  */
-import fs from "node:fs";
-import path from "node:path";
 import { bytesPerElement, type DType } from "@ulysses/tensors";
+import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
 
 const CODES: Partial<Record<DType, string>> = { float32: "F32", float16: "F16", bfloat16: "BF16" };
@@ -24,8 +23,6 @@ export interface StreamedTensor {
 export function tensorBytes(t: StreamedTensor): number {
   return t.shape.reduce((a, b) => a * b, 1) * bytesPerElement(t.dtype);
 }
-
-let counter = 0;
 
 /**
  * Writes `tensors` (sorted here by name) to `target`; `bytesOf(tensor)` gives
@@ -53,29 +50,16 @@ export function writeSafetensorsStreamed(
   const head = new Uint8Array(8 + padded).fill(0x20);
   new DataView(head.buffer).setBigUint64(0, BigInt(padded), true);
   head.set(json, 8);
-  const temp = path.join(path.dirname(target), `.${path.basename(target)}.tmp-${process.pid}-${Date.now()}-${counter++}`);
-  let fd: number | undefined;
-  const write = (bytes: Uint8Array) => {
-    let written = 0;
-    while (written < bytes.byteLength) written += fs.writeSync(fd!, bytes, written, bytes.byteLength - written);
-  };
-  try {
-    fd = fs.openSync(temp, "wx");
-    write(head);
-    for (const t of sorted) {
-      const bytes = bytesOf(t);
-      if (bytes.byteLength !== tensorBytes(t))
-        throw new ModelError(`'${target}': tensor '${t.name}' gave ${bytes.byteLength} bytes, its header says ${tensorBytes(t)}`);
-      write(bytes);
-    }
-    fs.fsyncSync(fd);
-    fs.closeSync(fd);
-    fd = undefined;
-    fs.renameSync(temp, target);
-  } catch (cause) {
-    if (fd !== undefined) fs.closeSync(fd);
-    fs.rmSync(temp, { force: true });
-    if (cause instanceof ModelError) throw cause;
-    throw new ModelError(`could not write '${target}': ${(cause as Error).message}`, { cause });
-  }
+  writeFileAtomic(
+    target,
+    (function* chunks() {
+      yield head;
+      for (const t of sorted) {
+        const bytes = bytesOf(t);
+        if (bytes.byteLength !== tensorBytes(t))
+          throw new ModelError(`'${target}': tensor '${t.name}' gave ${bytes.byteLength} bytes, its header says ${tensorBytes(t)}`);
+        yield bytes;
+      }
+    })(),
+  );
 }
