@@ -19,7 +19,7 @@
  */
 import fs from "node:fs";
 import { Tensor, allocateStorage, bytesPerElement, formatShape, type DType } from "@ulysses/tensors";
-import { writeFileAtomic } from "./atomic-write.js";
+import { WRITE_CHUNK_BYTES, writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
 import { errnoText } from "./files/errno.js";
 
@@ -227,7 +227,8 @@ export function writeSafetensors(file: string, tensors: ReadonlyMap<string, Tens
 function readExactly(fd: number, target: Uint8Array, position: number, file: string, what: string): void {
   let done = 0;
   while (done < target.byteLength) {
-    const n = fs.readSync(fd, target, done, target.byteLength - done, position + done);
+    // at most 1 GiB a call: fs.readSync refuses a length past 2^31 - 1 (a multi-GiB checkpoint's weights tensor)
+    const n = fs.readSync(fd, target, done, Math.min(target.byteLength - done, WRITE_CHUNK_BYTES), position + done);
     if (n === 0)
       throw new ModelError(`'${file}': the file ended while reading ${what} (${done} of ${target.byteLength} bytes at offset ${position}); was it truncated?`);
     done += n;
