@@ -1,6 +1,6 @@
 /**
  * Command-line parsing: `--flag value`, `--flag=value`, boolean switches
- * (`--zero1`, `--no-export`), `--config file.json` (the same keys, camelCase
+ * (`--shared-weights`, `--no-export`), `--config file.json` (the same keys, camelCase
  * or kebab-case; flags given on the command line win), `--help` and
  * `--version`. It turns text into a TrainConfig; `config.ts` validates the
  * values. `resumeSettings` layers a checkpoint under the flags on --resume:
@@ -258,6 +258,8 @@ export function resumeSettings(given: TrainConfig, explicit: ReadonlySet<keyof T
       conflicts.push(`${(error as Error).message.replace(/ --(\S+) /, " recorded setting '$1' ")}`);
     }
   }
+  // a checkpoint from before --zero recorded ZeRO-1 as zero1: true
+  if (recorded.zero1 === true && !("zero" in recorded) && !explicit.has("zero")) config.zero = 1;
   // the task: a --data given now implies text unless --task says otherwise
   const recordedTask = recorded.task === "recall" || recorded.task === "text" ? recorded.task : null;
   if (recordedTask !== null) {

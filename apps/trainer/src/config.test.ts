@@ -79,6 +79,21 @@ describe("validation before any rank starts", () => {
     expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
   });
 
+  it("takes --zero 0, 1 or 2 and --shared-weights (threads or local, ZeRO 1 or 2) and names what is off", () => {
+    expect(parse(["--zero", "2", "--shared-weights"])).toMatchObject({ zero: 2, sharedWeights: true });
+    expect(parse([])).toMatchObject({ zero: 0, sharedWeights: false });
+    expect(problems({ zero: 2, sharedWeights: true })).toBe("");
+    expect(problems({ zero: 1, sharedWeights: true, backend: "local" })).toBe("");
+    expect(problems({ zero: 3 })).toMatch(/--zero must be 0, 1, 2 \(the ZeRO stage\), got 3/);
+    expect(problems({ zero: 1.5 })).toMatch(/--zero must be 0, 1, 2 \(the ZeRO stage\), got 1.5/);
+    expect(problems({ sharedWeights: true })).toMatch(
+      /--shared-weights needs --zero 1 or 2: each rank updates its slice of the one copy in place, got --zero 0/,
+    );
+    expect(problems({ sharedWeights: true, zero: 1, backend: "mpi" }, { OMPI_COMM_WORLD_SIZE: "2" })).toMatch(
+      /--shared-weights needs the threads or local backend \(ranks of one process\), got --backend mpi/,
+    );
+  });
+
   it("takes --tile-mlp and --tile-loss as rows per tile (0: off) or auto and names a bad value", () => {
     expect(parse(["--tile-mlp", "2048", "--tile-loss", "512"])).toMatchObject({ tileMlp: 2048, tileLoss: 512 });
     expect(parse(["--tile-mlp", "auto", "--tile-loss", "0"])).toMatchObject({ tileMlp: "auto", tileLoss: 0 });
@@ -187,6 +202,17 @@ describe("resuming a hybrid run", () => {
     const ulysses = resumeSettings({ ...DEFAULTS, attention: "ulysses" }, new Set(["attention"]), checkpoint).config;
     expect([ulysses.sp, ulysses.attention, ulysses.ulyssesDegree, ulysses.ringDegree, ulysses.sequenceLayout]).toEqual([4, "ulysses", null, null, "auto"]);
     expect(() => validateConfig(ulysses)).not.toThrow();
+  });
+});
+
+describe("resuming a run that recorded the ZeRO stage", () => {
+  const checkpoint = (settings: Record<string, unknown>) => ({ file: "run/checkpoint.safetensors", step: 10, config: gptConfigOf(DEFAULTS), settings });
+  it("keeps the recorded stage and shared weights; reads an older checkpoint's zero1: true as --zero 1; a --zero given now wins", () => {
+    const recorded = checkpointSettings({ ...DEFAULTS, zero: 2, sharedWeights: true });
+    expect(resumeSettings({ ...DEFAULTS }, new Set(), checkpoint(recorded)).config).toMatchObject({ zero: 2, sharedWeights: true });
+    const { zero: _, sharedWeights: __, ...older } = recorded;
+    expect(resumeSettings({ ...DEFAULTS }, new Set(), checkpoint({ ...older, zero1: true })).config.zero).toBe(1);
+    expect(resumeSettings({ ...DEFAULTS, zero: 0 }, new Set(["zero"]), checkpoint({ ...older, zero1: true })).config.zero).toBe(0);
   });
 });
 

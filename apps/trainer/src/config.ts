@@ -147,7 +147,14 @@ export const SETTINGS = {
     "auto (the default): ONNX Runtime's CPU arenas and glibc's heap, unless the memory account says the run would then not fit, as --no-memory-arena; --memory-arena: always; --no-memory-arena: arenas off, freed large buffers back to the OS and V8 collecting freed tensors after every 16 MiB of op outputs per rank (the least memory; several times slower for small models here, where every large buffer is fresh pages); the run header names the choice; =auto in a config file: \"auto\", true or false",
     "switch-auto",
   ),
-  zero1: setting(false, "shard optimizer state over the ranks (ZeRO stage 1)"),
+  zero: setting<number>(
+    0,
+    "ZeRO stage over the ranks that hold the weights: 0 (each rank holds and updates everything) | 1 (AdamW moments sharded) | 2 (gradients too: each block's reduce-scattered as the backward makes it); the losses and weights are the same at every stage",
+  ),
+  sharedWeights: setting(
+    false,
+    "threads and local backends: one copy of the weights per process that every rank reads, each rank updating its ZeRO slice in place (needs --zero 1 or 2)",
+  ),
   logEvery: setting(10, "steps between log lines when not on a terminal"),
   export: setting(true, "export model.onnx at the end (--no-export to skip)"),
   saveDtype: setting<"auto" | "bf16" | "fp16" | "fp32">(

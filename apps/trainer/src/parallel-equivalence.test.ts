@@ -77,7 +77,31 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
 
   it("sp 2 x dp 2 (batch 2 per group) and ZeRO-1 over the 4 ranks train like one rank with the global batch of 4 (the checkpoint's moments too)", async () => {
     const single = await train({ sp: 1, dp: 1, batch: 4 });
-    expectClose(single, await train({ sp: 2, dp: 2, batch: 2, zero1: true }), true);
+    expectClose(single, await train({ sp: 2, dp: 2, batch: 2, zero: 1 }), true);
+  });
+
+  it("sp 2 x dp 2 at ZeRO-2, with and without shared weights, over 20 steps: ZeRO-0's losses, weights and moments within 1e-5", async () => {
+    const zero0 = await train({ sp: 2, dp: 2, batch: 1, steps: 20 });
+    expect(zero0.losses[19]!).toBeLessThan(zero0.losses[0]!);
+    for (const stage of [{ zero: 2 }, { zero: 2, sharedWeights: true }, { zero: 1, sharedWeights: true }])
+      expectRunsClose(zero0, await train({ sp: 2, dp: 2, batch: 1, steps: 20, ...stage }), { tolerance: 1e-5, optimizer: true });
+  });
+
+  it("resumed across ZeRO stages and degrees (sp 2 x dp 2 ZeRO-2 shared to step 6, then sp 4 ZeRO-1): the uninterrupted ZeRO-0 curve within 1e-5", async () => {
+    const whole = await train({ sp: 2, dp: 2, batch: 1, steps: 12 });
+    const outDir = fs.mkdtempSync(path.join(os.tmpdir(), "zero-resume-"));
+    const run = (config: TrainConfig, resumeFile: string | null, stopAfter?: number) =>
+      runTraining({ config, outDir, resumeFile, startPool: () => RankPool.start(config, resumeFile), log: () => undefined, stopAfter });
+    const first = await run({ ...base, sp: 2, dp: 2, batch: 1, steps: 12, zero: 2, sharedWeights: true }, null, 6);
+    expect(first.interrupted).toBe(true);
+    // the same global batch of 2 rows on one SP group of 4
+    const rest = await run({ ...base, sp: 4, dp: 1, batch: 2, steps: 12, zero: 1 }, first.checkpoint);
+    expect(rest.metrics.map((m) => m.step)).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
+    expectRunsClose(
+      whole,
+      { losses: rest.metrics.map((m) => m.loss), weights: readSafetensors(rest.checkpoint).tensors },
+      { tolerance: 1e-5, optimizer: true },
+    );
   });
 });
 
@@ -117,5 +141,13 @@ describe("past the head count on the threads backend (one worker thread per rank
       const got = await curve(["--backend", "threads", ...flags]);
       single.forEach((loss, step) => expect(Math.abs(got[step]! - loss) / loss, `${flags.join(" ")} step ${step}`).toBeLessThanOrEqual(1e-4));
     }
+  }, 240_000);
+
+  it("sp 2 x dp 2 with ZeRO-2 and one shared copy of the weights (worker threads reading the native addon's process-wide memory): the ZeRO-0 loss curve within 1e-5", async () => {
+    const grid = ["--backend", "threads", "--sp", "2", "--dp", "2", "--batch", "1"];
+    const zero0 = await curve(grid);
+    expect(zero0[5]).toBeLessThan(zero0[0]!);
+    const shared = await curve([...grid, "--zero", "2", "--shared-weights"]);
+    zero0.forEach((loss, step) => expect(Math.abs(shared[step]! - loss) / loss, `step ${step}`).toBeLessThanOrEqual(1e-5));
   }, 240_000);
 });

@@ -103,7 +103,7 @@ describe("memory estimate", () => {
     const base = estimateMemory({ ...MODEL, seq: 8192, layers: 8 }).bytes;
     expect(estimateMemory({ ...MODEL, seq: 8192, layers: 8, activationCheckpointing: true }).bytes).toBeLessThan(base);
     const big = { ...MODEL, seq: 128, hidden: 1024, heads: 16, kvHeads: 16, sp: 4 };
-    expect(estimateMemory({ ...big, zero1: true }).bytes).toBeLessThan(estimateMemory(big).bytes);
+    expect(estimateMemory({ ...big, zero: 1 }).bytes).toBeLessThan(estimateMemory(big).bytes);
   });
 });
 

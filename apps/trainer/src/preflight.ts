@@ -26,7 +26,8 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
   return estimateTrainingMemory({
     ...plan,
     activationCheckpointing: config.activationCheckpointing,
-    zero1: config.zero1,
+    zero: config.zero,
+    sharedWeights: config.sharedWeights,
     memoryArena: config.memoryArena !== false,
     nativeOps: usesNativeOps(config.kernel),
     placement: placementOf(config),
@@ -84,7 +85,7 @@ export function checkMemory(config: TrainConfig, options: MemoryCheckOptions = {
       `not enough memory: this run needs an estimated ${formatBytes(estimate.bytes)} (${estimate.bytes} bytes), ` +
         `but ${formatBytes(limit.bytes)} (${limit.bytes} bytes) is available (${limit.source}).\n` +
         `  estimate for ${estimate.ranks} rank${estimate.ranks > 1 ? "s" : ""} on this machine, ${estimate.tokensPerRank} tokens each:\n${formatEstimate(estimate)}\n` +
-        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing, --tile-mlp, --tile-loss, --tile-attention or --zero1; ` +
+        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing, --tile-mlp, --tile-loss, --tile-attention, --zero 1 or 2, or --shared-weights; ` +
         `or pass --skip-memory-check to run anyway.`,
     );
   }

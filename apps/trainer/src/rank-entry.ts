@@ -5,6 +5,7 @@
  * serves the methods the driver's RankPool calls.
  */
 import type { RankContext } from "@ulysses/collectives";
+import { processSharedFloats } from "@ulysses/native-ops";
 import type { TokenScores } from "@ulysses/training";
 import type { TrainConfig } from "./config.js";
 import type { RunPlan } from "./plan.js";
@@ -16,6 +17,14 @@ export interface RankEntryArgs {
   resumeFile: string | null;
   /** Modules that install rank hooks (rankHookModules of the driver's thread), imported here first. */
   hookModules?: string[];
+  /** --shared-weights: the process-wide memory of the one copy of the weights every rank reads. */
+  sharedWeights?: SharedWeights;
+}
+
+/** The name and length (float32 elements) of a run's process-wide weights (@ulysses/native-ops' processSharedFloats). */
+export interface SharedWeights {
+  name: string;
+  length: number;
 }
 
 export interface RankApi {
@@ -38,6 +47,7 @@ export default async function setup(ctx: RankContext<RankEntryArgs>): Promise<Ra
     plan,
     threads: config.threads ?? ctx.ortThreads,
     resumeFile,
+    ...(ctx.args.sharedWeights !== undefined ? { sharedValues: processSharedFloats(ctx.args.sharedWeights.name, ctx.args.sharedWeights.length) } : {}),
   });
   return {
     description: async () => trainer.description,

@@ -8,11 +8,14 @@
  * stuck in compute is named by the supervisor's watchdog (threads).
  */
 import { listBackends, startRanks, type RankWorld } from "@ulysses/collectives";
+import { randomUUID } from "node:crypto";
+import { parameterCount } from "@ulysses/model";
+import { processSharedFloats } from "@ulysses/native-ops";
 import type { TokenScores } from "@ulysses/training";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { planRun, type RunPlan } from "./plan.js";
-import type { RankApi, RankEntryArgs } from "./rank-entry.js";
+import type { RankApi, RankEntryArgs, SharedWeights } from "./rank-entry.js";
 import { rankHookModules, type RankStepReport } from "./rank-trainer.js";
 
 // From dist/ (the installed bin) the ranks run dist/rank-entry.js with plain
@@ -38,11 +41,24 @@ async function loadMpiBackend(): Promise<void> {
   }
 }
 
+/**
+ * --shared-weights: one copy of the weights for every rank of this process,
+ * in the native addon's process-wide memory under a name of this run (zeroed;
+ * the ranks fill it). This thread's view keeps it mapped while the pool lives.
+ */
+function sharedWeightsOf(config: TrainConfig, plan: RunPlan): { shared: SharedWeights; view: Float32Array } | null {
+  if (!config.sharedWeights) return null;
+  const shared = { name: `ulysses-weights-${randomUUID()}`, length: parameterCount(plan.model) };
+  return { shared, view: processSharedFloats(shared.name, shared.length) };
+}
+
 export class RankPool {
   private constructor(
     private readonly world: RankWorld<RankApi>,
     readonly description: string,
     private currentStep: number,
+    /** --shared-weights: this thread's view of the ranks' one copy, which keeps it mapped until the pool goes. */
+    readonly sharedWeights: Float32Array | null,
   ) {}
 
   /** Starts the ranks of `config.backend`. */
@@ -51,6 +67,7 @@ export class RankPool {
     if (backend === "mpi") await loadMpiBackend();
     const worldSize = plan.sp * plan.dp;
     const where = backend === "threads" ? "on worker threads" : `on the ${backend} backend`;
+    const weights = sharedWeightsOf(config, plan);
     let world: RankWorld<RankApi>;
     try {
       world = await startRanks<RankApi, RankEntryArgs>({
@@ -58,7 +75,7 @@ export class RankPool {
         worldSize,
         entry: ENTRY,
         typescript: FROM_SOURCE,
-        args: { config, plan, resumeFile, hookModules: rankHookModules() },
+        args: { config, plan, resumeFile, hookModules: rankHookModules(), ...(weights !== null ? { sharedWeights: weights.shared } : {}) },
         timeoutMs: config.timeout * 1000,
         ...(config.threads !== null ? { ortThreadsPerRank: config.threads } : {}),
       });
@@ -68,7 +85,7 @@ export class RankPool {
     try {
       const [description] = await world.call("description", []);
       const [step] = await world.call("step", []);
-      return new RankPool(world, description!, step!);
+      return new RankPool(world, description!, step!, weights?.view ?? null);
     } catch (cause) {
       await world.close("close");
       throw named(cause, `starting ${worldSize} ranks ${where} failed`);

@@ -9,13 +9,14 @@ import {
   batchRows,
   corpusDigest,
   learningRateAt,
-  loadCheckpoint,
+  inspectCheckpoint,
   recallBatch,
-  restoreCheckpoint,
+  restoreCheckpointFile,
   saveCheckpoint,
   scoreTokens,
   type CheckpointInfo,
   type TokenScores,
+  type ZeroStage,
   type PackedBatch,
 } from "@ulysses/training";
 import { Rng, type RngState } from "@ulysses/tensors";
@@ -35,6 +36,8 @@ export interface RankSetup {
   threads: number;
   /** Checkpoint to resume from, or null. */
   resumeFile: string | null;
+  /** --shared-weights: the one copy of the weights every rank of this process reads (process-wide memory), else absent. */
+  sharedValues?: Float32Array;
 }
 
 /** What one rank reports after a step (the driver reads rank 0's). */
@@ -121,9 +124,12 @@ export class RankTrainer {
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
     const { world, config, plan } = setup;
-    // the tensors are read only when the file describes the model this run builds (it may have changed since the CLI checked it)
-    const checkpoint = setup.resumeFile === null ? null : loadCheckpoint(setup.resumeFile, { check: (info) => checkResumedModel(config, info) });
-    const gptConfig = checkpoint?.config ?? plan.model;
+    // the header only: the tensors are read into the trainer below, only when the file describes the model this run builds (it
+    // may have changed since the CLI checked it), and only what this rank holds
+    const check = (info: CheckpointInfo) => checkResumedModel(config, info);
+    const header = setup.resumeFile === null ? null : inspectCheckpoint(setup.resumeFile);
+    if (header !== null) check(header);
+    const gptConfig = header?.config ?? plan.model;
     // validated before any group is built: one message naming every value that is off
     const dims = await ParallelDims.create(world, parallelOptionsOfPlan(plan), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
     const kernels = await createRankKernels(setup.threads, config.kernel, plan.memoryArena);
@@ -136,22 +142,24 @@ export class RankTrainer {
       activationCheckpointing: config.activationCheckpointing,
       mlpTileRows: tiles.mlp,
       attentionHeadGroups: tiles.attentionHeadGroups,
+      ...(setup.sharedValues !== undefined ? { parameterValues: setup.sharedValues } : {}),
     });
     // a Hugging Face model directory's weights (--model), unless the checkpoint's replace them
     const hf = hfModelOf(config);
-    if (checkpoint === null && hf?.weightsDir != null) importWeights(hf.weightsDir, gptConfig, hf.family, model.params);
+    if (header === null && hf?.weightsDir != null) importWeights(hf.weightsDir, gptConfig, hf.family, model.params);
     const trainer = new Trainer(parallelize(model, dims), {
       ops: kernels.ops,
       lossTileRows: tiles.loss,
       gradClip: config.gradClip,
       adamw: { weightDecay: config.weightDecay },
-      zero1: config.zero1,
+      zero: config.zero as ZeroStage,
+      sharedWeights: setup.sharedValues !== undefined,
     });
     const dataRng = new Rng(config.seed, DATA_STREAM);
-    if (checkpoint !== null) {
-      restoreCheckpoint(trainer, checkpoint);
-      dataRng.setState(checkpoint.rng as RngState);
-    }
+    const checkpoint = setup.resumeFile === null ? null : restoreCheckpointFile(trainer, setup.resumeFile, { check });
+    if (checkpoint !== null) dataRng.setState(checkpoint.rng as RngState);
+    // one shared copy: every rank wrote the same weights into it (initialised, imported, restored); none reads them before all are done
+    if (setup.sharedValues !== undefined) await world.barrier();
     // packed documents (JSONL, a folder of .txt, or text split by --doc-separator), else random windows of one byte stream
     const docs = usesDocuments(config) ? new DocumentData(textDataOptions(config)) : null;
     // the stream continues where the checkpoint left it when the corpus is the same (resume notes a different one)

@@ -178,6 +178,10 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
         tiles.attentionHeadGroups > 1 ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
+        config.zero > 0
+          ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${config.zero === 2 ? "gradients and AdamW moments" : "AdamW moments"} sharded)`
+          : "",
+        config.sharedWeights ? "one copy of the weights per process (--shared-weights)" : "",
       ].filter((part) => part !== "");
       lean.push(
         config.memoryArena === false

@@ -8,8 +8,9 @@ import { launcherWorldSize } from "@ulysses/collectives";
 import fs from "node:fs";
 import os from "node:os";
 import { checkWeights, mlpNames, validateGptConfig } from "@ulysses/model";
+import { fusedAttentionStatus } from "@ulysses/native-ops";
 import { parallelDimsProblems } from "@ulysses/parallel";
-import { BYTE_VOCAB, validateRecallTask, fileProblem } from "@ulysses/training";
+import { BYTE_VOCAB, ZERO_STAGES, validateRecallTask, fileProblem } from "@ulysses/training";
 import {
   BACKENDS,
   DEFAULTS,
@@ -73,6 +74,15 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     problems.push(
       `--threads must be an integer from 1 to ${maxThreads} (${MAX_THREADS_PER_CORE} x this machine's ${os.availableParallelism()} cores), got ${config.threads}`,
     );
+  if (!(ZERO_STAGES as readonly number[]).includes(config.zero))
+    problems.push(`--zero must be ${ZERO_STAGES.join(", ")} (the ZeRO stage), got ${String(config.zero)}`);
+  if (config.sharedWeights) {
+    if (config.backend !== "threads" && config.backend !== "local")
+      problems.push(`--shared-weights needs the threads or local backend (ranks of one process), got --backend ${config.backend}`);
+    if (config.zero === 0) problems.push("--shared-weights needs --zero 1 or 2: each rank updates its slice of the one copy in place, got --zero 0");
+    const addon = fusedAttentionStatus();
+    if (!addon.available) problems.push(`--shared-weights keeps the weights in the native addon's process-wide memory: ${addon.reason}`);
+  }
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!mlpNames().includes(config.mlp)) problems.push(`--mlp must be ${mlpNames().join(" or ")}, got '${config.mlp}'`);
   if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);

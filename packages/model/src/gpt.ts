@@ -64,6 +64,12 @@ export interface GptOptions {
    * linearWeightGradientInto: the head's gradient is then added in place.
    */
   headGradientColumns?: number;
+  /**
+   * Memory for the weights (ParameterStoreOptions.values): one copy that
+   * every rank of a process reads. The model still initialises them from
+   * `seed`, the same values on every rank.
+   */
+  parameterValues?: Float32Array;
 }
 
 export interface GptForwardOptions {
@@ -120,7 +126,7 @@ export class Gpt implements CausalLM<GptContext> {
     this.config = config;
     this.ops = options.ops;
     this.headColumns = validHeadColumns("Gpt", "headGradientColumns", options.headGradientColumns);
-    this.params = new ParameterStore(gptParamSpecs(config));
+    this.params = new ParameterStore(gptParamSpecs(config), options.parameterValues === undefined ? {} : { values: options.parameterValues });
     this.params.initialise(options.seed);
     this.finalNorm = normComponent(blockConfigOf(config).norm);
     this.finalNormTensors = Object.fromEntries(this.finalNorm.weights.map(({ suffix }) => [suffix, this.params.value(`norm.${suffix}`)]));
@@ -346,7 +352,7 @@ export class Gpt implements CausalLM<GptContext> {
       // popped first: once the block's backward returns nothing holds its activations; dy is ours to overwrite (the block's dx2 reuses it)
       const blockContext = context.blocks.pop()!;
       const g = await this.blocks[layer]!.backward(blockContext, dy, { overwriteDy: true });
-      this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat, this.ops);
+      await this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat, this.ops);
       // dy (the final norm's or the later block's dx) and the block's input (the embedding's or the earlier block's output) are spent
       this.ops.release?.(dy, blockContext.input);
       dy = g.dx;

@@ -6,16 +6,19 @@
  */
 export { ModelError } from "./errors.js";
 export type { CausalLM, CausalLMContext, CausalLMForward, CausalLMHead, LMBatch, LMBatchDocuments } from "./causal-lm.js";
-export { writeFileAtomic } from "./atomic-write.js";
+export { writeFileAtomic, writeFileAtomicAsync } from "./atomic-write.js";
 export {
   encodeSafetensors,
   decodeSafetensors,
   readSafetensors,
   readSafetensorsHeader,
   forEachSafetensor,
+  readSafetensorRanges,
   writeSafetensors,
   type SafetensorsContents,
+  type SafetensorsEntry,
   type SafetensorsHeader,
+  type SafetensorsRange,
 } from "./safetensors.js";
 export { gptParamSpecs, validateGptConfig, parameterCount, blockConfigOf, GPT_CONFIG_LIMITS, type GptConfig, type ParamSpec } from "./gpt-config.js";
 /** The default rows of a head group's row tile (TransformerBlock headGroupTileRows), for memory accounts. */
@@ -24,7 +27,7 @@ export { headGroupTileRowsOf } from "@ulysses/block";
 export { elementwiseOpsOf } from "@ulysses/block";
 /** The MLPs a model may use (registered in @ulysses/block), and their components. */
 export { mlpComponent, mlpNames } from "@ulysses/block";
-export { ParameterStore, type ParamSlot } from "./parameters.js";
+export { ParameterStore, type BlockGradientSink, type HeldGradientRange, type ParamSlot, type ParameterStoreOptions } from "./parameters.js";
 export { parameterMemory, type ParameterMemory } from "./memory-terms.js";
 export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 export {
@@ -62,4 +65,4 @@ export {
   type ExportedHf,
   type HfDType,
 } from "./families/export-hf.js";
-export { writeSafetensorsStreamed, tensorBytes, type StreamedTensor } from "./safetensors-stream.js";
+export { writeSafetensorsStreamed, writeSafetensorsStreamedAsync, tensorBytes, type StreamedTensor } from "./safetensors-stream.js";

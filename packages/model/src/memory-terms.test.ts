@@ -7,7 +7,9 @@ describe("parameterMemory", () => {
     const m = parameterMemory({ vocab: 10, hidden: 4, heads: 2, kvHeads: 2, layers: 1, mlp: "gelu", mlpRatio: 2, maxSeq: 8, tiedHead: true });
     expect(m.parameters).toBe(192);
     expect(m.weightBytes).toBe(4 * 192);
-    // one layer's: everything but the embedding, over the layers (the final norm counted with it)
-    expect(m.gradientBytes).toBe(4 * (192 + 152));
+    // one layer's: the block's 16 + 64 + 64 (not the embedding or the final norm)
+    expect(m.blockParameters).toBe(144);
+    expect(m.layerParameters).toBe(144);
+    expect(m.gradientBytes).toBe(4 * (192 + 144));
   });
 });

@@ -4,7 +4,7 @@
  * gradient besides it (a block's backward makes its gradients in one flat
  * buffer before they are added into the model's).
  */
-import { parameterCount, type GptConfig } from "./gpt-config.js";
+import { gptParamSpecs, parameterCount, type GptConfig } from "./gpt-config.js";
 
 export interface ParameterMemory {
   parameters: number;
@@ -12,12 +12,16 @@ export interface ParameterMemory {
   weightBytes: number;
   /** The flat gradient and one layer's. */
   gradientBytes: number;
+  /** Parameters of the blocks (`blocks.*`, one contiguous run), and of one block. */
+  blockParameters: number;
+  layerParameters: number;
 }
 
 /** Bytes of one replica's weights and gradients. */
 export function parameterMemory(config: GptConfig): ParameterMemory {
   const parameters = parameterCount(config);
-  const embeddings = config.vocab * config.hidden * (config.tiedHead ? 1 : 2);
-  const layerParameters = (parameters - embeddings) / config.layers;
-  return { parameters, weightBytes: 4 * parameters, gradientBytes: 4 * (parameters + layerParameters) };
+  let blockParameters = 0;
+  for (const spec of gptParamSpecs(config)) if (spec.name.startsWith("blocks.")) blockParameters += spec.shape.reduce((a, b) => a * b, 1);
+  const layerParameters = blockParameters / config.layers;
+  return { parameters, weightBytes: 4 * parameters, gradientBytes: 4 * (parameters + layerParameters), blockParameters, layerParameters };
 }

@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { Tensor } from "@ulysses/tensors";
-import { decodeSafetensors, encodeSafetensors, readSafetensors, readSafetensorsHeader, writeSafetensors } from "./safetensors.js";
+import { decodeSafetensors, encodeSafetensors, readSafetensorRanges, readSafetensors, readSafetensorsHeader, writeSafetensors } from "./safetensors.js";
 
 function concatBytes(chunks: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(chunks.reduce((n, c) => n + c.byteLength, 0));
@@ -118,6 +118,20 @@ function expectRefusedCheaply(body: () => unknown, file: string, pattern: RegExp
   expect(grown).toBeLessThan(100 * 2 ** 20);
   return message;
 }
+
+describe("readSafetensorRanges", () => {
+  it("reads a range of a tensor straight into caller memory and refuses one past its end, naming the tensor and the file", () => {
+    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "ranges-")), "r.safetensors");
+    const x = Float32Array.from({ length: 10 }, (_, i) => i * 1.5);
+    writeSafetensors(file, { x: new Tensor("float32", [10], x), y: new Tensor("float32", [2], new Float32Array([7, 8])) });
+    const into = new Float32Array(4);
+    readSafetensorRanges(file, (e) => (e.name === "x" ? { target: new Uint8Array(into.buffer), offset: 4 * 3 } : null));
+    expect([...into]).toEqual([4.5, 6, 7.5, 9]);
+    expect(() => readSafetensorRanges(file, (e) => (e.name === "x" ? { target: new Uint8Array(16), offset: 4 * 7 } : null))).toThrow(
+      `'${file}': bytes [28, 44) of tensor 'x' lie past its 40 bytes`,
+    );
+  });
+});
 
 describe("safetensors from untrusted files", () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "st-crafted-"));

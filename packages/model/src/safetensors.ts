@@ -298,18 +298,15 @@ export interface ReadSafetensorsOptions extends SafetensorsLimits {
  * storage, so at most the file's data section is allocated.
  */
 export function readSafetensors(file: string, options: ReadSafetensorsOptions = {}): SafetensorsContents {
-  return withFile(file, (fd, size) => {
-    const header = headerOfFile(fd, size, file, options.maxHeaderBytes);
-    options.check?.(header);
-    const start = 8 + header.headerLength;
-    const tensors = new Map<string, Tensor>();
-    for (const e of header.entries)
+  const tensors = new Map<string, Tensor>();
+  const header = withCheckedHeader(file, options, (h, read) => {
+    for (const e of h.entries)
       tensors.set(
         e.name,
-        tensorOf(e, (target) => readExactly(fd, target, start + e.begin, file, `tensor '${e.name}'`)),
+        tensorOf(e, (target) => read(e, target, 0)),
       );
-    return { tensors, metadata: header.metadata };
   });
+  return { tensors, metadata: header.metadata };
 }
 
 /**
@@ -325,17 +322,63 @@ export function forEachSafetensor(
   use: (entry: SafetensorsEntry, tensor: Tensor) => void,
   options: ReadSafetensorsOptions = {},
 ): SafetensorsHeader {
-  return withFile(file, (fd, size) => {
-    const header = headerOfFile(fd, size, file, options.maxHeaderBytes);
-    options.check?.(header);
-    const start = 8 + header.headerLength;
+  return withCheckedHeader(file, options, (header, read) => {
     for (const e of header.entries) {
       if (!wanted(e)) continue;
       use(
         e,
-        tensorOf(e, (target) => readExactly(fd, target, start + e.begin, file, `tensor '${e.name}'`)),
+        tensorOf(e, (target) => read(e, target, 0)),
       );
     }
+  });
+}
+
+/**
+ * Opens `file`, reads and validates its header, hands it to options.check,
+ * then to `body` with a reader of an entry's bytes from `offset` into a target.
+ */
+function withCheckedHeader(
+  file: string,
+  options: ReadSafetensorsOptions,
+  body: (header: SafetensorsHeader, read: (e: SafetensorsEntry, target: Uint8Array, offset: number) => void) => void,
+): SafetensorsHeader {
+  return withFile(file, (fd, size) => {
+    const header = headerOfFile(fd, size, file, options.maxHeaderBytes);
+    options.check?.(header);
+    const start = 8 + header.headerLength;
+    body(header, (e, target, offset) => readExactly(fd, target, start + e.begin + offset, file, `tensor '${e.name}'`));
     return header;
+  });
+}
+
+/** Where a range of a tensor's bytes goes: into `target`, starting `offset` bytes into the tensor. */
+export interface SafetensorsRange {
+  target: Uint8Array;
+  offset: number;
+}
+
+/**
+ * Reads ranges of a safetensors file's tensors straight into caller memory:
+ * the header is validated first (and handed to `check`), then `place(entry)`
+ * says where each wanted tensor's bytes go (null: skip it), and exactly
+ * target.byteLength bytes from `offset` into the tensor are read there. A
+ * range past the tensor's end is refused. Nothing but the header is
+ * allocated: a rank reads its slice of a vector, or a parameter into the
+ * model's own storage.
+ */
+export function readSafetensorRanges(
+  file: string,
+  place: (entry: SafetensorsEntry) => SafetensorsRange | null,
+  options: ReadSafetensorsOptions = {},
+): SafetensorsHeader {
+  return withCheckedHeader(file, options, (header, read) => {
+    for (const e of header.entries) {
+      const range = place(e);
+      if (range === null) continue;
+      const { target, offset } = range;
+      if (!Number.isSafeInteger(offset) || offset < 0 || offset + target.byteLength > e.end - e.begin)
+        throw new ModelError(`'${file}': bytes [${offset}, ${offset + target.byteLength}) of tensor '${e.name}' lie past its ${e.end - e.begin} bytes`);
+      read(e, target, offset);
+    }
   });
 }

@@ -10,7 +10,7 @@ export { FusedOps, NATIVE_OPS, createFusedOps, type FusedOpsOptions } from "./fu
 export { NativeSessionCache, nativeRateCache, OUTPUT_POOL_BYTES, type NativeSessionCacheOptions } from "./native-session-cache.js";
 export { registerFusedAttention, FUSED_ATTENTION_NAME } from "./register.js";
 export { attentionModel, CUSTOM_OP_DOMAIN, DOCUMENT_INPUTS, GRAPH_IO, type GraphKind } from "./model.js";
-export { setMallocMmapThreshold, setMallocTrimThreshold, MALLOC_MMAP_THRESHOLD_MAX, type NativeInfo } from "./native.js";
+export { processSharedFloats, setMallocMmapThreshold, setMallocTrimThreshold, MALLOC_MMAP_THRESHOLD_MAX, type NativeInfo } from "./native.js";
 export {
   createRankKernels,
   resolveKernel,

@@ -48,6 +48,14 @@ export interface NativeSession {
 
 export interface NativeBinding {
   init(libraryPath: string): NativeInfo;
+  /**
+   * Process-wide memory named `name`: the first call maps `bytes` zeroed
+   * bytes; a later call from any thread of the process with the same name
+   * and size returns another ArrayBuffer (not a SharedArrayBuffer, so ONNX
+   * Runtime takes it) over the same bytes. Unmapped when the last is
+   * collected. Throws RangeError for another size under a taken name.
+   */
+  sharedMemory(name: string, bytes: number): ArrayBuffer;
   setMmapThreshold(bytes: number): boolean;
   setTrimThreshold(bytes: number): boolean;
   /**
@@ -241,4 +249,18 @@ export function setMallocMmapThreshold(bytes: number): boolean {
  */
 export function setMallocTrimThreshold(bytes: number): boolean {
   return mallocSetting("setMallocTrimThreshold", bytes, 2 ** 31 - 1, (b) => b.setTrimThreshold(bytes));
+}
+
+/**
+ * `length` float32 elements of process-wide memory named `name`
+ * (NativeBinding.sharedMemory): every thread of the process that asks for the
+ * name gets a view of the same elements, in an ordinary ArrayBuffer that ONNX
+ * Runtime accepts (it refuses SharedArrayBuffers). Zeroed when first mapped.
+ * The memory stays while any view of it is alive. Needs the addon.
+ */
+export function processSharedFloats(name: string, length: number): Float32Array {
+  if (!Number.isSafeInteger(length) || length < 1) throw new FusedAttentionError(`processSharedFloats: length must be a positive integer, got ${length}`);
+  const native = loadNative();
+  if (!native.ok) throw new FusedAttentionError(`one copy of the weights per process needs the native addon: ${native.error.message}`, { cause: native.error });
+  return new Float32Array(native.binding.sharedMemory(name, Float32Array.BYTES_PER_ELEMENT * length));
 }

@@ -7,18 +7,22 @@
  * strings, booleans): a copy of the run's hyperparameters for people and for
  * defaults on resume; callers keep code and paths (backend modules, output
  * and data files) out of them, and nothing that reads a checkpoint may follow
- * such a value. Saving is collective under ZeRO-1 (the moments are
- * gathered); only the rank given `write: true` touches the file, atomically.
+ * such a value. Saving is collective under ZeRO (the moments' slices are
+ * broadcast part by part to the writer); only the rank given `write: true`
+ * touches the file, atomically. restoreCheckpointFile reads into a trainer
+ * only what its rank holds: the weights and its slice of each moment.
  */
 import { copyRopeScaling } from "@ulysses/kernels";
-import { Tensor } from "@ulysses/tensors";
+import type { Tensor } from "@ulysses/tensors";
 import { TrainingError } from "./errors.js";
 import {
   gptParamSpecs,
+  readSafetensorRanges,
   readSafetensors,
   readSafetensorsHeader,
-  writeSafetensors,
+  writeSafetensorsStreamedAsync,
   type GptConfig,
+  type StreamedTensor,
   type ParameterStore,
   type ParamSpec,
   type SafetensorsHeader,
@@ -67,15 +71,20 @@ export interface LoadedCheckpoint extends CheckpointInfo {
   v: Float32Array | null;
 }
 
-/** Collective under ZeRO-1 (every rank calls it); the rank with `write` writes `file`. */
+/**
+ * Collective under ZeRO 1 and 2 (every rank of the trainer's group calls it);
+ * the rank with `write` writes `file`, atomically. The file is streamed: the
+ * weights from the model's own storage, each moment in parts as the ranks
+ * holding its slices broadcast them (Trainer.momentParts), so no rank
+ * gathers a whole moment.
+ */
 export async function saveCheckpoint(file: string, trainer: Trainer, extras: CheckpointExtras, write: boolean): Promise<void> {
-  const { m, v } = await trainer.fullMoments();
-  if (!write) return;
+  if (!write) {
+    // the writer draws m's parts, then v's (the file's order): the same collectives in the same order
+    for (const which of ["m", "v"] as const) for await (const _ of trainer.momentParts(which));
+    return;
+  }
   const { params, config } = trainer.model;
-  const tensors = new Map<string, Tensor>();
-  for (const spec of params.specs) tensors.set(spec.name, params.value(spec.name));
-  tensors.set("optimizer.m", new Tensor("float32", [m.length], m));
-  tensors.set("optimizer.v", new Tensor("float32", [v.length], v));
   const metadata: Record<string, string> = {
     format: CHECKPOINT_FORMAT,
     step: String(trainer.step),
@@ -87,7 +96,15 @@ export async function saveCheckpoint(file: string, trainer: Trainer, extras: Che
     checkSettings(file, extras.settings);
     metadata.settings = JSON.stringify(extras.settings);
   }
-  writeSafetensors(file, tensors, metadata);
+  const tensors: StreamedTensor[] = params.specs.map((spec) => ({ name: spec.name, dtype: "float32", shape: spec.shape }));
+  for (const name of MOMENTS) tensors.push({ name, dtype: "float32", shape: [params.size] });
+  const bytes = (x: Float32Array) => new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+  await writeSafetensorsStreamedAsync(
+    file,
+    tensors,
+    (t) => (t.name === "optimizer.m" ? trainer.momentParts("m") : t.name === "optimizer.v" ? trainer.momentParts("v") : [bytes(params.value(t.name).data)]),
+    metadata,
+  );
 }
 
 function parseJson(file: string, key: string, text: string | undefined): unknown {
@@ -313,4 +330,41 @@ export function restoreCheckpoint(trainer: Trainer, checkpoint: LoadedCheckpoint
   }
   loadWeightsInto(trainer.model.params, checkpoint);
   trainer.restoreMoments(checkpoint.m, checkpoint.v, checkpoint.step);
+}
+
+/**
+ * Restores a checkpoint file into `trainer` reading only what this rank
+ * holds: each parameter straight into the model's weights and this rank's
+ * slice of each AdamW moment (the whole moment without ZeRO), with no copy of
+ * the file in memory. The header is checked first, as loadCheckpoint's, then
+ * against the trainer's model (`options.check` runs before that); a file
+ * without moments is refused. Returns what the header says.
+ */
+export function restoreCheckpointFile(trainer: Trainer, file: string, options: LoadCheckpointOptions = {}): CheckpointInfo {
+  const { params } = trainer.model;
+  const { optimizer } = trainer;
+  let info: CheckpointInfo | undefined;
+  const bytes = (x: Float32Array) => new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+  readSafetensorRanges(
+    file,
+    (entry) => {
+      if (entry.name === "optimizer.m" || entry.name === "optimizer.v")
+        return { target: bytes(entry.name === "optimizer.m" ? optimizer.m : optimizer.v), offset: 4 * optimizer.offset };
+      return { target: bytes(params.value(entry.name).data), offset: 0 };
+    },
+    {
+      maxHeaderBytes: CHECKPOINT_MAX_HEADER_BYTES,
+      check: (header) => {
+        info = { file, ...checkCheckpointHeader(file, header) };
+        options.check?.(info);
+        const want = JSON.stringify(modelConfig(trainer.model.config));
+        const got = JSON.stringify(info.config);
+        if (want !== got) throw new TrainingError(`checkpoint '${file}' was written for model ${got}, not ${want}`);
+        if (!header.entries.some((e) => e.name === "optimizer.m"))
+          throw new TrainingError(`checkpoint '${file}' has no optimizer state; it cannot resume training`);
+      },
+    },
+  );
+  optimizer.step = info!.step;
+  return info!;
 }

@@ -40,12 +40,13 @@ export { resolveTextFormat, listTextFiles, TEXT_FORMATS, DATA_FORMATS, type Text
 export { DocumentPacker, PAD_TOKEN, LONG_DOCUMENTS, type LongDocuments, type PackedBatch, type PackStats } from "./data/packer.js";
 export { scoreTokens, type TokenScores } from "./score.js";
 export { lossAndGradients, countCorrect, validateLossTileRows, type LossResult, type LossOptions, type TrainModel } from "./loss.js";
-export { Trainer, type TrainStepOptions, type StepResult } from "./train-step.js";
+export { Trainer, ZERO_STAGES, type TrainStepOptions, type StepResult, type ZeroStage } from "./train-step.js";
 export {
   saveCheckpoint,
   loadCheckpoint,
   inspectCheckpoint,
   restoreCheckpoint,
+  restoreCheckpointFile,
   loadWeightsInto,
   CHECKPOINT_FORMAT,
   type CheckpointExtras,
@@ -53,7 +54,7 @@ export {
   type CheckpointInfo,
   type CheckpointSettings,
 } from "./checkpoint.js";
-export { adamwMomentBytes } from "./memory-terms.js";
+export { adamwMomentBytes, rankStateFloats, type RankStateFloats, type RankStateInput } from "./memory-terms.js";
 export { estimateTrainingMemory, type TrainingMemoryInput, type MemoryEstimate, type MemoryTerm } from "./memory-account.js";
 export { MetricsLog, readMetrics, readMetricsFile, type MetricsFile, type StepMetrics } from "./report/metrics-log.js";
 export { formatTable, mfuRows, summaryRows, type SummaryContext } from "./report/summary.js";

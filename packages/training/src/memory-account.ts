@@ -13,9 +13,10 @@
  *
  * - a measured baseline: the process (Node, the loader, ONNX Runtime and its
  *   first sessions) and, on the threads backend, each rank's worker thread;
- * - weights, the flat gradient and one layer's, AdamW moments m and v (1/ranks
- *   of them per rank under --zero1, plus the full pair gathered for a
- *   checkpoint);
+ * - weights (one copy per process with shared weights), the gradients each
+ *   rank holds at its ZeRO stage and one layer's, AdamW moments m and v
+ *   (rankStateFloats: sharded under ZeRO 1 and 2; a checkpoint streams the
+ *   slices, gathering nothing);
  * - saved activations, per token and layer (TransformerBlock's savedBytes):
  *   the block input, norm1's output and statistics, the attention's q, k, v,
  *   out and log-sum-exp in the local kernel's layout (and the output in the
@@ -51,7 +52,7 @@
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
 import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
-import { adamwMomentBytes } from "./memory-terms.js";
+import { adamwMomentBytes, rankStateFloats } from "./memory-terms.js";
 
 const MiB = 1024 * 1024;
 const F32 = 4;
@@ -101,8 +102,12 @@ export interface TrainingMemoryInput {
   /** Tokens each rank holds per step (batch x its shard of the sequence). */
   tokensPerRank: number;
   activationCheckpointing: boolean;
-  /** AdamW moments sharded over the ranks (ZeRO stage 1). */
-  zero1: boolean;
+  /** Data-parallel degree: the gradient group is sp x dp ranks. */
+  dp: number;
+  /** The ZeRO stage (0, 1, 2). */
+  zero: number;
+  /** One copy of the weights per process, read by all of its ranks (--shared-weights). */
+  sharedWeights: boolean;
   /** ONNX Runtime's arenas and glibc's heap kept (their measured slack is counted) or freed memory returned to the OS. */
   memoryArena: boolean;
   /** FusedOps' native elementwise kernels run (a smaller arena slack). */
@@ -113,11 +118,17 @@ export interface TrainingMemoryInput {
 
 /** The memory account of a training run on one machine: its estimated peak resident memory, broken down. */
 export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstimate {
-  const { model, tiles, tokensPerRank, activationCheckpointing, zero1, memoryArena, nativeOps } = input;
+  const { model, tiles, tokensPerRank, activationCheckpointing, zero, sharedWeights, memoryArena, nativeOps } = input;
   validateGptConfig(model);
   const { ranks, processes, workers } = input.placement;
   const replica = parameterMemory(model);
   const params = replica.parameters;
+  // the ranks on this machine: their held gradients at the stage (the world's first `ranks`: under mpirun on several hosts the largest slices)
+  const groupSize = input.sp * input.dp;
+  const edgeParameters = params - replica.blockParameters;
+  let heldGradientFloats = 0;
+  for (let rank = 0; rank < ranks; rank++) heldGradientFloats += rankStateFloats({ parameters: params, edgeParameters, groupSize, rank, zero }).gradients;
+  const streamed = zero === 2 && groupSize > 1;
   const block = blockConfigOf(model);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
@@ -173,11 +184,18 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
       name: `runtime baseline (${processes} process${processes > 1 ? "es" : ""}${workers > 0 ? `, ${workers} worker thread${workers > 1 ? "s" : ""}` : ""}: Node, ONNX Runtime sessions)`,
       bytes: processes * PROCESS_BASELINE_BYTES + workers * WORKER_BASELINE_BYTES,
     },
-    { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
-    { name: "gradients (flat vector and one layer's)", bytes: all(replica.gradientBytes) },
+    sharedWeights
+      ? { name: `weights (${params} fp32 parameters, one copy per process shared by its ranks)`, bytes: processes * replica.weightBytes }
+      : { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
     {
-      name: zero1 ? `AdamW moments (ZeRO-1: 1/${ranks} per rank, plus the full pair gathered for a checkpoint)` : "AdamW moments m, v (per rank)",
-      bytes: adamwMomentBytes(params, ranks, zero1),
+      name: streamed
+        ? `gradients (ZeRO-2: each rank's slice, the ${edgeParameters} outside the blocks, one layer's and the exchange scratch)`
+        : "gradients (flat vector and one layer's)",
+      bytes: F32 * heldGradientFloats + all(F32 * replica.layerParameters + (streamed ? EXCHANGE_CHUNK_BYTES : 0)),
+    },
+    {
+      name: zero > 0 ? `AdamW moments (ZeRO-${zero}: 1/${groupSize} per rank)` : "AdamW moments m, v (per rank)",
+      bytes: adamwMomentBytes(params, ranks, zero > 0),
     },
     {
       name: activationCheckpointing

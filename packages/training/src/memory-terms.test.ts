@@ -1,10 +1,69 @@
+import type { GptConfig } from "@ulysses/model";
 import { describe, expect, it } from "vitest";
-import { adamwMomentBytes } from "./memory-terms.js";
+import { estimateTrainingMemory, type TrainingMemoryInput } from "./memory-account.js";
+import { adamwMomentBytes, rankStateFloats } from "./memory-terms.js";
 
 describe("adamwMomentBytes", () => {
-  it("two fp32 moments per parameter on every rank, or one sharded pair plus the pair a checkpoint gathers under ZeRO-1", () => {
+  it("two fp32 moments per parameter on every rank, or one pair sharded over the ranks (a checkpoint gathers nothing)", () => {
     expect(adamwMomentBytes(100, 4, false)).toBe(4 * 2 * 4 * 100);
-    expect(adamwMomentBytes(100, 4, true)).toBe(2 * 2 * 4 * 100);
-    expect(adamwMomentBytes(100, 1, true)).toBe(2 * 2 * 4 * 100);
+    expect(adamwMomentBytes(100, 4, true)).toBe(2 * 4 * 100);
+    expect(adamwMomentBytes(100, 1, true)).toBe(2 * 4 * 100);
+  });
+});
+
+describe("rankStateFloats: the fp32 state a rank holds at each ZeRO stage", () => {
+  // 10 parameters, 3 outside the blocks, 4 ranks: slices of 3, 3, 2, 2
+  const at = (zero: number, rank: number, groupSize = 4) => rankStateFloats({ parameters: 10, edgeParameters: 3, groupSize, rank, zero });
+  it("stage 0: everything on every rank", () => {
+    expect(at(0, 3)).toEqual({ weights: 10, gradients: 10, moments: 20 });
+  });
+  it("stage 1: the moments of the rank's slice only", () => {
+    expect([0, 1, 2, 3].map((rank) => at(1, rank).moments)).toEqual([6, 6, 4, 4]);
+    expect(at(1, 2)).toEqual({ weights: 10, gradients: 10, moments: 4 });
+  });
+  it("stage 2: the gradients outside the blocks and of the rank's slice; alone, everything", () => {
+    expect([0, 1, 2, 3].map((rank) => at(2, rank).gradients)).toEqual([6, 6, 5, 5]);
+    expect(at(2, 0, 1)).toEqual({ weights: 10, gradients: 10, moments: 20 });
+  });
+});
+
+describe("the memory account's model state per ZeRO stage and with shared weights", () => {
+  // hand-counted: embedding 10 x 4 = 40 (tied head), one block 144, final LayerNorm 8: 192 parameters, 48 outside the blocks
+  const model: GptConfig = { vocab: 10, hidden: 4, heads: 2, kvHeads: 2, layers: 1, mlp: "gelu", mlpRatio: 2, maxSeq: 8, tiedHead: true };
+  const input: TrainingMemoryInput = {
+    model,
+    scheme: "ulysses",
+    sp: 2,
+    dp: 1,
+    ulyssesDegree: 2,
+    ringDegree: 1,
+    pipelineChunks: 1,
+    tiles: { mlp: 0, loss: 0, attentionHeadGroups: 1 },
+    tokensPerRank: 4,
+    activationCheckpointing: false,
+    zero: 0,
+    sharedWeights: false,
+    memoryArena: false,
+    nativeOps: false,
+    placement: { ranks: 2, processes: 1, workers: 2 },
+  };
+  const term = (overrides: Partial<TrainingMemoryInput>, name: string) => {
+    const found = estimateTrainingMemory({ ...input, ...overrides }).terms.filter((t) => t.name.startsWith(name));
+    expect(found, name).toHaveLength(1);
+    return found[0]!.bytes;
+  };
+  it("weights: a replica per rank, or one per process when shared", () => {
+    expect(term({}, "weights")).toBe(2 * 4 * 192);
+    expect(term({ zero: 1, sharedWeights: true }, "weights")).toBe(4 * 192);
+    expect(term({ zero: 1, sharedWeights: true, placement: { ranks: 4, processes: 2, workers: 0 }, sp: 4 }, "weights")).toBe(2 * 4 * 192);
+  });
+  it("gradients: the flat vector and one layer's per rank; under ZeRO-2 the 48 outside the blocks, the rank's slice of 96, one layer's and the 4 MiB exchange scratch", () => {
+    expect(term({}, "gradients")).toBe(2 * 4 * (192 + 144));
+    expect(term({ zero: 1 }, "gradients")).toBe(2 * 4 * (192 + 144));
+    expect(term({ zero: 2 }, "gradients")).toBe(2 * (4 * (48 + 96 + 144) + 4 * 2 ** 20));
+  });
+  it("moments: a pair per rank, or one pair sharded over the ranks", () => {
+    expect(term({}, "AdamW moments")).toBe(2 * 2 * 4 * 192);
+    expect(term({ zero: 2 }, "AdamW moments")).toBe(2 * 4 * 192);
   });
 });

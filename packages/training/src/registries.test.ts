@@ -35,7 +35,7 @@ beforeAll(() => {
 
 /** Losses of every step and the final weights of `STEPS` AdamW steps on the recall task. */
 async function train(model: TrainModel): Promise<{ losses: number[]; weights: Float32Array }> {
-  const trainer = new Trainer(model, { ops: new ReferenceOps(), gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: false });
+  const trainer = new Trainer(model, { ops: new ReferenceOps(), gradClip: 1, adamw: { weightDecay: 0.1 }, zero: 0 });
   const data = new Rng(5, 1);
   const losses: number[] = [];
   for (let step = 0; step < STEPS; step++) {

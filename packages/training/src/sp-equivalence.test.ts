@@ -4,26 +4,31 @@
  * `parallelize` at SP 2 and 4 (uneven shards), ZeRO-1, a tied head,
  * all-gather attention and activation checkpointing; ring and hybrid
  * attention (zigzag and contiguous) for MHA, GQA and MQA with losses,
- * gradients of every step and final logits.
+ * gradients of every step and final logits; ZeRO 1 and 2 with and without
+ * one shared copy of the weights against ZeRO-0, with the state each rank
+ * holds at each stage.
  */
 import { createLocalGroups } from "@ulysses/collectives";
 import { ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAttention } from "@ulysses/kernels";
 import { PoisoningOps } from "@ulysses/kernels/testing";
-import { Gpt, type GptConfig } from "@ulysses/model";
+import { Gpt, parameterCount, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type ParallelDimsOptions, type SequenceParallelKind, type SequenceRun } from "@ulysses/parallel";
 import { Rng, Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { recallBatch } from "./data/recall-task.js";
 import { learningRateAt } from "./lr-schedule.js";
 import { maxRelative, normRelative } from "./testing-fixtures/compare.js";
-import { Trainer } from "./train-step.js";
+import { rankStateFloats } from "./memory-terms.js";
+import { Trainer, type ZeroStage } from "./train-step.js";
 
 const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "gelu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
 const task = { seq: 22, keys: 3, values: 4, vocab: 32 };
 
 interface Options {
   steps?: number;
-  zero1?: boolean;
+  zero?: ZeroStage;
+  /** One copy of the weights that every rank reads (Gpt's parameterValues, the Trainer's sharedWeights). */
+  shared?: boolean;
   tiedHead?: boolean;
   attention?: SequenceParallelKind;
   checkpointing?: boolean;
@@ -43,12 +48,23 @@ interface Options {
   model?: Partial<GptConfig>;
 }
 
+/** A run's per-step losses, final weights and (recording) gradients and logits; the fp32 state its rank held, and every rank's. */
+interface Run {
+  losses: number[];
+  weights: Float32Array;
+  grads: Float32Array[];
+  logits: Float32Array | null;
+  runs: SequenceRun[] | null;
+  held: { weights: number; gradients: number; moments: number };
+  ranksHeld?: { weights: number; gradients: number; moments: number }[];
+}
+
 /** Trains on one device (sp null) or on `sp` ranks of one local world; returns per-step losses and rank 0's final weights. */
-async function train(sp: number | null, options: Options = {}) {
+async function train(sp: number | null, options: Options = {}): Promise<Run> {
   const steps = options.steps ?? 20;
   const ops = options.ops ?? new ReferenceOps();
   const modelConfig = { ...config, tiedHead: options.tiedHead ?? false, kvHeads: options.kvHeads ?? config.kvHeads, ...options.model };
-  const loop = async (trainer: Trainer, runs: SequenceRun[] = [{ start: 0, length: task.seq }]) => {
+  const loop = async (trainer: Trainer, runs: SequenceRun[] = [{ start: 0, length: task.seq }]): Promise<Run> => {
     const data = new Rng(99, 1);
     const losses: number[] = [];
     const grads: Float32Array[] = [];
@@ -58,9 +74,23 @@ async function train(sp: number | null, options: Options = {}) {
       if (options.record) grads.push(trainer.model.params.grads.slice());
     }
     const final = options.record ? await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens, runs) : null;
-    return { losses, weights: trainer.model.params.values, grads, logits: final?.logits ?? null, runs: final?.runs ?? null };
+    // the fp32 state this rank holds: weights, gradients (the flat vector and ZeRO-2's slice), AdamW's moments
+    const held = {
+      weights: trainer.model.params.values.length,
+      gradients: trainer.model.params.grads.length + (trainer.sliceGradients?.length ?? 0),
+      moments: trainer.optimizer.m.length + trainer.optimizer.v.length,
+    };
+    return { losses, weights: trainer.model.params.values, grads, logits: final?.logits ?? null, runs: final?.runs ?? null, held };
   };
-  const stepOptions = { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: options.zero1 ?? false, lossTileRows: options.lossTileRows ?? 0 };
+  const stepOptions = {
+    ops,
+    gradClip: 1,
+    adamw: { weightDecay: 0.1 },
+    zero: options.zero ?? 0,
+    sharedWeights: options.shared ?? false,
+    lossTileRows: options.lossTileRows ?? 0,
+  };
+  const sharedValues = options.shared ? new Float32Array(parameterCount(modelConfig)) : undefined;
   const local = options.local ?? (() => new ReferenceAttention());
   const model = () =>
     new Gpt(modelConfig, {
@@ -69,6 +99,7 @@ async function train(sp: number | null, options: Options = {}) {
       seed: 7,
       activationCheckpointing: options.checkpointing ?? false,
       mlpTileRows: options.mlpTileRows ?? 0,
+      ...(sharedValues !== undefined ? { parameterValues: sharedValues } : {}),
     });
   if (sp === null) return loop(new Trainer(model(), stepOptions));
   const results = await Promise.all(
@@ -82,7 +113,7 @@ async function train(sp: number | null, options: Options = {}) {
     }),
   );
   for (const r of results.slice(1)) expect([...r.weights]).toEqual([...results[0]!.weights]);
-  if (!options.record) return results[0]!;
+  if (!options.record) return { ...results[0]!, ranksHeld: results.map((r) => r.held) };
   // every rank's logits rows are its tokens: put them back in sequence order
   const vocab = config.vocab;
   const logits = new Float32Array(2 * task.seq * vocab);
@@ -144,7 +175,7 @@ describe("sequence-parallel equivalence (local backend, reference kernels)", () 
 
   it("ZeRO-1, a tied head, all-gather attention and activation checkpointing keep the equivalence", async () => {
     const single = await train(null, { tiedHead: true });
-    for (const options of [{ zero1: true, attention: "allgather" as const }, { checkpointing: true }]) {
+    for (const options of [{ zero: 1 as const, attention: "allgather" as const }, { checkpointing: true }]) {
       const sharded = await train(2, { tiedHead: true, ...options });
       single.losses.forEach((loss, step) => expect(Math.abs(sharded.losses[step]! - loss) / loss).toBeLessThanOrEqual(1e-4));
       expect(maxRelative(sharded.weights, single.weights)).toBeLessThanOrEqual(1e-4);
@@ -189,7 +220,8 @@ describe("releases under sequence parallelism: PoisoningOps train as ReferenceOp
   const stats = () => new StatsReferenceAttention();
   const cases: { name: string; sp: number; options: Options }[] = [
     { name: "Ulysses SP 2", sp: 2, options: {} },
-    { name: "Ulysses SP 2, checkpointing, ZeRO-1, tied head", sp: 2, options: { checkpointing: true, zero1: true, tiedHead: true } },
+    { name: "Ulysses SP 2, checkpointing, ZeRO-1, tied head", sp: 2, options: { checkpointing: true, zero: 1, tiedHead: true } },
+    { name: "Ulysses SP 2, ZeRO-2 and shared weights, tied head", sp: 2, options: { zero: 2, shared: true, tiedHead: true } },
     { name: "Ulysses SP 2, loss tiles of 5 rows, MLP tiles of 4 rows", sp: 2, options: { lossTileRows: 5, mlpTileRows: 4 } },
     { name: "Ulysses SP 1 (its context keeps the block's q, k, v), loss and MLP tiles", sp: 1, options: { lossTileRows: 5, mlpTileRows: 4 } },
     { name: "all-gather SP 2", sp: 2, options: { attention: "allgather" } },
@@ -222,4 +254,42 @@ describe("releases under sequence parallelism: PoisoningOps train as ReferenceOp
     expect(one).toBeGreaterThan(0);
     expect(await kvReleases(2)).toBe(one + 2 * config.layers * 2);
   });
+});
+
+// ZeRO changes where the sums are made and who updates which weights, not what they are: every stage trains as ZeRO-0 over 20
+// steps. The blocks' gradients under ZeRO-2 are reduce-scattered as the backward makes them and the tied embedding's after it.
+describe("ZeRO 1 and 2, with and without one shared copy of the weights, train as ZeRO-0 (20 steps)", () => {
+  const stats = () => new StatsReferenceAttention();
+  const cases: { name: string; sp: number; options: Options; edges: number }[] = [
+    // outside the blocks: embedding 32 x 16, head 16 x 32 (untied), final LayerNorm 2 x 16
+    { name: "Ulysses SP 2", sp: 2, options: {}, edges: 512 + 512 + 32 },
+    { name: "Ulysses SP 4 (uneven shards), tied head", sp: 4, options: { tiedHead: true }, edges: 512 + 32 },
+    { name: "ring P = 4 (zigzag)", sp: 4, options: { attention: "ring", local: stats }, edges: 1056 },
+    {
+      name: "hybrid 2x2, checkpointing, tied head",
+      sp: 4,
+      options: { attention: "hybrid", local: stats, checkpointing: true, tiedHead: true, dims: { ulyssesDegree: 2, ringDegree: 2 } },
+      edges: 544,
+    },
+  ];
+  const stages: { zero: ZeroStage; shared?: boolean }[] = [{ zero: 1 }, { zero: 2 }, { zero: 1, shared: true }, { zero: 2, shared: true }];
+  for (const c of cases) {
+    it(`${c.name}: losses and weights within 1e-5 at ${stages.map((s) => `ZeRO-${s.zero}${s.shared ? " shared" : ""}`).join(", ")}`, async () => {
+      const want = await train(c.sp, c.options);
+      expect(want.losses[19]!).toBeLessThan(want.losses[0]!);
+      const parameters = want.weights.length;
+      for (const stage of stages) {
+        const what = `ZeRO-${stage.zero}${stage.shared ? " shared" : ""}`;
+        const got = await train(c.sp, { ...c.options, ...stage });
+        want.losses.forEach((loss, step) => expect(Math.abs(got.losses[step]! - loss) / loss, `${what} loss ${step}`).toBeLessThanOrEqual(1e-5));
+        expect(maxRelative(got.weights, want.weights), `${what} weights`).toBeLessThanOrEqual(1e-5);
+        // what each rank allocated is the stage's formula
+        got.ranksHeld!.forEach((held, rank) =>
+          expect(held, `${what} rank ${rank}`).toEqual(rankStateFloats({ parameters, edgeParameters: c.edges, groupSize: c.sp, rank, zero: stage.zero })),
+        );
+      }
+      // ZeRO-0 holds everything on every rank
+      want.ranksHeld!.forEach((held) => expect(held).toEqual({ weights: parameters, gradients: parameters, moments: 2 * parameters }));
+    });
+  }
 });

@@ -153,7 +153,7 @@ describe("tiled logits and loss (lossTileRows) equal the untiled path", () => {
       const call = lossAndGradients(model, reference.ops, batchOf(5), { lossTileRows: bad });
       await expect(call).rejects.toThrow(TrainingError);
       await expect(call).rejects.toThrow(String(bad));
-      expect(() => new Trainer(model, { ops: reference.ops, gradClip: 1, adamw: {}, zero1: false, lossTileRows: bad })).toThrow(
+      expect(() => new Trainer(model, { ops: reference.ops, gradClip: 1, adamw: {}, zero: 0 as const, lossTileRows: bad })).toThrow(
         new RegExp(`lossTileRows .*got ${String(bad).replace(".", "\\.")}$`),
       );
     }
@@ -232,7 +232,7 @@ describe("20 Trainer steps with a tiled loss train like untiled ones", () => {
       for (let step = 0; step < 20; step++) losses.push((await trainer.trainStep(batchOf(100 + (step % 2)), 1e-2)).loss);
       return { losses, weights: trainer.model.params.values };
     };
-    const options = { ops: reference.ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: false, lossTileRows };
+    const options = { ops: reference.ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero: 0 as const, lossTileRows };
     if (sp === null) return loop(new Trainer(gpt(reference, tiedHead), options));
     const ranks = await Promise.all(
       createLocalGroups(sp).map(async (world) => {
@@ -275,7 +275,7 @@ describe("20 Trainer steps of every memory mode train like the plain run (SP 1, 
         mlpTileRows: mode.mlpTileRows,
         attentionHeadGroups: mode.attentionHeadGroups,
       });
-    const options = { ops: reference.ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: false, lossTileRows: mode.lossTileRows };
+    const options = { ops: reference.ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero: 0 as const, lossTileRows: mode.lossTileRows };
     const loop = async (trainer: Trainer) => {
       const losses: number[] = [];
       for (let step = 0; step < 20; step++) losses.push((await trainer.trainStep(batchOf(200 + (step % 2)), 1e-2)).loss);

@@ -1,10 +1,20 @@
 /**
  * One optimisation step, on one device or SPMD over a parallelised model's
- * ranks. Gradients (unreduced, in the model's flat gradient) are summed over
- * the model's gradient group with one allReduce, or, under ZeRO-1,
- * reduce-scattered so each rank gets the summed slice it owns; then clipped
- * by the global norm, AdamW-updated, and (ZeRO-1) the updated slices are
- * all-gathered back into every rank's full parameter vector.
+ * ranks, at a ZeRO stage over the model's gradient group:
+ *
+ * - 0: gradients (unreduced, in the model's flat gradient) are all-reduced;
+ *   every rank clips and updates all of the weights with all of AdamW's state.
+ * - 1: the flat gradient is reduce-scattered, so each rank gets the summed
+ *   slice it owns and holds AdamW's moments of that slice only; it updates
+ *   that slice, and the slices are all-gathered back into every rank's weights.
+ * - 2: as 1, and each block's gradient is reduce-scattered as soon as the
+ *   backward makes it (ParameterStore.streamBlockGradients): a rank holds the
+ *   summed gradient of its slice and, in full, only that of the parameters
+ *   outside the blocks (reduce-scattered after the backward).
+ *
+ * With shared weights (one copy of the values that every rank of the group
+ * reads, on the threads and local backends) each rank updates its slice in
+ * place and a barrier replaces the all-gather.
  * `lossTileRows` computes the head and the loss a tile of rows at a time
  * (lossAndGradients), so the full [rows, vocab] logits never exist.
  */
@@ -15,6 +25,7 @@ import { EXCHANGE_CHUNK_BYTES } from "@ulysses/parallel";
 import { Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { AdamW, type AdamWOptions } from "./adamw.js";
 import { clipGradNorm } from "./grad-clip.js";
+import { TrainingError } from "./errors.js";
 import { lossAndGradients, validateLossTileRows, type LossResult, type TrainModel } from "./loss.js";
 
 export interface TrainStepOptions {
@@ -22,11 +33,21 @@ export interface TrainStepOptions {
   /** Global gradient-norm clip (0: off). */
   gradClip: number;
   adamw: AdamWOptions;
-  /** Shard the optimizer state over the gradient group (ZeRO stage 1). */
-  zero1: boolean;
+  /** The ZeRO stage over the gradient group: 0 (none), 1 (AdamW state sharded), 2 (gradients too). */
+  zero: ZeroStage;
+  /**
+   * The model's weights are one copy that every rank of the gradient group
+   * reads (ParameterStoreOptions.values): each rank updates its slice in place.
+   * Needs zero 1 or 2.
+   */
+  sharedWeights?: boolean;
   /** Rows of logits per tile of the loss (a positive integer; 0 or undefined: untiled), as in lossAndGradients. */
   lossTileRows?: number;
 }
+
+/** ZeRO stages: 0 none, 1 optimizer state sharded, 2 gradients sharded too. */
+export const ZERO_STAGES = [0, 1, 2] as const;
+export type ZeroStage = (typeof ZERO_STAGES)[number];
 
 export interface StepResult extends LossResult {
   gradNorm: number;
@@ -38,24 +59,46 @@ export class Trainer {
   readonly options: TrainStepOptions;
   /** The ranks gradients are summed over (null on one device). */
   readonly group: ProcessGroup | null;
-  /** Flat-vector elements owned by each rank (ZeRO-1), else one slice of everything. */
+  /** Flat-vector elements owned by each rank (ZeRO 1 and 2), else one slice of everything. */
   readonly sliceSizes: number[];
+  /** ZeRO-2 over more than one rank: the summed gradient of this rank's slice, filled during the backward (else null). */
+  readonly sliceGradients: Float32Array | null;
   /** The ops' native AdamW loop, when they have one. */
   private readonly adamwKernel: ((update: AdamWUpdate) => void) | undefined;
 
   constructor(model: TrainModel, options: TrainStepOptions) {
     this.model = model;
     validateLossTileRows(options.lossTileRows);
+    if (!(ZERO_STAGES as readonly number[]).includes(options.zero))
+      throw new TrainingError(`zero must be one of ${ZERO_STAGES.join(", ")} (the ZeRO stage), got ${String(options.zero)}`);
+    if (options.sharedWeights === true && options.zero === 0)
+      throw new TrainingError("shared weights are updated a slice per rank, in place: they need ZeRO stage 1 or 2, got zero 0");
     this.options = options;
     this.group = model.gradientGroup;
     const total = model.params.size;
     const ranks = this.group?.size ?? 1;
-    this.sliceSizes = options.zero1 ? evenSplitSizes(total, ranks) : [total];
-    const rank = options.zero1 ? (this.group?.rank ?? 0) : 0;
+    const sharded = options.zero > 0;
+    this.sliceSizes = sharded ? evenSplitSizes(total, ranks) : [total];
+    const rank = sharded ? (this.group?.rank ?? 0) : 0;
     const offset = this.sliceSizes.slice(0, rank).reduce((a, b) => a + b, 0);
     const length = this.sliceSizes[rank]!;
     this.optimizer = new AdamW({ offset, length, decayMask: model.params.decayMask(offset, length) }, options.adamw);
     this.adamwKernel = options.ops.adamwUpdate?.bind(options.ops);
+    const group = this.group;
+    this.sliceGradients = null;
+    if (options.zero === 2 && group !== null && group.size > 1) {
+      const mine = new Float32Array(length);
+      this.sliceGradients = mine;
+      model.params.streamBlockGradients((at, values) => reduceScatterRangeInto(group, values, at, this.sliceSizes, mine, this.exchangeScratch()));
+    }
+  }
+
+  private scratch: Float32Array | null = null;
+
+  /** ZeRO-2's reduce-scatter scratch: EXCHANGE_CHUNK_BYTES, made once. */
+  private exchangeScratch(): Float32Array {
+    this.scratch ??= new Float32Array(Math.max(1, Math.floor(EXCHANGE_CHUNK_BYTES / Float32Array.BYTES_PER_ELEMENT)));
+    return this.scratch;
   }
 
   /** Steps taken so far. */
@@ -66,18 +109,30 @@ export class Trainer {
   /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */
   async trainStep(batch: LMBatch, lr: number): Promise<StepResult> {
     const { params } = this.model;
-    const { zero1, gradClip } = this.options;
+    const { gradClip, sharedWeights } = this.options;
     const group = this.group;
     params.grads.fill(0);
+    this.sliceGradients?.fill(0);
+    // ZeRO-2: the blocks' gradients reach sliceGradients during the backward
     const result = await lossAndGradients(this.model, this.options.ops, batch, { lossTileRows: this.options.lossTileRows });
     const { offset, length } = this.optimizer;
     let gradNorm: number;
-    if (zero1 && group !== null && group.size > 1) {
-      const grads = await reduceScatterInChunks(group, params.grads, this.sliceSizes);
-      gradNorm = await clipGradNorm(grads, gradClip, { begin: 0, end: length }, group);
-      const slice = params.values.slice(offset, offset + length);
-      this.optimizer.update(slice, grads, lr, true, this.adamwKernel);
-      await allGatherInChunks(group, slice, params.values, this.sliceSizes);
+    if (this.options.zero > 0 && group !== null && group.size > 1) {
+      let sliceGrads = this.sliceGradients;
+      if (sliceGrads !== null) {
+        // the parameters outside the blocks (the embedding, the final norm, an untied head), held whole until now
+        for (const r of params.heldRanges())
+          await reduceScatterRangeInto(group, params.grads.subarray(r.held, r.held + r.length), r.flat, this.sliceSizes, sliceGrads, this.exchangeScratch());
+      } else {
+        sliceGrads = await reduceScatterInChunks(group, params.grads, this.sliceSizes);
+      }
+      gradNorm = await clipGradNorm(sliceGrads, gradClip, { begin: 0, end: length }, group);
+      // in place: the slice is this rank's to change (every rank reads the rest)
+      const slice = params.values.subarray(offset, offset + length);
+      this.optimizer.update(slice, sliceGrads, lr, true, this.adamwKernel);
+      // one shared copy: every slice is in place once every rank is past its update
+      if (sharedWeights === true) await group.barrier();
+      else await allGatherInChunks(group, slice, params.values, this.sliceSizes);
     } else {
       if (group !== null && group.size > 1) await allReduceInChunks(group, params.grads);
       gradNorm = await clipGradNorm(params.grads, gradClip);
@@ -86,16 +141,32 @@ export class Trainer {
     return { ...result, gradNorm };
   }
 
-  /** The full optimizer moments (gathered over the group under ZeRO-1; collective then). */
-  async fullMoments(): Promise<{ m: Float32Array; v: Float32Array }> {
+  /**
+   * One of AdamW's moments over the whole flat vector, as a run of byte parts
+   * in flat order (a checkpoint writes them as they come). Sharded (ZeRO 1
+   * and 2 over more than one rank), each rank's slice is broadcast from it in
+   * parts of at most EXCHANGE_CHUNK_BYTES: collective, every rank of the group
+   * draws the parts in the same order, and each part is one buffer refilled
+   * (use it before drawing the next). Otherwise this rank's own moment.
+   */
+  async *momentParts(which: "m" | "v"): AsyncGenerator<Uint8Array> {
+    const mine = this.optimizer[which];
     const group = this.group;
-    if (!this.options.zero1 || group === null || group.size === 1) return { m: this.optimizer.m, v: this.optimizer.v };
-    const gather = async (x: Float32Array) => {
-      const full = new Float32Array(this.model.params.size);
-      await allGatherInChunks(group, x, full, this.sliceSizes);
-      return full;
-    };
-    return { m: await gather(this.optimizer.m), v: await gather(this.optimizer.v) };
+    const bytes = (x: Float32Array) => new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+    if (this.options.zero === 0 || group === null || group.size === 1) {
+      yield bytes(mine);
+      return;
+    }
+    const buffer = new Float32Array(Math.max(1, Math.floor(EXCHANGE_CHUNK_BYTES / Float32Array.BYTES_PER_ELEMENT)));
+    for (let root = 0; root < group.size; root++) {
+      const n = this.sliceSizes[root]!;
+      for (let at = 0; at < n; at += buffer.length) {
+        const part = buffer.subarray(0, Math.min(buffer.length, n - at));
+        if (group.rank === root) part.set(mine.subarray(at, at + part.length));
+        const got = await group.broadcast(new Tensor("float32", [part.length], part), { root });
+        yield bytes(got.data as Float32Array);
+      }
+    }
   }
 
   /** Restores the moments (full vectors; each rank keeps its slice) and the step count. */
@@ -189,7 +260,41 @@ export async function reduceScatterInChunks(
   return mine;
 }
 
-/** ZeRO-1's all-gather: every rank's `slice` into its place in `into` (the flat vector), in windows of at most chunkBytes. */
+/**
+ * ZeRO-2's reduce-scatter of one run of the flat vector: `values` are this
+ * rank's gradients of flat elements [at, at + values.length), which cross
+ * the slices of one or more ranks (rank j's: sliceSizes[j] elements after
+ * those of ranks before it). In chunks of at most `scratch.length` elements,
+ * each rank's part of a chunk is summed over `group` and added into `mine`
+ * (this rank's slice gradient) where it belongs. The values of a chunk are
+ * already in rank order, so they are sent as they lie.
+ */
+export async function reduceScatterRangeInto(
+  group: ProcessGroup,
+  values: Float32Array,
+  at: number,
+  sliceSizes: readonly number[],
+  mine: Float32Array,
+  scratch: Float32Array,
+): Promise<void> {
+  const starts = sliceSizes.map((_, j) => sliceSizes.slice(0, j).reduce((a, b) => a + b, 0));
+  const myStart = starts[group.rank]!;
+  const chunk = scratch.length;
+  for (let begin = 0; begin < values.length; begin += chunk) {
+    const end = Math.min(values.length, begin + chunk);
+    const from = at + begin;
+    const to = at + end;
+    const pieces = sliceSizes.map((n, j) => Math.max(0, Math.min(to, starts[j]! + n) - Math.max(from, starts[j]!)));
+    const n = pieces[group.rank]!;
+    const output = new Tensor("float32", [n], scratch.subarray(0, n));
+    await group.reduceScatter(new Tensor("float32", [end - begin], values.subarray(begin, end)), { op: "sum", sizes: pieces, output });
+    if (n === 0) continue;
+    const into = Math.max(from, myStart) - myStart;
+    for (let i = 0; i < n; i++) mine[into + i] += scratch[i]!;
+  }
+}
+
+/** ZeRO's all-gather: every rank's `slice` into its place in `into` (the flat vector), in windows of at most chunkBytes. */
 export async function allGatherInChunks(
   group: ProcessGroup,
   slice: Float32Array,

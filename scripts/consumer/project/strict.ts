@@ -33,7 +33,7 @@ export async function trainer(world: ProcessGroup, config: model.GptConfig): Pro
   const ops = createOrtOps(cache);
   const dims = await ParallelDims.create(world, { sp: world.size }, { heads: config.heads, kvHeads: config.kvHeads, seqLength: config.maxSeq });
   const parallel: TrainModel = parallelize(new model.Gpt(config, { ops, localAttention: local, seed: 0 }), dims);
-  return new Trainer(parallel, { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero1: false });
+  return new Trainer(parallel, { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero: 0 });
 }
 
 /** The MatMul rate over sustained rounds, and a kernel timed by the same rule. */

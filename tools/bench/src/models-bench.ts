@@ -25,6 +25,7 @@ import path from "node:path";
 import { median } from "@ulysses/measure";
 import { parseFlags, readCommandLine, UsageError } from "./cli-flags.js";
 import { REPO_ROOT, runTrainer } from "./memory-rows.js";
+import { estimateMemory, parseArgs, resolveMemoryArena, type MemoryEstimate } from "@ulysses/trainer/memory";
 import { describeMachine, machineInfo } from "./paper/machine-info.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -75,10 +76,20 @@ const MODELS = {
 type ModelName = keyof typeof MODELS;
 type Mode = "default" | "lean";
 
-const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,lean] [--steps 3]
+/** Where the model state lives: the ZeRO stage and whether the ranks share one copy of the weights. */
+const STATES = {
+  zero0: { flags: [], text: "ZeRO-0" },
+  zero1: { flags: ["--zero", "1"], text: "ZeRO-1" },
+  zero2: { flags: ["--zero", "2"], text: "ZeRO-2" },
+  shared: { flags: ["--zero", "2", "--shared-weights"], text: "ZeRO-2, shared weights" },
+} as const;
+type State = keyof typeof STATES;
+
+const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,lean] [--states zero0] [--steps 3]
   --models  which model shapes (default both)
   --seq     sequence lengths N (default 4096,16384)
   --modes   default (the trainer's defaults) and/or lean (+ activation checkpointing, attention in head groups)
+  --states  where the model state lives: zero0 (the default), zero1, zero2, shared (ZeRO-2 and one copy of the weights)
   --steps   steps per row, the first untimed (default 3, at least 2)
 Writes bench-results/models/models.json and models.md.`;
 
@@ -86,6 +97,7 @@ interface Flags {
   models: ModelName[];
   seq: number[];
   modes: Mode[];
+  states: State[];
   steps: number;
 }
 
@@ -94,6 +106,7 @@ function readFlags(argv: readonly string[]): Flags | null {
     models: { type: "string" },
     seq: { type: "string" },
     modes: { type: "string" },
+    states: { type: "string" },
     steps: { type: "string" },
   });
   if (values === null) return null;
@@ -108,18 +121,36 @@ function readFlags(argv: readonly string[]): Flags | null {
   const steps = Number(values.steps ?? 3);
   if (!Number.isSafeInteger(steps) || steps < 2) throw new UsageError(`bench:models: --steps must be an integer >= 2, got '${values.steps}'`);
   const names = Object.keys(MODELS) as ModelName[];
-  return { models: list("models", values.models, names, names), seq, modes: list("modes", values.modes, ["default", "lean"], ["default", "lean"]), steps };
+  return {
+    models: list("models", values.models, names, names),
+    seq,
+    modes: list("modes", values.modes, ["default", "lean"], ["default", "lean"]),
+    states: list("states", values.states, Object.keys(STATES) as State[], ["zero0"]),
+    steps,
+  };
 }
 
 interface Row {
   model: ModelName;
   seq: number;
   mode: Mode;
+  state: State;
   tokensPerSec: number;
   mfu: number;
   stepSeconds: number;
   peakGiB: number;
+  /** The trainer's memory account of the row (its preflight's estimate, arenas as the run resolved them). */
+  accountGiB: number;
+  /** Its model-state terms: weights, gradients, AdamW moments (GiB). */
+  stateGiB: { weights: number; gradients: number; moments: number };
   command: string;
+}
+
+/** An estimate's term whose name starts with `name`, in GiB. */
+function termGiB(estimate: MemoryEstimate, name: string): number {
+  const term = estimate.terms.find((t) => t.name.startsWith(name));
+  if (term === undefined) throw new Error(`bench:models: the memory account has no '${name}' term`);
+  return term.bytes / 2 ** 30;
 }
 
 /** This repository's Markdown as JSONL documents, one per file (read at run time, nothing downloaded). */
@@ -137,10 +168,10 @@ function writeDocuments(file: string): void {
   fs.writeFileSync(file, `${lines.join("\n")}\n`);
 }
 
-async function runRow(model: ModelName, seq: number, mode: Mode, steps: number, work: string, data: string): Promise<Row> {
+async function runRow(model: ModelName, seq: number, mode: Mode, state: State, steps: number, work: string, data: string): Promise<Row> {
   const configFile = path.join(work, `${model}.json`);
   fs.writeFileSync(configFile, JSON.stringify(MODELS[model].config, null, 2));
-  const out = path.join(work, `${model}-n${seq}-${mode}`);
+  const out = path.join(work, `${model}-n${seq}-${mode}-${state}`);
   const args = [
     "--model-config",
     configFile,
@@ -177,6 +208,11 @@ async function runRow(model: ModelName, seq: number, mode: Mode, steps: number, 
     "--skip-memory-check",
   ]; // prettier-ignore
   if (mode === "lean") args.push("--activation-checkpointing", "--tile-attention", "auto");
+  args.push(...STATES[state].flags);
+  const parsed = parseArgs(args);
+  if (!("config" in parsed)) throw new Error("bench:models: the row's arguments parsed as --help or --version");
+  const resolved = { ...parsed.config, memoryArena: resolveMemoryArena(parsed.config).memoryArena };
+  const estimate = estimateMemory(resolved);
   const metrics = await runTrainer(args, out, "bench:models");
   const timed = metrics.slice(1);
   return {
@@ -187,6 +223,13 @@ async function runRow(model: ModelName, seq: number, mode: Mode, steps: number, 
     mfu: median(timed.map((m) => m.mfu)),
     stepSeconds: median(timed.map((m) => m.stepMs)) / 1000,
     peakGiB: Math.max(...metrics.map((m) => m.peakRssBytes)) / 2 ** 30,
+    accountGiB: estimate.bytes / 2 ** 30,
+    stateGiB: {
+      weights: termGiB(estimate, "weights"),
+      gradients: termGiB(estimate, "gradients"),
+      moments: termGiB(estimate, "AdamW moments"),
+    },
+    state,
     command: `pnpm train ${args.join(" ").replaceAll(work, "<work>").replaceAll(REPO_ROOT, ".")}`,
   };
 }
@@ -203,22 +246,23 @@ async function main(): Promise<void> {
   try {
     for (const model of flags.models)
       for (const seq of flags.seq)
-        for (const mode of flags.modes) {
-          const row = await runRow(model, seq, mode, flags.steps, work, data);
-          rows.push(row);
-          console.log(
-            `${model} N=${seq} ${mode}: ${row.tokensPerSec.toFixed(0)} tokens/s, MFU ${(100 * row.mfu).toFixed(1)}%, step ${row.stepSeconds.toFixed(1)} s, peak ${row.peakGiB.toFixed(2)} GiB`,
-          );
-        }
+        for (const mode of flags.modes)
+          for (const state of flags.states) {
+            const row = await runRow(model, seq, mode, state, flags.steps, work, data);
+            rows.push(row);
+            console.log(
+              `${model} N=${seq} ${mode} ${STATES[state].text}: ${row.tokensPerSec.toFixed(0)} tokens/s, MFU ${(100 * row.mfu).toFixed(1)}%, step ${row.stepSeconds.toFixed(1)} s, peak ${row.peakGiB.toFixed(2)} GiB (account ${row.accountGiB.toFixed(2)} GiB)`,
+            );
+          }
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
   }
   const table = [
-    "| model | N | memory | tokens/s | MFU | step (s) | peak RSS (GiB) |",
-    "|---|---|---|---|---|---|---|",
+    "| model | N | memory | state | tokens/s | MFU | step (s) | peak RSS (GiB) | account (GiB) | account / peak | weights, gradients, moments (GiB, account) |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
     ...rows.map(
       (r) =>
-        `| ${r.model} | ${r.seq} | ${r.mode} | ${r.tokensPerSec.toFixed(0)} | ${(100 * r.mfu).toFixed(1)}% | ${r.stepSeconds.toFixed(1)} | ${r.peakGiB.toFixed(2)} |`,
+        `| ${r.model} | ${r.seq} | ${r.mode} | ${STATES[r.state].text} | ${r.tokensPerSec.toFixed(0)} | ${(100 * r.mfu).toFixed(1)}% | ${r.stepSeconds.toFixed(1)} | ${r.peakGiB.toFixed(2)} | ${r.accountGiB.toFixed(2)} | ${(r.accountGiB / r.peakGiB).toFixed(2)} | ${[r.stateGiB.weights, r.stateGiB.gradients, r.stateGiB.moments].map((g) => g.toFixed(2)).join(", ")} |`,
     ),
   ].join("\n");
   const md = `# bench:models\n\n${describeMachine(machine)}\n\nSP 2 (threads backend, 1 ONNX Runtime thread per rank), batch 1, ${flags.steps} steps (the first untimed).\n\n${table}\n`;

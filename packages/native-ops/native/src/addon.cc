@@ -30,6 +30,13 @@
 //                                    rotary embedding and LayerNorm into
 //                                    caller arrays, on the calling thread
 //                                    and up to threads - 1 more
+//   sharedMemory(name, bytes) -> ArrayBuffer
+//                                    process-wide memory under `name`: the
+//                                    first call maps `bytes` zeroed bytes,
+//                                    later calls (any thread of the process)
+//                                    with that name and size get another
+//                                    ArrayBuffer over the same bytes; unmapped
+//                                    when the last of them is collected
 //   setMmapThreshold(bytes) -> boolean   glibc: serve allocations of at least
 //                                    `bytes` with mmap, so freed large buffers
 //                                    go back to the OS (false: not glibc)
@@ -44,8 +51,10 @@
 
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <sys/mman.h>
 #endif
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +62,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -479,6 +489,60 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
 // returning to the OS: a training step's peak RSS then counts every buffer
 // the step ever freed. A fixed threshold (mallopt also stops the dynamic
 // adjustment) keeps large buffers on mmap.
+// Process-wide named memory: one mapping per name, shared by every thread
+// (worker threads load this library once per process, so these statics are
+// common to all of them). Each ArrayBuffer over a region holds one reference;
+// the mapping goes when the last is collected.
+struct SharedRegion {
+  void* data;
+  size_t bytes;
+  size_t references;
+};
+
+std::mutex shared_regions_mutex;
+std::unordered_map<std::string, SharedRegion> shared_regions;
+
+void release_shared_region(Napi::Env, void*, std::string* name) {
+  std::unique_ptr<std::string> owned(name);
+  std::lock_guard<std::mutex> lock(shared_regions_mutex);
+  auto found = shared_regions.find(*owned);
+  if (found == shared_regions.end()) return;
+  if (--found->second.references > 0) return;
+  munmap(found->second.data, found->second.bytes);
+  shared_regions.erase(found);
+}
+
+// sharedMemory(name, bytes) -> ArrayBuffer (see the list at the top).
+Napi::Value SharedMemory(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string signature = "sharedMemory(name, bytes)";
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber())
+    throw Napi::TypeError::New(env, signature + ": name must be a string and bytes a number");
+  const std::string name = info[0].As<Napi::String>().Utf8Value();
+  const double requested = info[1].As<Napi::Number>().DoubleValue();
+  if (name.empty()) throw Napi::RangeError::New(env, signature + ": name must not be empty");
+  if (!(requested >= 1 && requested <= 9007199254740991.0 && std::floor(requested) == requested))
+    throw Napi::RangeError::New(env, signature + ": bytes must be a positive integer, got " + std::to_string(requested));
+  const size_t bytes = static_cast<size_t>(requested);
+  void* data = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(shared_regions_mutex);
+    auto found = shared_regions.find(name);
+    if (found != shared_regions.end()) {
+      if (found->second.bytes != bytes)
+        throw Napi::RangeError::New(env, signature + ": '" + name + "' holds " + std::to_string(found->second.bytes) + " bytes, not " +
+                                             std::to_string(bytes));
+      data = found->second.data;
+      found->second.references += 1;
+    } else {
+      data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (data == MAP_FAILED) throw Napi::Error::New(env, signature + ": mapping " + std::to_string(bytes) + " bytes failed: " + std::strerror(errno));
+      shared_regions.emplace(name, SharedRegion{data, bytes, 1});
+    }
+  }
+  return Napi::ArrayBuffer::New(env, data, bytes, release_shared_region, new std::string(name));
+}
+
 Napi::Value SetMmapThreshold(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "setMmapThreshold(bytes): bytes must be a number");
@@ -824,6 +888,7 @@ Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
 
 Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, Init, "init"));
+  exports.Set("sharedMemory", Napi::Function::New(env, SharedMemory, "sharedMemory"));
   exports.Set("setMmapThreshold", Napi::Function::New(env, SetMmapThreshold, "setMmapThreshold"));
   exports.Set("setTrimThreshold", Napi::Function::New(env, SetTrimThreshold, "setTrimThreshold"));
   exports.Set("geluForward", Napi::Function::New(env, GeluForward, "geluForward"));
