@@ -67,8 +67,8 @@ export interface RankStepReport {
 export interface RankHooks {
   /** At the start of `step` on world rank `rank`, before its first collective. */
   stepStart?(rank: number, step: number): void;
-  /** Once the step's last collective is done. */
-  stepEnd?(rank: number, step: number): void;
+  /** Once the step's last collective is done; `trainer` holds the step's reduced gradients (tests compare them across runs). */
+  stepEnd?(rank: number, step: number, trainer: Trainer): void;
 }
 
 let rankHooks: RankHooks = {};
@@ -208,7 +208,7 @@ export class RankTrainer {
     const started = performance.now();
     rankHooks.stepStart?.(world.rank, step);
     const result = await this.trainer.trainStep(rows, lr);
-    rankHooks.stepEnd?.(world.rank, step);
+    rankHooks.stepEnd?.(world.rank, step, this.trainer);
     const stepMs = performance.now() - started;
     const { timeMs: commMs, bytesSent: commBytes } = commDelta(
       before,

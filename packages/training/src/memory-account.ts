@@ -40,7 +40,8 @@
  *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
  *   Ulysses pipelined in chunks of heads (--ulysses-head-groups), whose
  *   concurrent exchanges are whole;
- * - the local kernel's score tiles (bounded per call).
+ * - the local kernel's score tiles (bounded per call);
+ * - with a tied head, the LM head's transposed copy of the embedding.
  *
  * Without arenas (`memoryArena: false`), ONNX Runtime's CPU arenas are off
  * (session-cache.ts) and glibc returns freed large buffers
@@ -235,6 +236,11 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
       name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows ${1 + ARENA_HEAP_GROWING_PERCENT / 100}x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,
       bytes: all(V8_DEFERRED_BYTES),
     });
+  }
+  if (model.tiedHead) {
+    // Gpt.lmHead's weight: a transposed copy [hidden, vocab] of the embedding, made once per step's loss; measured still alive
+    // in the backward (V8 frees it at a later collection). Its own mmap, never arena slack.
+    terms.push({ name: "the tied LM head's transposed copy of the embedding [hidden, vocab] (per rank)", bytes: all(F32 * model.hidden * model.vocab) });
   }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
 }
