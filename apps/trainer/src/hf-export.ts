@@ -8,8 +8,7 @@
  * `ulysses-generate --model RUN/hf` decodes and scores with it.
  */
 import path from "node:path";
-import { exportHfDirectory, gptFamily, gptParamSpecs, type ExportedHf, type GptConfig, type HfDType, type ParameterStore } from "@ulysses/model";
-import { Tensor } from "@ulysses/tensors";
+import { exportHfDirectory, gptFamily, gptParamSpecs, ParameterStore, type ExportedHf, type GptConfig, type HfDType } from "@ulysses/model";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { hfModelOf } from "./hf-model.js";
@@ -25,27 +24,9 @@ export function saveDtypeOf(config: TrainConfig): HfDType {
     if (dtype === undefined) throw new TrainerError(`--save-dtype must be auto, bf16, fp16 or fp32, got '${String(config.saveDtype)}'`);
     return dtype;
   }
-  const source = hfModelOf(config)?.json.torch_dtype ?? hfModelOf(config)?.json.dtype;
+  const json = hfModelOf(config)?.json;
+  const source = json?.torch_dtype ?? json?.dtype;
   return source === "bfloat16" || source === "float16" ? source : "float32";
-}
-
-/** The named views of a flat parameter vector in the model's parameter order. */
-function views(config: GptConfig, flat: Float32Array): Pick<ParameterStore, "value"> {
-  const at = new Map<string, { shape: readonly number[]; offset: number; size: number }>();
-  let offset = 0;
-  for (const spec of gptParamSpecs(config)) {
-    const size = spec.shape.reduce((a, b) => a * b, 1);
-    at.set(spec.name, { shape: spec.shape, offset, size });
-    offset += size;
-  }
-  if (offset !== flat.length) throw new TrainerError(`hf export: the weights hold ${flat.length} values, the model ${offset}`);
-  return {
-    value(name: string) {
-      const slot = at.get(name);
-      if (slot === undefined) throw new TrainerError(`hf export: no parameter '${name}'`);
-      return new Tensor("float32", slot.shape, flat.subarray(slot.offset, slot.offset + slot.size));
-    },
-  };
 }
 
 /** Writes `outDir`/hf from the trained weights (world rank 0's flat vector). */
@@ -53,7 +34,8 @@ export function exportRunHf(outDir: string, config: TrainConfig, model: GptConfi
   const hf = hfModelOf(config);
   const family = hf?.family ?? gptFamily;
   const json = hf?.json ?? gptFamily.configTo(model);
-  return exportHfDirectory(path.join(outDir, HF_DIR), views(model, weights), model, family, json, {
+  // the store views the weights (its gradient is made only when asked for)
+  return exportHfDirectory(path.join(outDir, HF_DIR), new ParameterStore(gptParamSpecs(model), { values: weights }), model, family, json, {
     dtype: saveDtypeOf(config),
     ...(hf === null ? {} : { tokenizerFrom: hf.tokenizerDir }),
   });

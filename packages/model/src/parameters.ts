@@ -49,7 +49,8 @@ export class ParameterStore {
   readonly values: Float32Array;
   /** The blocks' run of the flat vector, [begin, end): the parameters named `blocks.*`, contiguous (empty when there are none). */
   readonly blockRange: { begin: number; end: number };
-  private gradients: Float32Array;
+  /** Made on first use (grads): a store that only views weights (an export, generation) never allocates one. */
+  private gradients: Float32Array | null = null;
   private sink: BlockGradientSink | null = null;
 
   constructor(specs: readonly ParamSpec[], options: ParameterStoreOptions = {}) {
@@ -67,7 +68,6 @@ export class ParameterStore {
     if (options.values !== undefined && options.values.length !== offset)
       throw new ModelError(`the values given to the parameter store hold ${options.values.length} elements, the ${specs.length} parameters ${offset}`);
     this.values = options.values ?? new Float32Array(offset);
-    this.gradients = new Float32Array(offset);
     this.blockRange = blockRangeOf(this.slots);
   }
 
@@ -77,6 +77,8 @@ export class ParameterStore {
    * ranges heldRanges() names, back to back).
    */
   get grads(): Float32Array {
+    const { begin, end } = this.blockRange;
+    this.gradients ??= new Float32Array(this.sink === null ? this.size : this.size - (end - begin));
     return this.gradients;
   }
 
@@ -91,9 +93,8 @@ export class ParameterStore {
    * parameters outside the blocks (zeroed; heldRanges() maps them).
    */
   streamBlockGradients(sink: BlockGradientSink): void {
-    const { begin, end } = this.blockRange;
     this.sink = sink;
-    this.gradients = new Float32Array(this.size - (end - begin));
+    this.gradients = null;
   }
 
   /** Where each held gradient lives: the whole vector, or (streaming) the runs before and after the blocks. */
