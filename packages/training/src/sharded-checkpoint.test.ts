@@ -100,12 +100,14 @@ describe("checkpoints shard by shard", () => {
   it("refuses a file of another model or without moments before reading a tensor, naming the file", async () => {
     const [trainer] = await trainers(1, 0, 0);
     const other = path.join(dir, "other.safetensors");
-    const [small] = await (async () => {
-      const ops = new ReferenceOps();
-      const model = new Gpt({ ...config, hidden: 8 }, { ops, localAttention: new ReferenceAttention(), seed: 1 });
-      return [new Trainer(model, { ops, gradClip: 1, adamw: {}, zero: 0 })];
-    })();
-    await saveCheckpoint(other, small!, {}, true);
+    const ops = new ReferenceOps();
+    const small = new Trainer(new Gpt({ ...config, hidden: 8 }, { ops, localAttention: new ReferenceAttention(), seed: 1 }), {
+      ops,
+      gradClip: 1,
+      adamw: {},
+      zero: 0,
+    });
+    await saveCheckpoint(other, small, {}, true);
     const before = [...trainer!.model.params.values];
     expect(() => restoreCheckpointFile(trainer!, other)).toThrow(new RegExp(`checkpoint '${other.replaceAll("/", "\\/")}' was written for model .*"hidden":8`));
     const weightsOnly = path.join(dir, "weights-only.safetensors");
