@@ -10,8 +10,9 @@ type F32 = Tensor<"float32">;
 
 /**
  * The LM head, for applying it a tile of rows at a time (the tiled loss of
- * @ulysses/training). The weight [hidden, vocab] is fetched once (transposed
- * from the embedding when tied) and shared by every tile.
+ * @ulysses/training). Its weight is fetched once and shared by every tile:
+ * the head's [hidden, vocab], or when tied the embedding [vocab, hidden] as it
+ * lies (the products take it transposed; no transposed copy is made).
  */
 export interface GptHead {
   /** h [n, hidden] -> logits [n, vocab] */

@@ -27,7 +27,7 @@ import {
   type NormTensors,
 } from "@ulysses/block";
 import type { BlockOps, LocalAttention, RopePositions } from "@ulysses/kernels";
-import { narrowInto, permute, Tensor } from "@ulysses/tensors";
+import { narrowInto, Tensor } from "@ulysses/tensors";
 import type { CausalLM, CausalLMForward, LMBatch } from "./causal-lm.js";
 import { ModelError } from "./errors.js";
 import { headGradientColumns, validHeadColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
@@ -158,41 +158,39 @@ export class Gpt implements CausalLM<GptContext> {
     return this.finalNormTensors;
   }
 
-  /** The LM head as [hidden, vocab] (a transposed copy of the embedding when tied). */
-  private headWeight(): F32 {
-    // [vocab, hidden] -> [hidden, vocab]
-    return this.config.tiedHead ? permute(this.params.value("embed.weight"), [1, 0]) : this.params.value("head.w");
-  }
-
   /** The LM head as one object for a run of tiles (see GptHead). */
   lmHead(options: GptHeadOptions = {}): GptHead {
-    const w = this.headWeight();
-    const { hidden, vocab } = this.config;
+    const { hidden, vocab, tiedHead } = this.config;
+    // Tied, the embedding E [vocab, hidden] is the head as it lies, with no transposed copy [hidden, vocab]:
+    // logits = h E^T is the product a linear's input gradient computes (one Gemm with transB), dh = dLogits E a plain one.
+    const embedding = tiedHead ? this.params.value("embed.weight") : null;
+    const w = tiedHead ? null : this.params.value("head.w");
+    const logitsOf = (h: F32) => (embedding !== null ? this.ops.linearInputGradient(embedding, h) : this.ops.linearForward(h, w!));
+    const inputGradient = (dLogits: F32) => (embedding !== null ? this.ops.linearForward(dLogits, embedding) : this.ops.linearInputGradient(w!, dLogits));
     const fixedColumns = validHeadColumns("Gpt.lmHead", "gradientColumns", options.gradientColumns) ?? this.headColumns;
     const addGradient = (dw: F32, first: number) => {
-      if (this.config.tiedHead) this.params.accumulateTransposed("embed.weight", dw, first);
+      if (tiedHead) this.params.accumulateTransposed("embed.weight", dw, first);
       else this.params.accumulateColumns("head.w", dw, first);
     };
     // dLogits' columns of one block, reused by every block of every tile of this head (grown to the largest tile's)
     let block = new Float32Array(0);
     return {
-      forward: (h) => this.ops.linearForward(h, w),
+      forward: logitsOf,
       backward: async (h, dLogits) => {
         const rows = dLogits.size / vocab;
         if (this.ops.linearWeightGradientInto !== undefined) {
           // in place into the flat gradient: no [hidden, vocab] temporary, no blocks
           const d = dLogits.reshape([rows, vocab]);
-          if (this.config.tiedHead) await this.ops.linearWeightGradientInto(d, h, this.params.grad("embed.weight"));
+          if (tiedHead) await this.ops.linearWeightGradientInto(d, h, this.params.grad("embed.weight"));
           else await this.ops.linearWeightGradientInto(h, d, this.params.grad("head.w"));
-          return this.ops.linearInputGradient(w, d);
+          return inputGradient(d);
         }
         const columns = Math.min(vocab, fixedColumns ?? headGradientColumns(hidden, vocab, rows));
+        const dx = await inputGradient(dLogits);
         if (columns === vocab) {
-          const { dx, dw } = await this.ops.linearBackward(h, w, dLogits, false);
-          addGradient(dw, 0);
+          addGradient(await this.ops.linearWeightGradient(h, dLogits), 0);
           return dx;
         }
-        const dx = await this.ops.linearInputGradient(w, dLogits);
         if (block.length < rows * columns) block = new Float32Array(rows * columns);
         const logits = dLogits.reshape([rows, vocab]);
         for (let first = 0; first < vocab; first += columns) {
@@ -247,7 +245,7 @@ export class Gpt implements CausalLM<GptContext> {
         final.h = r.y;
         return final.h;
       },
-      head: (x) => this.ops.linearForward(x, this.headWeight()),
+      head: (x) => this.lmHead().forward(x),
     };
     const context: GptContext = { ids, batch, seqLength, blocks };
     if (options.logits ?? true) context.logits = await gptForward(this.config, math);

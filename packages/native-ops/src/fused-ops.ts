@@ -26,6 +26,7 @@ import {
   DEFAULT_ROPE_BASE,
   OrtOps,
   type AdamWUpdate,
+  type CrossEntropyResult,
   type TrainingOps,
   type LayerNormSaved,
   type RopePositions,
@@ -63,6 +64,7 @@ export const NATIVE_OPS: ReadonlySet<string> = new Set([
   "addInto",
   "adamwUpdate",
   "linearWeightGradientInto",
+  "crossEntropyInPlace",
 ]);
 
 export class FusedOps extends OrtOps {
@@ -132,6 +134,41 @@ export class FusedOps extends OrtOps {
   /** One AdamW update in place, natively (BlockOps.adamwUpdate: the bits of AdamW.update's JavaScript). */
   adamwUpdate(u: AdamWUpdate): void {
     this.binding.adamwUpdate(u.params, u.grads, u.m, u.v, u.decayMask, u.beta1, u.beta2, u.eps, u.lr, u.decay, u.c1, u.c2, this.isa);
+  }
+
+  /**
+   * LossOps.crossEntropyInPlace, natively: one pass per row for the loss and
+   * the argmax, one more that writes the gradient over the logits (with
+   * gradScale). Labels equal to ignoreIndex (default -100) do not count.
+   */
+  async crossEntropyInPlace(
+    logits: F32,
+    labels: Tensor<"int32">,
+    gradScale: number | null,
+    ignoreIndex = -100,
+  ): Promise<CrossEntropyResult & { correct: number }> {
+    const op = "crossEntropyInPlace";
+    checkFloat32(op, "logits", logits);
+    if (logits.rank !== 2) throw new FusedAttentionError(`${op}: logits must be [rows, vocab], got ${formatShape(logits.shape)}`);
+    const [rows, vocab] = logits.shape as [number, number];
+    if (labels.dtype !== "int32" || labels.size !== rows)
+      throw new FusedAttentionError(`${op}: labels must be int32 with ${rows} elements (one per logits row), got ${labels.dtype} ${formatShape(labels.shape)}`);
+    const rowLoss = new Float32Array(rows);
+    const argmax = new Int32Array(rows);
+    this.binding.crossEntropy(logits.data, labels.data, rowLoss, argmax, rows, vocab, ignoreIndex, gradScale, this.cache.intraOpThreads, this.isa);
+    const rowLosses = new Float64Array(rows);
+    let lossSum = 0;
+    let count = 0;
+    let correct = 0;
+    for (let r = 0; r < rows; r++) {
+      const label = labels.data[r]!;
+      if (label === ignoreIndex) continue;
+      count++;
+      rowLosses[r] = rowLoss[r]!;
+      lossSum += rowLosses[r]!;
+      if (argmax[r] === label) correct++;
+    }
+    return { lossSum, count, rowLosses, correct };
   }
 
   async linearWeightGradientInto(x: F32, dy: F32, into: F32): Promise<void> {

@@ -105,6 +105,25 @@ export interface NativeBinding {
     isa?: string,
   ): void;
   /**
+   * Each row of logits [rows, vocab] against its label (each in [0, vocab) or ignoreIndex): rowLoss [rows] gets
+   * logsumexp(row) - row[label] and argmax [rows] the first index of the row's maximum (0 and -1 where ignored); with gradScale a
+   * number (not null) the row is overwritten in place by gradScale (softmax(row) - onehot(label)), zero where ignored.
+   * Synchronously on this thread and up to threads - 1 more (each a range of rows). Throws TypeError / RangeError for arrays of
+   * other sizes or types, a label out of range, overlaps, or an unknown isa.
+   */
+  crossEntropy(
+    logits: Float32Array,
+    labels: Int32Array,
+    rowLoss: Float32Array,
+    argmax: Int32Array,
+    rows: number,
+    vocab: number,
+    ignoreIndex: number,
+    gradScale: number | null,
+    threads: number,
+    isa?: string,
+  ): void;
+  /**
    * Rotary embedding ("rotate half") of x [tokens, heads, headDim] by cos and sin [tableRows, headDim] (row token % tableRows),
    * forward or (backward) its transpose, into y (x itself or a separate array), synchronously on this thread and up to threads - 1
    * more (each a range of tokens, when each gets 64K floats). Throws TypeError / RangeError for arrays of other sizes, tokens not a

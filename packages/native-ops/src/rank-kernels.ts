@@ -93,7 +93,7 @@ export async function createRankKernels(threads: number, kernel: KernelChoice = 
   // With the addon on an AVX2 or AVX-512 processor, GELU, LayerNorm and rope (forward and backward) also run natively (single-pass
   // kernels instead of ONNX Runtime's graphs of elementwise nodes)
   const nativeOps = usesNativeOps(kernel); // implies fused: resolveKernel chose the addon
-  const name = `OrtOps${fused ? " (graphs run by the addon)" : ""}${nativeOps ? " + native GELU, LayerNorm and rope" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
+  const name = `OrtOps${fused ? " (graphs run by the addon)" : ""}${nativeOps ? " + native GELU, LayerNorm, rope and cross-entropy" : ""} + ${fused ? "FusedAttention (C++ custom op)" : "OrtAttention"}`;
   return {
     ops: nativeOps ? createFusedOps(cache) : createOrtOps(cache),
     attention,

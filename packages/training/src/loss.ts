@@ -188,6 +188,20 @@ async function tiledHead(
     const hTile = new Tensor("float32", [to - from, hidden], h.data.subarray(from * hidden, to * hidden));
     const labelsTile = new Tensor("int32", [to - from], labels.data.subarray(from, to));
     const logits = await head.forward(hTile);
+    if (ops.crossEntropyInPlace !== undefined) {
+      // the loss, the argmax and (training) the gradient over the logits' own buffer: one [tile, vocab] buffer, not two
+      const result = await ops.crossEntropyInPlace(logits, labelsTile, gradScale, IGNORE_INDEX);
+      lossSum += result.lossSum;
+      correct += result.correct;
+      if (dhFinal !== null) {
+        const dh = await head.backward(hTile, logits);
+        dhFinal.data.set(dh.data, from * hidden);
+        ops.release?.(logits, dh);
+      } else {
+        ops.release?.(logits);
+      }
+      continue;
+    }
     lossSum += (await ops.crossEntropyForward(logits, labelsTile, IGNORE_INDEX)).lossSum;
     correct += countCorrect(logits, labelsTile);
     if (dhFinal !== null) {

@@ -40,8 +40,7 @@
  *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
  *   Ulysses pipelined in chunks of heads (--ulysses-head-groups), whose
  *   concurrent exchanges are whole;
- * - the local kernel's score tiles (bounded per call);
- * - with a tied head, the LM head's transposed copy of the embedding.
+ * - the local kernel's score tiles (bounded per call).
  *
  * Without arenas (`memoryArena: false`), ONNX Runtime's CPU arenas are off
  * (session-cache.ts) and glibc returns freed large buffers
@@ -165,10 +164,12 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const headColumns = tiledLoss ? headGradientColumns(model.hidden, model.vocab, lossTileRows) : model.vocab;
   const headBlockFloats = headColumns === model.vocab ? model.hidden * model.vocab : (model.hidden + lossTileRows) * headColumns;
   const headBlock = headColumns === model.vocab ? "[hidden, vocab]" : `[hidden, ${headColumns} of vocab ${model.vocab}] and its dLogits columns`;
+  // With native ops the cross-entropy writes dLogits over the logits (crossEntropyInPlace): one [tile, vocab] buffer, not two
+  const tileLogits = nativeOps ? 1 : 2;
   const lossPhase = tiledLoss
     ? {
-        name: `one loss tile: logits and dLogits of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one block of a tile's head weight gradient" : "two blocks of a tile's head weight gradient"} ${headBlock}, the final norm's input, output and gradient`,
-        bytes: F32 * (2 * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank),
+        name: `one loss tile: ${nativeOps ? "logits, overwritten by their gradient," : "logits and dLogits"} of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one block of a tile's head weight gradient" : "two blocks of a tile's head weight gradient"} ${headBlock}, the final norm's input, output and gradient`,
+        bytes: F32 * (tileLogits * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank),
       }
     : {
         name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient`,
@@ -236,11 +237,6 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
       name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows ${1 + ARENA_HEAP_GROWING_PERCENT / 100}x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,
       bytes: all(V8_DEFERRED_BYTES),
     });
-  }
-  if (model.tiedHead) {
-    // Gpt.lmHead's weight: a transposed copy [hidden, vocab] of the embedding, made once per step's loss; measured still alive
-    // in the backward (V8 frees it at a later collection). Its own mmap, never arena slack.
-    terms.push({ name: "the tied LM head's transposed copy of the embedding [hidden, vocab] (per rank)", bytes: all(F32 * model.hidden * model.vocab) });
   }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
 }

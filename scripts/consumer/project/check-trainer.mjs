@@ -39,7 +39,7 @@ assert.equal(trained.status, 0, `ulysses-train failed (${trained.status}):\n${tr
 assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\).*FusedAttention/);
 const addon = fusedAttentionStatus();
 if (addon.available && addon.info.cpuIsa !== "portable")
-  assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\) \+ native GELU, LayerNorm and rope \+/);
+  assert.match(trained.stdout, /kernels: OrtOps \(graphs run by the addon\) \+ native GELU, LayerNorm, rope and cross-entropy \+/);
 // the MFU's MatMul rate: ONNX Runtime's kernel on the addon's path, not onnxruntime-node's (whose output copies count)
 assert.match(
   trained.stdout,

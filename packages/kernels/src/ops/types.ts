@@ -122,6 +122,13 @@ export interface LossOps {
   crossEntropyForward(logits: F32, labels: Tensor<"int32">, ignoreIndex?: number): Promise<CrossEntropyResult>;
   /** d(gradScale * lossSum)/dlogits; ignored rows get zero gradient. */
   crossEntropyBackward(logits: F32, labels: Tensor<"int32">, gradScale: number, ignoreIndex?: number): Promise<F32>;
+  /**
+   * crossEntropyForward and, with gradScale a number, crossEntropyBackward in
+   * one pass that writes the gradient over `logits` itself (no second [rows,
+   * vocab] buffer); also counts the rows whose label is the first index of
+   * their largest logit. Optional: a native kernel.
+   */
+  crossEntropyInPlace?(logits: F32, labels: Tensor<"int32">, gradScale: number | null, ignoreIndex?: number): Promise<CrossEntropyResult & { correct: number }>;
 }
 
 /** The optimizer's ops: an optional native AdamW loop. */

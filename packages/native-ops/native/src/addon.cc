@@ -24,6 +24,10 @@
 //                                    into += x^T dy in place (a linear layer's
 //                                    weight gradient), on the calling thread
 //                                    and threads - 1 more
+//   crossEntropy(logits, labels, rowLoss, argmax, rows, vocab, ignoreIndex, gradScale, threads, isa?)
+//                                    per row: logsumexp - logit[label] and the
+//                                    argmax; the loss's gradient over logits
+//                                    in place when gradScale is a number
 //   rope(x, cos, sin, y, tokens, heads, headDim, tableRows, backward, threads, isa?)
 //   layerNormForward(x, gamma, beta, y, mean, rstd, rows, h, eps, threads, isa?)
 //   layerNormBackward(x, gamma, mean, rstd, dy, dx, dGamma, dBeta, rows, h, threads, isa?)
@@ -886,6 +890,58 @@ Napi::Value LayerNormBackward(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// An Int32Array argument of `need` elements; a TypeError or RangeError naming it otherwise.
+Napi::Int32Array int32_argument(const Napi::CallbackInfo& info, size_t index, const std::string& signature, const char* name,
+                                uint64_t need, const std::string& shape) {
+  const Napi::Value v = info[index];
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+    throw Napi::TypeError::New(v.Env(), signature + ": " + name + " must be an Int32Array, got " + describe(v));
+  }
+  Napi::Int32Array a = v.As<Napi::Int32Array>();
+  if (a.ElementLength() != need) {
+    throw Napi::RangeError::New(v.Env(), signature + ": " + name + " has " + std::to_string(a.ElementLength()) + " elements, " +
+                                             shape + " = " + std::to_string(need));
+  }
+  return a;
+}
+
+// crossEntropy(logits, labels, rowLoss, argmax, rows, vocab, ignoreIndex, gradScale, threads, isa?):
+// each row of logits [rows, vocab] against its label (Int32Array [rows], each
+// in [0, vocab) or ignoreIndex): rowLoss [rows] gets logsumexp(row) - row[label],
+// argmax (Int32Array [rows]) the first index of the row's maximum (-1 when
+// ignored); with gradScale a number (not null), logits is overwritten in
+// place by gradScale (softmax - onehot(label)). Synchronously; `threads` split the rows.
+Napi::Value CrossEntropy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string signature = "crossEntropy(logits, labels, rowLoss, argmax, rows, vocab, ignoreIndex, gradScale, threads, isa?)";
+  const int64_t rows = integer_argument(info[4], signature, "rows", 0);
+  const int64_t vocab = integer_argument(info[5], signature, "vocab", 1);
+  const SizedArray logits = sized_argument(info, 0, signature, "logits", static_cast<uint64_t>(rows) * vocab, "rows * vocab");
+  Napi::Int32Array labels = int32_argument(info, 1, signature, "labels", static_cast<uint64_t>(rows), "rows");
+  const SizedArray row_loss = sized_argument(info, 2, signature, "rowLoss", static_cast<uint64_t>(rows), "rows");
+  Napi::Int32Array argmax = int32_argument(info, 3, signature, "argmax", static_cast<uint64_t>(rows), "rows");
+  if (!info[6].IsNumber() || info[6].As<Napi::Number>().DoubleValue() != static_cast<double>(info[6].As<Napi::Number>().Int32Value())) {
+    throw Napi::TypeError::New(env, signature + ": ignoreIndex must be a 32-bit integer, got " + describe(info[6]));
+  }
+  const int32_t ignore = info[6].As<Napi::Number>().Int32Value();
+  const bool has_grad = !info[7].IsNull();
+  const float grad_scale = has_grad ? static_cast<float>(finite_argument(info[7], signature, "gradScale")) : 0.0f;
+  const int32_t* label = labels.Data();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (label[r] != ignore && (label[r] < 0 || label[r] >= vocab)) {
+      throw Napi::RangeError::New(env, signature + ": labels[" + std::to_string(r) + "] = " + std::to_string(label[r]) +
+                                           " is outside [0, " + std::to_string(vocab) + ") and is not ignoreIndex " + std::to_string(ignore));
+    }
+  }
+  const SizedArray label_bytes{"labels", reinterpret_cast<float*>(labels.Data()), static_cast<uint64_t>(rows)};
+  const SizedArray argmax_bytes{"argmax", reinterpret_cast<float*>(argmax.Data()), static_cast<uint64_t>(rows)};
+  expect_disjoint(env, signature, {logits, row_loss, argmax_bytes}, {label_bytes}, nullptr);
+  const int threads = thread_count(info[8], signature);
+  const CpuIsa isa = isa_argument(info[9], signature);
+  cross_entropy_cpu(logits.data, label, row_loss.data, argmax.Data(), rows, vocab, ignore, has_grad, grad_scale, threads, isa);
+  return env.Undefined();
+}
+
 Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   exports.Set("sharedMemory", Napi::Function::New(env, SharedMemory, "sharedMemory"));
@@ -896,6 +952,7 @@ Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("adamwUpdate", Napi::Function::New(env, AdamWUpdate, "adamwUpdate"));
   exports.Set("addInto", Napi::Function::New(env, AddInto, "addInto"));
   exports.Set("weightGradient", Napi::Function::New(env, WeightGradient, "weightGradient"));
+  exports.Set("crossEntropy", Napi::Function::New(env, CrossEntropy, "crossEntropy"));
   exports.Set("rope", Napi::Function::New(env, Rope, "rope"));
   exports.Set("layerNormForward", Napi::Function::New(env, LayerNormForward, "layerNormForward"));
   exports.Set("layerNormBackward", Napi::Function::New(env, LayerNormBackward, "layerNormBackward"));

@@ -138,4 +138,14 @@ void layer_norm_backward_cpu(const float* x, const float* gamma, const float* me
                              float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t h, int threads = 1,
                              CpuIsa isa = CpuIsa::Auto);
 
+// Cross-entropy of each row of logits [rows][vocab] against labels[r], in
+// place: row_loss[r] = logsumexp(row) - row[label], argmax[r] = the first
+// index of the row's largest value; with has_grad the row is overwritten by
+// grad_scale (softmax(row) - onehot(label)), the loss's gradient, so the
+// logits need no second buffer. Rows labelled `ignore` get loss 0, argmax -1
+// and a zero gradient. Every other label must lie in [0, vocab). Rows are
+// split over `threads` as rope's tokens.
+void cross_entropy_cpu(float* logits, const int32_t* labels, float* row_loss, int32_t* argmax, int64_t rows, int64_t vocab,
+                       int32_t ignore, bool has_grad, float grad_scale, int threads = 1, CpuIsa isa = CpuIsa::Auto);
+
 }  // namespace ulysses

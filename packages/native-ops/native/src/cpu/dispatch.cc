@@ -265,6 +265,18 @@ void layer_norm_forward_cpu(const float* x, const float* gamma, const float* bet
   });
 }
 
+void cross_entropy_cpu(float* logits, const int32_t* labels, float* row_loss, int32_t* argmax, int64_t rows, int64_t vocab,
+                       int32_t ignore, bool has_grad, float grad_scale, int threads, CpuIsa isa) {
+  const KernelTable& t = table(isa);
+  if (rows == 0 || vocab == 0) return;
+  const int n = rowwise_threads(threads, rows, rows * vocab);
+  run_slots(n, [&](int slot) {
+    const int64_t r0 = rows * slot / n, r1 = rows * (slot + 1) / n;
+    if (r1 > r0)
+      t.cross_entropy(logits + r0 * vocab, labels + r0, row_loss + r0, argmax + r0, r1 - r0, vocab, ignore, has_grad, grad_scale);
+  });
+}
+
 // dGamma and dBeta are summed per chunk of this many rows (in float64), and
 // the chunks' sums added in chunk order: the same bits for any thread count.
 constexpr int64_t kLayerNormChunkRows = 256;

@@ -601,6 +601,70 @@ void layer_norm_backward(const float* x, const float* gamma, const float* mean, 
   }
 }
 
+// The largest lane of v.
+template <class I>
+inline float lane_max(typename I::V v) {
+  float lanes[I::W];
+  I::store(lanes, v);
+  float m = lanes[0];
+  for (int i = 1; i < I::W; ++i) m = std::max(m, lanes[i]);
+  return m;
+}
+
+// Floats per partial sum of cross_entropy's exponentials: each such run is
+// summed in float lanes, the runs' sums in double.
+constexpr int64_t CROSS_ENTROPY_RUN = 4096;
+
+// Cross-entropy of each row x of logits [rows][vocab] against its label, in
+// place: row_loss[r] = logsumexp(x) - x[label] and argmax[r] = the first index
+// of x's largest value; with `has_grad`, x becomes its gradient
+// grad_scale (softmax(x) - onehot(label)). A row labelled `ignore` gets loss 0,
+// argmax -1 and (has_grad) a zero gradient. exp(t) is exp2(t log2 e).
+template <class I>
+void cross_entropy(float* logits, const int32_t* labels, float* row_loss, int32_t* argmax, int64_t rows, int64_t vocab,
+                   int32_t ignore, bool has_grad, float grad_scale) {
+  using V = typename I::V;
+  constexpr int64_t W = I::W;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const V log2e = I::set1(kLog2e);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = logits + r * vocab;
+    const int32_t label = labels[r];
+    if (label == ignore) {
+      row_loss[r] = 0.0f;
+      argmax[r] = -1;
+      if (has_grad) std::fill(x, x + vocab, 0.0f);
+      continue;
+    }
+    V mv = I::set1(-INFINITY);
+    int64_t i = 0;
+    for (; i + W <= vocab; i += W) mv = I::max(mv, I::load(x + i));
+    float m = lane_max<I>(mv);
+    for (; i < vocab; ++i) m = std::max(m, x[i]);
+    int64_t best = 0;
+    while (best < vocab && !(x[best] == m)) ++best;
+    const V shift = I::set1(m);
+    double total = 0.0;
+    i = 0;
+    for (int64_t run = 0; run < vocab; run += CROSS_ENTROPY_RUN) {
+      const int64_t end = std::min(vocab, run + CROSS_ENTROPY_RUN);
+      V acc = I::zero();
+      for (; i + W <= end; i += W) acc = I::add(acc, I::exp2(I::mul(I::sub(I::load(x + i), shift), log2e)));
+      total += lane_sum<I>(acc);
+    }
+    for (; i < vocab; ++i) total += std::exp2((x[i] - m) * kLog2e);
+    const float lse = m + static_cast<float>(std::log(total));
+    row_loss[r] = lse - x[label];
+    argmax[r] = static_cast<int32_t>(best < vocab ? best : 0);
+    if (!has_grad) continue;
+    const V at = I::set1(lse), scale = I::set1(grad_scale);
+    i = 0;
+    for (; i + W <= vocab; i += W) I::store(x + i, I::mul(scale, I::exp2(I::mul(I::sub(I::load(x + i), at), log2e))));
+    for (; i < vocab; ++i) x[i] = grad_scale * std::exp2((x[i] - lse) * kLog2e);
+    x[label] -= grad_scale;
+  }
+}
+
 template <class I>
 KernelTable make_table(const char* name) {
   KernelTable t;
@@ -623,6 +687,7 @@ KernelTable make_table(const char* name) {
   t.rope = &rope<I>;
   t.layer_norm_forward = &layer_norm_forward<I>;
   t.layer_norm_backward = &layer_norm_backward<I>;
+  t.cross_entropy = &cross_entropy<I>;
   return t;
 }
 

@@ -40,6 +40,9 @@ struct KernelTable {
                              float* rstd, int64_t rows, int64_t h) = nullptr;
   void (*layer_norm_backward)(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
                               float* dx, double* dgamma, double* dbeta, int64_t rows, int64_t h) = nullptr;
+  // Cross-entropy per row, its gradient in place (see cross_entropy_cpu).
+  void (*cross_entropy)(float* logits, const int32_t* labels, float* row_loss, int32_t* argmax, int64_t rows, int64_t vocab,
+                        int32_t ignore, bool has_grad, float grad_scale) = nullptr;
 };
 
 // Each returns false when this build or this processor lacks the instruction set.
