@@ -3,12 +3,14 @@
  * every parameter's gradient within 1e-5 relative, for tied and untied heads,
  * tiles of 1, 5, 7 and >= rows (rows not divisible by the tile), ignored
  * labels and tiles without any label, on one device and parallelised at SP 2
- * and 4 (reference kernels, local backend); 20 Trainer steps tiled and
+ * and 4 (reference kernels, local backend); the native ops' in-place
+ * cross-entropy against the float64 reference; 20 Trainer steps tiled and
  * untiled; evaluation (`backward: false`); and bad tile sizes.
  */
 import { createLocalGroups } from "@ulysses/collectives";
 import { SessionCache, createOrtOps, OrtAttention } from "@ulysses/kernels";
 import { Gpt, headGradientColumns, type GptConfig } from "@ulysses/model";
+import { FusedOps, fusedAttentionStatus } from "@ulysses/native-ops";
 import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
 import { Rng, Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
@@ -120,6 +122,21 @@ describe("tiled logits and loss (lossTileRows) equal the untiled path", () => {
     const want = await once(ort, null, false, undefined);
     for (const tile of [5, 7]) expectClose(await once(ort, null, false, tile), want, false, `ort tile ${tile}`);
   });
+
+  const addon = fusedAttentionStatus();
+  it.skipIf(!addon.available)(
+    `native ops (the cross-entropy written over each tile's logits, a tied head without a transposed copy) against the float64 reference${addon.available ? "" : ` (skipped: ${addon.reason})`}: one device and SP 2, both heads, tiles 5 and 7`,
+    async () => {
+      const native: Kernels = { ops: new FusedOps(cache), attention: () => new OrtAttention({ cache }) };
+      expect(native.ops.crossEntropyInPlace).toBeTypeOf("function");
+      for (const tiedHead of [false, true])
+        for (const sp of [null, 2]) {
+          const want = await once(reference, sp, tiedHead, undefined);
+          for (const tile of [5, 7])
+            expectClose(await once(native, sp, tiedHead, tile), want, tiedHead, `native sp ${sp} ${tiedHead ? "tied" : "untied"} tile ${tile}`);
+        }
+    },
+  );
 
   it("evaluation (backward: false) with tiles: the same loss and accuracy, no gradients, at one device and SP 2", async () => {
     for (const sp of [null, 2]) {
