@@ -14,23 +14,14 @@ import { Tensor } from "@ulysses/tensors";
 import { main as trainMain } from "./cli.js";
 import { main as generateMain } from "./generate.js";
 import { captureMain } from "./testing-fixtures/capture.js";
-import { QWEN3_TOKENIZER_DIR, tinyLlamaConfig, writeTinyHfModel } from "./testing-fixtures/tiny-hf.js";
+import { QWEN3_TOKENIZER_DIR, tinyLlamaConfig, writeChat, writeTinyHfModel } from "./testing-fixtures/tiny-hf.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "ulysses-hf-bad-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 
 const good = writeTinyHfModel(path.join(root, "good"));
-const chat = path.join(root, "chat.jsonl");
-fs.writeFileSync(
-  chat,
-  `${JSON.stringify({
-    messages: [
-      { role: "user", content: "Hi" },
-      { role: "assistant", content: "Hello." },
-    ],
-  })}\n`,
-);
+const chat = writeChat(path.join(root, "chat.jsonl"), 1, () => ["Hi", "Hello."]);
 
 /** A copy of the good model directory with `change` applied to it. */
 function variant(name: string, change: (dir: string) => void): string {

@@ -20,7 +20,7 @@ import { RankPool } from "./rank-pool.js";
 import { installRankHooks } from "./rank-trainer.js";
 import { runTraining } from "./run.js";
 import { expectRunsClose, type RunOutcome } from "./testing-fixtures/compare-runs.js";
-import { QWEN3_TOKENIZER_DIR, QWEN3_VOCAB } from "./testing-fixtures/tiny-hf.js";
+import { QWEN3_TOKENIZER_DIR, QWEN3_VOCAB, writeChat } from "./testing-fixtures/tiny-hf.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "ulysses-hf-eq-"));
@@ -45,18 +45,7 @@ fs.writeFileSync(
     hidden_act: "silu",
   }),
 );
-const chat = path.join(root, "chat.jsonl");
-fs.writeFileSync(
-  chat,
-  Array.from({ length: 30 }, (_, i) =>
-    JSON.stringify({
-      messages: [
-        { role: "user", content: `Name a number after ${i}.` },
-        { role: "assistant", content: `${i + 1} comes after ${i}.` },
-      ],
-    }),
-  ).join("\n"),
-);
+const chat = writeChat(path.join(root, "chat.jsonl"), 30, (i) => [`Name a number after ${i}.`, `${i + 1} comes after ${i}.`]);
 
 const base: TrainConfig = {
   ...DEFAULTS,

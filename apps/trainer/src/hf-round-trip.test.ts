@@ -11,22 +11,13 @@ import { afterAll, describe, expect, it } from "vitest";
 import { exportHfDirectory, gptParamSpecs, importWeights, modelFamilyOf, ParameterStore, readSafetensors, type HfDType } from "@ulysses/model";
 import { main as trainMain } from "./cli.js";
 import { captureMain } from "./testing-fixtures/capture.js";
-import { tinyLlamaConfig, writeTinyHfModel } from "./testing-fixtures/tiny-hf.js";
+import { tinyLlamaConfig, writeChat, writeTinyHfModel } from "./testing-fixtures/tiny-hf.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "ulysses-hf-trip-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 
-const chat = path.join(root, "chat.jsonl");
-fs.writeFileSync(
-  chat,
-  `${JSON.stringify({
-    messages: [
-      { role: "user", content: "Hi" },
-      { role: "assistant", content: "Hello there." },
-    ],
-  })}\n`,
-);
+const chat = writeChat(path.join(root, "chat.jsonl"), 1, () => ["Hi", "Hello there."]);
 
 /** A source directory in `dtype` (shards of at most `maxShardBytes`): the fp32 fixture re-exported. */
 function source(name: string, dtype: HfDType, torchDtype: string, maxShardBytes?: number): string {

@@ -14,7 +14,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { mpirunCommand, mpiTestSkipNote, SOURCE_CONDITION_ARG } from "@ulysses/collectives-mpi";
 import { lossCurve, spawnTrainer } from "./testing-fixtures/cli.js";
-import { QWEN3_TOKENIZER_DIR, QWEN3_VOCAB } from "./testing-fixtures/tiny-hf.js";
+import { QWEN3_TOKENIZER_DIR, QWEN3_VOCAB, writeChat } from "./testing-fixtures/tiny-hf.js";
 
 const flags = [
   "--seq",
@@ -103,15 +103,7 @@ function hfFlags(): string[] {
       tie_word_embeddings: true,
     }),
   );
-  const chat = path.join(dir, "chat.jsonl");
-  const line = (i: number) =>
-    JSON.stringify({
-      messages: [
-        { role: "user", content: `After ${i}?` },
-        { role: "assistant", content: `${i + 1}.` },
-      ],
-    });
-  fs.writeFileSync(chat, Array.from({ length: 20 }, (_, i) => line(i)).join("\n"));
+  const chat = writeChat(path.join(dir, "chat.jsonl"), 20, (i) => [`After ${i}?`, `${i + 1}.`]);
   const shape = new Set(["--hidden", "--heads", "--kv-heads", "--layers", "--keys", "--values"]);
   const kept = flags.filter((flag, i) => !shape.has(flag) && !shape.has(flags[i - 1]!));
   return [...kept, "--model-config", config, "--tokenizer", QWEN3_TOKENIZER_DIR, "--data", chat, "--data-format", "chat", "--seq", "64", "--batch", "1"];

@@ -69,3 +69,18 @@ export function writeTinyHfModel(dir: string, json: Record<string, unknown> = ti
   copyTokenizer(dir);
   return dir;
 }
+
+/** Writes `file`: chat JSONL of `count` conversations, conversation i a user turn and an assistant turn from `turns(i)`. */
+export function writeChat(file: string, count: number, turns: (i: number) => [user: string, assistant: string]): string {
+  const lines = Array.from({ length: count }, (_, i) => {
+    const [user, assistant] = turns(i);
+    return JSON.stringify({
+      messages: [
+        { role: "user", content: user },
+        { role: "assistant", content: assistant },
+      ],
+    });
+  });
+  fs.writeFileSync(file, `${lines.join("\n")}\n`);
+  return file;
+}
