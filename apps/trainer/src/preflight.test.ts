@@ -1,10 +1,12 @@
+import { usesNativeOps } from "@ulysses/native-ops";
 import { describe, expect, it } from "vitest";
 import { DEFAULTS, type TrainConfig } from "./config.js";
 import { availableMemory, type ReadText } from "@ulysses/measure";
 import { checkMemory, estimateMemory } from "./preflight.js";
 
 // the MLP and loss untiled: auto tiles (the defaults) stop their buffers growing with the sequence past 4 MiB per rank
-const MODEL: TrainConfig = { ...DEFAULTS, layers: 2, hidden: 256, heads: 8, kvHeads: 8, batch: 1, sp: 2, tileMlp: 0, tileLoss: 0 };
+// kernel ort: the account's terms below are those of ONNX Runtime's ops on any machine (the native ops' loss tile is checked apart)
+const MODEL: TrainConfig = { ...DEFAULTS, layers: 2, hidden: 256, heads: 8, kvHeads: 8, batch: 1, sp: 2, tileMlp: 0, tileLoss: 0, kernel: "ort" };
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 
@@ -55,7 +57,7 @@ describe("memory estimate", () => {
     expect(workingSet(256)).toBe(2 * 4 * 2048 * (256 + 3 * 1024)); // the block's is larger
     expect(workingSet(512)).toBe(2 * 4 * 2048 * (256 + 3 * 1024)); // still: the loss phase's is 2306 floats a token
     expect(workingSet(4096)).toBe(2 * 4 * 2048 * (3 * 4096 + 3 * 256 + 2)); // the loss phase's is larger
-    // a tiled loss: the term names one loss tile
+    // a tiled loss: the term names one loss tile (ONNX Runtime's ops: the logits and a second buffer for dLogits)
     const tiled = estimateMemory({ ...MODEL, seq: 4096, vocab: 256, tileLoss: 1024 }).terms.filter((t) => t.name.startsWith("backward working set"));
     expect(tiled.map((t) => t.name)).toEqual([expect.stringContaining("one loss tile: logits and dLogits of 1024 tokens x vocab 256")]);
     // vocab 32768 in tiles of 64 rows: the loss phase is the larger (logits and dLogits of one tile; the head weight gradient in
@@ -73,6 +75,16 @@ describe("memory estimate", () => {
       t.name.startsWith("backward working set"),
     )!;
     expect(small.name).toContain("one block of a tile's head weight gradient [hidden, vocab]");
+    // with the native ops (when the addon runs here) the cross-entropy writes dLogits over the logits: one [64, vocab] buffer
+    // fewer (vocab 65536, where the loss phase stays the larger)
+    if (usesNativeOps("auto")) {
+      const loss = (kernel: "auto" | "ort") =>
+        estimateMemory({ ...MODEL, kernel, seq: 4096, vocab: 65536, tileLoss: 64, memoryArena: false }).terms.find((t) =>
+          t.name.startsWith("backward working set"),
+        )!;
+      expect(loss("auto").name).toContain("one loss tile: logits, overwritten by their gradient, of 64 tokens x vocab 65536");
+      expect(loss("auto").bytes).toBe(loss("ort").bytes - 2 * 4 * 64 * 65536);
+    }
   });
 
   it("breaks the estimate down and counts every rank", () => {
