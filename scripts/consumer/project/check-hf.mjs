@@ -40,7 +40,12 @@ fs.writeFileSync(
 );
 const chat = path.resolve("chat.jsonl");
 const turns = Array.from({ length: 30 }, (_, i) =>
-  JSON.stringify({ messages: [{ role: "user", content: `What is ${i} plus ${i}?` }, { role: "assistant", content: `${i} plus ${i} is ${2 * i}.` }] }),
+  JSON.stringify({
+    messages: [
+      { role: "user", content: `What is ${i} plus ${i}?` },
+      { role: "assistant", content: `${i} plus ${i} is ${2 * i}.` },
+    ],
+  }),
 );
 fs.writeFileSync(chat, `${turns.join("\n")}\n`);
 
@@ -67,7 +72,10 @@ const report = JSON.parse(scored.stdout);
 assert.equal(report.ids.length, report.tokens);
 assert.equal(report.logProbs[0], null);
 const logProbs = report.logProbs.slice(1);
-assert.ok(logProbs.every((p) => Number.isFinite(p) && p <= 0), "every scored log-probability is finite and at most 0");
+assert.ok(
+  logProbs.every((p) => Number.isFinite(p) && p <= 0),
+  "every scored log-probability is finite and at most 0",
+);
 const mean = -logProbs.reduce((s, p) => s + p, 0) / logProbs.length;
 assert.ok(Math.abs(report.perplexity - Math.exp(mean)) <= 1e-9 * Math.exp(mean), `perplexity ${report.perplexity} is not exp(${mean})`);
 
@@ -79,7 +87,17 @@ assert.ok(
   "the --steps 0 export differs from the model it read",
 );
 
-const missing = run("ulysses-train", ["--model-config", config, "--tokenizer", path.resolve("no-such-tokenizer"), ...common, "--steps", "1", "--out", path.resolve("never")]);
+const missing = run("ulysses-train", [
+  "--model-config",
+  config,
+  "--tokenizer",
+  path.resolve("no-such-tokenizer"),
+  ...common,
+  "--steps",
+  "1",
+  "--out",
+  path.resolve("never"),
+]);
 assert.equal(missing.status, 2, `a missing tokenizer exits 2, got ${missing.status}: ${missing.stderr}`);
 assert.match(missing.stderr, /no-such-tokenizer/);
 assert.ok(!fs.existsSync(path.resolve("never")), "a refused run wrote its run directory");
