@@ -164,6 +164,26 @@ async function untiledGradient(ops: TrainingOps, run: Run, gradScale: number): P
 }
 
 /**
+ * One tile's loss sum, correct count and (with gradScale) dLogits: with the
+ * ops' in-place cross-entropy, dLogits is the logits' own buffer, overwritten
+ * (one [tile, vocab] buffer, not two); otherwise a new tensor.
+ */
+async function tileLoss(
+  ops: TrainingOps,
+  logits: F32,
+  labels: I32,
+  gradScale: number | null,
+): Promise<{ lossSum: number; correct: number; dLogits: F32 | null }> {
+  if (ops.crossEntropyInPlace !== undefined) {
+    const { lossSum, correct } = await ops.crossEntropyInPlace(logits, labels, gradScale, IGNORE_INDEX);
+    return { lossSum, correct, dLogits: gradScale === null ? null : logits };
+  }
+  const { lossSum } = await ops.crossEntropyForward(logits, labels, IGNORE_INDEX);
+  const correct = countCorrect(logits, labels);
+  return { lossSum, correct, dLogits: gradScale === null ? null : await ops.crossEntropyBackward(logits, labels, gradScale, IGNORE_INDEX) };
+}
+
+/**
  * The head and the loss a tile of `tileRows` rows at a time over context.hFinal:
  * this rank's loss sum and correct count and, when `gradScale` is given,
  * dhFinal [rows, hidden] (the head's weight gradients added into params.grads;
@@ -188,28 +208,14 @@ async function tiledHead(
     const hTile = new Tensor("float32", [to - from, hidden], h.data.subarray(from * hidden, to * hidden));
     const labelsTile = new Tensor("int32", [to - from], labels.data.subarray(from, to));
     const logits = await head.forward(hTile);
-    if (ops.crossEntropyInPlace !== undefined) {
-      // the loss, the argmax and (training) the gradient over the logits' own buffer: one [tile, vocab] buffer, not two
-      const result = await ops.crossEntropyInPlace(logits, labelsTile, gradScale, IGNORE_INDEX);
-      lossSum += result.lossSum;
-      correct += result.correct;
-      if (dhFinal !== null) {
-        const dh = await head.backward(hTile, logits);
-        dhFinal.data.set(dh.data, from * hidden);
-        ops.release?.(logits, dh);
-      } else {
-        ops.release?.(logits);
-      }
-      continue;
-    }
-    lossSum += (await ops.crossEntropyForward(logits, labelsTile, IGNORE_INDEX)).lossSum;
-    correct += countCorrect(logits, labelsTile);
-    if (dhFinal !== null) {
-      const dLogits = await ops.crossEntropyBackward(logits, labelsTile, gradScale!, IGNORE_INDEX);
-      const dh = await head.backward(hTile, dLogits);
-      dhFinal.data.set(dh.data, from * hidden);
+    const tile = await tileLoss(ops, logits, labelsTile, gradScale);
+    lossSum += tile.lossSum;
+    correct += tile.correct;
+    if (tile.dLogits !== null) {
+      const dh = await head.backward(hTile, tile.dLogits);
+      dhFinal!.data.set(dh.data, from * hidden);
       // the tile's buffers, read for the last time, serve the next tile's outputs
-      ops.release?.(...new Set([logits, dLogits, dh]));
+      ops.release?.(...new Set([logits, tile.dLogits, dh]));
     } else {
       ops.release?.(logits);
     }
