@@ -3,7 +3,8 @@
  * linearWeightGradientInto over it): into [in, out] += x [rows, in]^T
  * dy [rows, out], against a float64 sum in TypeScript, on every instruction
  * set this processor runs, 1-3 threads, with rows past the kernel's
- * 256-row passes and columns past its last whole vector. Element by element
+ * 256-row passes, columns past its last whole vector, and tall products
+ * (the tied LM head's shape) that it runs rows-outer. Element by element
  * |into - ref| <= 1e-6 * (|into0| + sum over rows of |x dy|): float32
  * accumulation over at most 600 terms stays far inside it. Skipped, with
  * the reason in the suite's name, only when the native addon is not built.
@@ -47,7 +48,8 @@ describe.skipIf(!status.available)(suite, () => {
   const cache = new SessionCache({ intraOpThreads: 2 });
   afterAll(() => cache.release());
 
-  // [rows, in, out]: one element, tails of every vector width, several 256-row passes, a head tile's proportions
+  // [rows, in, out]: one element, tails of every vector width, several 256-row passes, a head tile's proportions, and
+  // tall products (in at least 16 times a thread's columns) that the kernel runs rows-outer, in one pass and in two
   const SHAPES: [number, number, number][] = [
     [1, 1, 1],
     [3, 5, 17],
@@ -55,6 +57,8 @@ describe.skipIf(!status.available)(suite, () => {
     [64, 40, 1000],
     [257, 16, 48],
     [0, 4, 8],
+    [70, 1100, 48],
+    [300, 900, 40],
   ];
 
   for (const isa of ISAS) {
@@ -73,17 +77,23 @@ describe.skipIf(!status.available)(suite, () => {
     }
   }
 
-  it("gives the same bits for every thread count (each element sums its rows in one order)", () => {
+  // the second shape runs columns-outer on one thread (64 columns: 1000 rows of the result are under 16 x 64) and rows-outer
+  // on two or more: the tile order does not change an element's sum
+  it("gives the same bits for every thread count and either tile order (each element sums its rows in one order)", () => {
     const random = seededRandom(5);
-    const [rows, inF, outF] = [300, 24, 200];
-    const x = filled(rows * inF, random);
-    const dy = filled(rows * outF, random);
-    const results = [1, 2, 3, 7].map((threads) => {
-      const into = new Float32Array(inF * outF);
-      binding.weightGradient(x, dy, into, rows, inF, outF, threads);
-      return into;
-    });
-    for (const r of results.slice(1)) expect(Buffer.from(r.buffer).equals(Buffer.from(results[0]!.buffer))).toBe(true);
+    for (const [rows, inF, outF] of [
+      [300, 24, 200],
+      [300, 1000, 64],
+    ] as const) {
+      const x = filled(rows * inF, random);
+      const dy = filled(rows * outF, random);
+      const results = [1, 2, 3, 7].map((threads) => {
+        const into = new Float32Array(inF * outF);
+        binding.weightGradient(x, dy, into, rows, inF, outF, threads);
+        return into;
+      });
+      for (const r of results.slice(1)) expect(Buffer.from(r.buffer).equals(Buffer.from(results[0]!.buffer)), `[${rows}, ${inF}] x [${rows}, ${outF}]`).toBe(true);
+    }
   });
 
   it("refuses arrays of the wrong size or type, an output overlapping an input, bad counts and an unknown isa, naming each", () => {

@@ -50,17 +50,29 @@ constexpr std::array<std::array<TileFn, MR>, sizeof...(NVs)> tile_table(std::int
   return {tile_row<I, NVs + 1>(std::make_integer_sequence<int, MR>())...};
 }
 
+// The order of the register tiles over C: a column panel of B at a time down
+// all of A's rows (ColumnsOuter, the attention's shapes), or a band of C's rows
+// at a time across all of B (RowsOuter: for a tall, narrow product whose whole B
+// stays in cache, so A and C stream from memory once, C's rows contiguously).
+// Each element of C sees the same operations in the same order either way.
+enum class TileOrder { ColumnsOuter, RowsOuter };
+
 template <class I, int MR, int NV>
 void gemm_shape(int64_t M, int64_t N, int64_t K, const float* A, ptrdiff_t ar, ptrdiff_t ac, const float* B, ptrdiff_t ldb,
-          float* C, ptrdiff_t ldc, bool accumulate) {
+          float* C, ptrdiff_t ldc, bool accumulate, TileOrder order) {
   static constexpr auto table = tile_table<I, MR>(std::make_integer_sequence<int, NV>());
   const int64_t nvec = N / I::W;
-  for (int64_t v0 = 0; v0 < nvec; v0 += NV) {
+  const auto run = [&](int64_t m0, int64_t v0) {
+    const int mr = static_cast<int>(std::min<int64_t>(MR, M - m0));
     const int nv = static_cast<int>(std::min<int64_t>(NV, nvec - v0));
-    for (int64_t m0 = 0; m0 < M; m0 += MR) {
-      const int mr = static_cast<int>(std::min<int64_t>(MR, M - m0));
-      table[nv - 1][mr - 1](K, A + m0 * ar, ar, ac, B + v0 * I::W, ldb, C + m0 * ldc + v0 * I::W, ldc, accumulate);
-    }
+    table[nv - 1][mr - 1](K, A + m0 * ar, ar, ac, B + v0 * I::W, ldb, C + m0 * ldc + v0 * I::W, ldc, accumulate);
+  };
+  if (order == TileOrder::RowsOuter) {
+    for (int64_t m0 = 0; m0 < M; m0 += MR)
+      for (int64_t v0 = 0; v0 < nvec; v0 += NV) run(m0, v0);
+  } else {
+    for (int64_t v0 = 0; v0 < nvec; v0 += NV)
+      for (int64_t m0 = 0; m0 < M; m0 += MR) run(m0, v0);
   }
 }
 
@@ -68,11 +80,11 @@ void gemm_shape(int64_t M, int64_t N, int64_t K, const float* A, ptrdiff_t ar, p
 // of A is A[m * ar + k * ac].
 template <class I>
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, ptrdiff_t ar, ptrdiff_t ac, const float* B, ptrdiff_t ldb,
-          float* C, ptrdiff_t ldc, bool accumulate) {
+          float* C, ptrdiff_t ldc, bool accumulate, TileOrder order = TileOrder::ColumnsOuter) {
   if ((N / I::W) % I::NV_WIDE == 0)
-    gemm_shape<I, I::MR_WIDE, I::NV_WIDE>(M, N, K, A, ar, ac, B, ldb, C, ldc, accumulate);
+    gemm_shape<I, I::MR_WIDE, I::NV_WIDE>(M, N, K, A, ar, ac, B, ldb, C, ldc, accumulate, order);
   else
-    gemm_shape<I, I::MR, I::NV>(M, N, K, A, ar, ac, B, ldb, C, ldc, accumulate);
+    gemm_shape<I, I::MR, I::NV>(M, N, K, A, ar, ac, B, ldb, C, ldc, accumulate, order);
 }
 
 }  // namespace impl

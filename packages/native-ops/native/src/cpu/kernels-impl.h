@@ -459,6 +459,14 @@ void add_into(float* target, const float* term, int64_t n) {
 // the result.
 constexpr int64_t WEIGHT_GRADIENT_ROWS = 256;
 
+// Past this many rows of the result per column of a pass's dy panel (a tall,
+// narrow product: the tied LM head's [vocab][hidden] gradient of a loss tile),
+// the gemm runs RowsOuter when the panel fits WEIGHT_GRADIENT_PANEL_FLOATS
+// (1 MiB, an L2's size), so x and into stream once instead of once per column
+// panel.
+constexpr int64_t WEIGHT_GRADIENT_TALL = 16;
+constexpr int64_t WEIGHT_GRADIENT_PANEL_FLOATS = 1 << 18;
+
 // into[i][o] += sum over r of x[r][i] dy[r][o] for o in [o0, o1): the weight
 // gradient of y = x w (x [rows][in], dy [rows][out], w and into [in][out])
 // added in place. Whole vectors of columns run in the gemm, WEIGHT_GRADIENT_ROWS
@@ -470,7 +478,10 @@ void weight_gradient(const float* x, const float* dy, float* into, int64_t rows,
   if (vector_end > o0) {
     for (int64_t r0 = 0; r0 < rows; r0 += WEIGHT_GRADIENT_ROWS) {
       const int64_t k = std::min(WEIGHT_GRADIENT_ROWS, rows - r0);
-      gemm<I>(in, vector_end - o0, k, x + r0 * in, 1, in, dy + r0 * out + o0, out, into + o0, out, true);
+      const int64_t columns = vector_end - o0;
+      const bool tall = in >= WEIGHT_GRADIENT_TALL * columns && k * columns <= WEIGHT_GRADIENT_PANEL_FLOATS;
+      gemm<I>(in, columns, k, x + r0 * in, 1, in, dy + r0 * out + o0, out, into + o0, out, true,
+              tall ? TileOrder::RowsOuter : TileOrder::ColumnsOuter);
     }
   }
   for (int64_t i = 0; i < in; ++i) {
