@@ -92,7 +92,8 @@ describe.skipIf(!status.available)(suite, () => {
         binding.weightGradient(x, dy, into, rows, inF, outF, threads);
         return into;
       });
-      for (const r of results.slice(1)) expect(Buffer.from(r.buffer).equals(Buffer.from(results[0]!.buffer)), `[${rows}, ${inF}] x [${rows}, ${outF}]`).toBe(true);
+      for (const r of results.slice(1))
+        expect(Buffer.from(r.buffer).equals(Buffer.from(results[0]!.buffer)), `[${rows}, ${inF}] x [${rows}, ${outF}]`).toBe(true);
     }
   });
 
