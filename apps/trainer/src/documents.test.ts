@@ -2,13 +2,16 @@
  * Training on packed documents: 50 steps at SP 2 on a JSONL corpus of 200
  * documents of mixed lengths (generated here: short sentences built from a
  * small vocabulary of words, so there is something to learn). The loss
- * falls, and every step reports its documents and padding.
+ * falls, every step reports its documents and padding, and its MFU counts
+ * the pairs the document masks attend, not the rows' whole causal triangles.
  */
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { DEFAULTS, type TrainConfig } from "./config.js";
+import { matmulFlopsPerToken } from "@ulysses/measure";
+import { DEFAULTS, gptConfigOf, type TrainConfig } from "./config.js";
+import { gptDimensionsOf } from "./flops.js";
 import { RankPool } from "./rank-pool.js";
 import { runTraining } from "./run.js";
 
@@ -63,6 +66,17 @@ describe("packed documents", () => {
     const mean = (rows: typeof metrics) => rows.reduce((a, m) => a + m.loss, 0) / rows.length;
     expect(mean(metrics.slice(0, 5))).toBeGreaterThan(0.8 * Math.log(256));
     expect(mean(metrics.slice(-10))).toBeLessThan(0.7 * mean(metrics.slice(0, 5)));
+    // the MFU counts the pairs the document masks attend: with documents of at most 65 bytes (13 words of at most 4 letters,
+    // spaces and a full stop), a row's attention covers at most seq x 66 / 2 pairs per head, far under its causal 128 x 129 / 2
+    const dims = gptDimensionsOf(gptConfigOf(config));
+    const tokens = config.batch * config.seq;
+    const matrices = 3 * tokens * matmulFlopsPerToken(dims);
+    const perPair = 3 * 4 * config.layers * config.hidden;
+    for (const m of metrics) {
+      const flops = (m.mfu * m.matmulRate! * m.stepMs) / 1000;
+      expect(flops).toBeGreaterThan(matrices + perPair * tokens);
+      expect(flops).toBeLessThanOrEqual((matrices + (perPair * tokens * 66) / 2) * (1 + 1e-9));
+    }
     for (const m of metrics) {
       const row = m as unknown as { documents?: number; padding?: number };
       // 4 rows of 128 tokens hold several documents of 2 to 13 words (about 10 to 70 bytes) each

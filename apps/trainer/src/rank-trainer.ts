@@ -1,5 +1,5 @@
 import type { ProcessGroup } from "@ulysses/collectives";
-import { commDelta } from "@ulysses/measure";
+import { commDelta, documentPairs } from "@ulysses/measure";
 import { Gpt, importWeights, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
 import {
@@ -55,6 +55,8 @@ export interface RankStepReport {
   /** Packed documents: distinct documents in the global batch, and its fraction of padding tokens. */
   documents?: number;
   padding?: number;
+  /** Packed documents: the (query, key) pairs per head their masked causal attention covers over the global batch (documentPairs). */
+  attendedPairs?: number;
   /** Packed documents: bad documents skipped so far (--skip-bad-documents), over the run's stream (kept across a resume). */
   skippedDocuments?: number;
 }
@@ -226,6 +228,7 @@ export class RankTrainer {
       tokens: config.batch * config.dp * config.seq,
       peakRssBytes: process.resourceUsage().maxRSS * 1024,
       ...("stats" in global ? { documents: global.stats.documents, padding: global.stats.padding } : {}),
+      ...(global.documents !== undefined ? { attendedPairs: documentPairs(global.documents.ids.data, config.seq) } : {}),
       ...(this.docs !== null ? { skippedDocuments: this.docs.skipped.count } : {}),
     };
   }

@@ -38,7 +38,7 @@ import { DATA_STREAM, recallOptionsOf, textDataOptions, usesDocuments, type Trai
 import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";
-import { modelFlopsPerStep } from "./flops.js";
+import { modelFlopsOverPairs, modelFlopsPerStep } from "./flops.js";
 import type { RankPool } from "./rank-pool.js";
 
 export interface RunOptions {
@@ -216,7 +216,8 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         commMs: r.commMs,
         commBytesPerRank: r.commBytes,
         peakRssBytes: r.peakRssBytes,
-        mfu: flopsPerStep / (r.stepMs / 1000) / matmulRate,
+        // packed documents: the pairs this step's masks attend, not the whole rows' N(N+1)/2
+        mfu: (r.attendedPairs === undefined ? flopsPerStep : modelFlopsOverPairs(gpt, r.tokens, r.attendedPairs)) / (r.stepMs / 1000) / matmulRate,
         matmulRate,
       };
       if (config.task === "recall") m.accuracy = r.accuracy;

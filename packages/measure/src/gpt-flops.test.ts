@@ -1,5 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { attendedPairs, attentionFlops, gptForwardFlops, gptMatrixWeights, gptTrainingFlops, matmulFlopsPerToken } from "./gpt-flops.js";
+import {
+  attendedPairs,
+  attentionFlops,
+  documentPairs,
+  gptForwardFlops,
+  gptMatrixWeights,
+  gptTrainingFlops,
+  gptTrainingFlopsOverPairs,
+  matmulFlopsPerToken,
+} from "./gpt-flops.js";
 
 /** Counts the pairs a causal mask keeps by visiting every (query, key) pair. */
 function countPairs(seq: number, causal: boolean): number {
@@ -26,6 +35,24 @@ describe("GPT FLOPs", () => {
 
   it("attended pairs match a count over every (query, key) pair", () => {
     for (const seq of [1, 2, 5, 16]) for (const causal of [false, true]) expect(attendedPairs(seq, causal)).toBe(countPairs(seq, causal));
+  });
+
+  it("document pairs match a count over every (query, key) pair a causal document mask keeps, row by row", () => {
+    const ids = [0, 0, 0, 1, 1, 2, 7, 7, 7, 7, 7, 7, 3, 4, 4, 4, 4, 9];
+    for (const seq of [1, 2, 3, 6, 9, 18]) {
+      let pairs = 0;
+      for (let row = 0; row < ids.length; row += seq) for (let q = row; q < row + seq; q++) for (let k = row; k <= q; k++) if (ids[k] === ids[q]) pairs++;
+      expect(documentPairs(ids, seq), `rows of ${seq}`).toBe(pairs);
+    }
+    expect(documentPairs(new Int32Array(16), 16)).toBe(attendedPairs(16, true));
+    expect(() => documentPairs(ids, 4)).toThrow(/18 ids do not make whole rows of 4/);
+  });
+
+  it("a step over attended pairs: the matrices per token plus 12·width per pair and layer; one document a row is the causal count", () => {
+    const d = { layers: 3, hidden: 8, vocab: 10, mlpHidden: 16, qWidth: 12, kvWidth: 4, gatedMlp: true };
+    expect(gptTrainingFlopsOverPairs(d, 40, 100)).toBe(3 * 40 * matmulFlopsPerToken(d) + 3 * 12 * 12 * 100);
+    expect(gptTrainingFlopsOverPairs(d, 4 * 10, 4 * attendedPairs(10, true))).toBe(gptTrainingFlops(d, 10, true, 4));
+    expect(() => gptTrainingFlopsOverPairs(d, 40, -1)).toThrow(/attended pairs must be an integer >= 0, got -1/);
   });
 
   it("attention: 4·width per pair forward, 8 backward, 12 both", () => {

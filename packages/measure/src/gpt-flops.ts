@@ -68,6 +68,9 @@ export function attendedPairs(seq: number, causal: boolean): number {
   return causal ? (seq * (seq + 1)) / 2 : seq * seq;
 }
 
+/** Forward FLOPs per attended (query, key) pair and unit of attention width: QKᵀ and the weighted sum of V, 2 each. */
+const FORWARD_FLOPS_PER_PAIR = 4;
+
 export interface AttentionShape {
   seq: number;
   /** heads · head dim. */
@@ -78,7 +81,7 @@ export interface AttentionShape {
 /** FLOPs of one attention over one sequence: 4 · width per pair forward, 8 backward, 12 both. */
 export function attentionFlops(shape: AttentionShape, pass: "forward" | "backward" | "training" = "forward"): number {
   positiveInteger("attention width", shape.width);
-  const perPair = pass === "forward" ? 4 : pass === "backward" ? 8 : 12;
+  const perPair = FORWARD_FLOPS_PER_PAIR * (pass === "forward" ? 1 : pass === "backward" ? 2 : 3);
   return perPair * shape.width * attendedPairs(shape.seq, shape.causal);
 }
 
@@ -92,6 +95,40 @@ export interface SequenceFlops {
 /** Forward FLOPs of one sequence of `seq` tokens (attention over the whole sequence, causal or not). */
 export function gptForwardFlops(d: GptDimensions, seq: number, causal: boolean): SequenceFlops {
   return { matmul: seq * matmulFlopsPerToken(d), attention: d.layers * attentionFlops({ seq, width: d.qWidth ?? d.hidden, causal }) };
+}
+
+/**
+ * Causal (query, key) pairs one head attends over packed documents under
+ * document masking: each run of equal ids along a row of `ids` (row-major,
+ * rows of `seq` tokens, ids non-decreasing along a row) attends its own
+ * n(n+1)/2, none across documents.
+ */
+export function documentPairs(ids: ArrayLike<number>, seq: number): number {
+  positiveInteger("sequence length", seq);
+  if (ids.length % seq !== 0) throw new MeasureError(`document ids: ${ids.length} ids do not make whole rows of ${seq}`);
+  let pairs = 0;
+  for (let row = 0; row < ids.length; row += seq) {
+    let run = 0;
+    for (let i = row; i < row + seq; i++) {
+      run = i > row && ids[i] === ids[i - 1] ? run + 1 : 1;
+      pairs += run;
+    }
+  }
+  return pairs;
+}
+
+/**
+ * FLOPs of one training step over `tokens` tokens whose attention covers
+ * `pairs` (query, key) pairs per head in all (attendedPairs per sequence, or
+ * documentPairs of packed documents).
+ */
+export function gptTrainingFlopsOverPairs(d: GptDimensions, tokens: number, pairs: number): number {
+  for (const [name, value] of [
+    ["tokens", tokens],
+    ["attended pairs", pairs],
+  ] as const)
+    if (!Number.isSafeInteger(value) || value < 0) throw new MeasureError(`${name} must be an integer >= 0, got ${value}`);
+  return TRAINING_PASSES * (tokens * matmulFlopsPerToken(d) + d.layers * FORWARD_FLOPS_PER_PAIR * (d.qWidth ?? d.hidden) * pairs);
 }
 
 /** FLOPs of one training step (forward and backward) over `sequences` sequences of `seq` tokens. */
