@@ -19,7 +19,9 @@
  * with the addon's register-tiled matrix product (the attention kernels'),
  * on the SessionCache's intra-op thread count: the tiled LM head adds each
  * loss tile's [hidden, vocab] weight gradient this way, with no temporary of
- * that size and no pass over it in JavaScript.
+ * that size and no pass over it in JavaScript. linearForward runs the same
+ * product for deep shapes (the tied head's dh = dLogits E), reading the
+ * [vocab, hidden] weight once per call.
  */
 import {
   BufferPool,
@@ -66,6 +68,9 @@ export const NATIVE_OPS: ReadonlySet<string> = new Set([
   "linearWeightGradientInto",
   "crossEntropyInPlace",
 ]);
+
+/** FusedOps.linearForward runs the addon's matmul where the product's depth (in) is at least this many times its width (out). */
+export const DEEP_PRODUCT_RATIO = 16;
 
 export class FusedOps extends OrtOps {
   readonly isa: CpuIsa;
@@ -169,6 +174,22 @@ export class FusedOps extends OrtOps {
       if (argmax[r] === label) correct++;
     }
     return { lossSum, count, rowLosses, correct };
+  }
+
+  /**
+   * y = x w, OrtOps' linear forward. A deep product without a bias (in at
+   * least DEEP_PRODUCT_RATIO times out: the tied LM head's dh = dLogits E,
+   * in = the vocabulary) runs the addon's matmul on the SessionCache's
+   * intra-op threads, which reads w from memory once, where ONNX Runtime's
+   * MatMul packs all of it on every call; every other shape is OrtOps' graph.
+   */
+  override async linearForward(x: F32, w: F32, b?: F32): Promise<F32> {
+    const [inF = 0, outF = 0] = w.shape;
+    const deep = b === undefined && w.rank === 2 && outF > 0 && inF >= DEEP_PRODUCT_RATIO * outF;
+    if (!deep || x.dtype !== "float32" || w.dtype !== "float32" || x.rank < 2 || x.shape[x.rank - 1] !== inF) return super.linearForward(x, w, b);
+    const y = this.output([...x.shape.slice(0, -1), outF]);
+    this.binding.matmul(x.data, w.data, y.data, x.size / inF, inF, outF, this.cache.intraOpThreads, this.isa);
+    return y;
   }
 
   async linearWeightGradientInto(x: F32, dy: F32, into: F32): Promise<void> {

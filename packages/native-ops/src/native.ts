@@ -105,6 +105,12 @@ export interface NativeBinding {
     isa?: string,
   ): void;
   /**
+   * y [rows, out] = x [rows, in] w [in, out] (row major), synchronously on this thread and threads - 1 more (each owns a range
+   * of columns), w read from memory once however deep the product (the tied LM head's dLogits E). Throws TypeError /
+   * RangeError for arrays that are not Float32Arrays of those sizes, y overlapping x or w, or an unknown isa.
+   */
+  matmul(x: Float32Array, w: Float32Array, y: Float32Array, rows: number, inFeatures: number, outFeatures: number, threads: number, isa?: string): void;
+  /**
    * Each row of logits [rows, vocab] against its label (each in [0, vocab) or ignoreIndex): rowLoss [rows] gets
    * logsumexp(row) - row[label] and argmax [rows] the first index of the row's maximum (0 and -1 where ignored); with gradScale a
    * number (not null) the row is overwritten in place by gradScale (softmax(row) - onehot(label)), zero where ignored.

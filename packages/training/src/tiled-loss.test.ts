@@ -20,7 +20,8 @@ import { TrainingError } from "./errors.js";
 import { lossAndGradients, type LossResult, type TrainModel } from "./loss.js";
 import { Trainer } from "./train-step.js";
 
-const config: GptConfig = { vocab: 32, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "gelu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
+// vocab at least 16 x hidden: the tied head's dh = dLogits E is a deep product, which FusedOps runs natively (linearForward)
+const config: GptConfig = { vocab: 288, hidden: 16, heads: 4, kvHeads: 2, layers: 2, mlp: "gelu", mlpRatio: 2, maxSeq: 64, tiedHead: false };
 const SEQ = 22;
 const ROWS = 2 * SEQ;
 

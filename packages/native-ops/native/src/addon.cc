@@ -24,6 +24,10 @@
 //                                    into += x^T dy in place (a linear layer's
 //                                    weight gradient), on the calling thread
 //                                    and threads - 1 more
+//   matmul(x, w, y, rows, in, out, threads, isa?)
+//                                    y = x w into a caller array (a deep
+//                                    product: the tied LM head's input
+//                                    gradient), threads as weightGradient
 //   crossEntropy(logits, labels, rowLoss, argmax, rows, vocab, ignoreIndex, gradScale, threads, isa?)
 //                                    per row: logsumexp - logit[label] and the
 //                                    argmax; the loss's gradient over logits
@@ -58,6 +62,7 @@
 #include <sys/mman.h>
 #endif
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -726,24 +731,60 @@ void expect_disjoint(Napi::Env env, const std::string& signature, const std::vec
   }
 }
 
+// The axes of the products' arrays: rows, in and out (arguments 3, 4 and 5).
+enum ProductAxis { Rows = 0, In = 1, Out = 2 };
+
+// One array of a product: its name and its two axes.
+struct ProductOperand {
+  const char* name;
+  ProductAxis first, second;
+};
+
+// The checked arguments of weightGradient and matmul: (input, input, output,
+// rows, in, out, threads, isa?), each array a Float32Array of its axes' size,
+// the output overlapping neither input.
+struct ProductArguments {
+  SizedArray a, b, output;
+  int64_t rows, in, out;
+  int threads;
+  CpuIsa isa;
+};
+
+ProductArguments product_arguments(const Napi::CallbackInfo& info, const std::string& signature,
+                                   const std::array<ProductOperand, 3>& operands) {
+  for (size_t i = 0; i < 3; ++i) float32_argument(info[i], signature, operands[i].name);
+  static const char* const axis_names[3] = {"rows", "in", "out"};
+  const int64_t axes[3] = {integer_argument(info[3], signature, "rows", 0), integer_argument(info[4], signature, "in", 0),
+                           integer_argument(info[5], signature, "out", 0)};
+  const int threads = thread_count(info[6], signature);
+  const auto sized = [&](size_t i) {
+    const ProductOperand& o = operands[i];
+    return sized_argument(info, i, signature, o.name, static_cast<uint64_t>(axes[o.first]) * axes[o.second],
+                          std::string(axis_names[o.first]) + " * " + axis_names[o.second]);
+  };
+  const SizedArray a = sized(0), b = sized(1), output = sized(2);
+  expect_disjoint(info.Env(), signature, {output}, {a, b});
+  return {a, b, output, axes[Rows], axes[In], axes[Out], threads, isa_argument(info[7], signature)};
+}
+
 // weightGradient(x, dy, into, rows, in, out, threads, isa?): into += x^T dy
 // in place (the weight gradient of y = x w), x [rows, in], dy [rows, out] and
 // into [in, out] Float32Arrays, synchronously; `threads` split the columns.
 Napi::Value WeightGradient(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  const std::string signature = "weightGradient(x, dy, into, rows, in, out, threads, isa?)";
-  for (size_t i = 0; i < 3; ++i) float32_argument(info[i], signature, i == 0 ? "x" : i == 1 ? "dy" : "into");
-  const int64_t rows = integer_argument(info[3], signature, "rows", 0);
-  const int64_t in = integer_argument(info[4], signature, "in", 0);
-  const int64_t out = integer_argument(info[5], signature, "out", 0);
-  const int threads = thread_count(info[6], signature);
-  const SizedArray x = sized_argument(info, 0, signature, "x", static_cast<uint64_t>(rows) * in, "rows * in");
-  const SizedArray dy = sized_argument(info, 1, signature, "dy", static_cast<uint64_t>(rows) * out, "rows * out");
-  const SizedArray into = sized_argument(info, 2, signature, "into", static_cast<uint64_t>(in) * out, "in * out");
-  expect_disjoint(env, signature, {into}, {x, dy});
-  const CpuIsa isa = isa_argument(info[7], signature);
-  weight_gradient_cpu(x.data, dy.data, into.data, rows, in, out, threads, isa);
-  return env.Undefined();
+  const ProductArguments p = product_arguments(info, "weightGradient(x, dy, into, rows, in, out, threads, isa?)",
+                                               {{{"x", Rows, In}, {"dy", Rows, Out}, {"into", In, Out}}});
+  weight_gradient_cpu(p.a.data, p.b.data, p.output.data, p.rows, p.in, p.out, p.threads, p.isa);
+  return info.Env().Undefined();
+}
+
+// matmul(x, w, y, rows, in, out, threads, isa?): y = x w, x [rows, in], w [in,
+// out] and y [rows, out] Float32Arrays, synchronously; `threads` split the
+// columns.
+Napi::Value Matmul(const Napi::CallbackInfo& info) {
+  const ProductArguments p = product_arguments(info, "matmul(x, w, y, rows, in, out, threads, isa?)",
+                                               {{{"x", Rows, In}, {"w", In, Out}, {"y", Rows, Out}}});
+  matmul_cpu(p.a.data, p.b.data, p.output.data, p.rows, p.in, p.out, p.threads, p.isa);
+  return info.Env().Undefined();
 }
 
 // Argument `name` of `signature` as a finite number; a TypeError naming what it is otherwise.
@@ -952,6 +993,7 @@ Napi::Object Module(Napi::Env env, Napi::Object exports) {
   exports.Set("adamwUpdate", Napi::Function::New(env, AdamWUpdate, "adamwUpdate"));
   exports.Set("addInto", Napi::Function::New(env, AddInto, "addInto"));
   exports.Set("weightGradient", Napi::Function::New(env, WeightGradient, "weightGradient"));
+  exports.Set("matmul", Napi::Function::New(env, Matmul, "matmul"));
   exports.Set("crossEntropy", Napi::Function::New(env, CrossEntropy, "crossEntropy"));
   exports.Set("rope", Napi::Function::New(env, Rope, "rope"));
   exports.Set("layerNormForward", Napi::Function::New(env, LayerNormForward, "layerNormForward"));

@@ -118,6 +118,14 @@ void add_into_cpu(float* target, const float* term, int64_t n, CpuIsa isa = CpuI
 void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int threads,
                          CpuIsa isa = CpuIsa::Auto);
 
+// The product y = x w: y[r][o] = sum over i of x[r][i] w[i][o], with x
+// [rows][in], w [in][out] and y [rows][out] row major; y must not overlap x or
+// w. Made for deep products (in far above out: the tied LM head's input
+// gradient dLogits E), whose w it reads from memory once. The columns are split
+// over `threads` as in weight_gradient_cpu; the result does not depend on it.
+void matmul_cpu(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out, int threads,
+                CpuIsa isa = CpuIsa::Auto);
+
 // Rotary embedding ("rotate half") of x [tokens][heads][head_dim] by the
 // cos and sin tables [table_rows][head_dim] (row token % table_rows), as
 // the ONNX graphs of @ulysses/kernels compute it; backward: the transpose

@@ -217,19 +217,31 @@ void add_into_cpu(float* target, const float* term, int64_t n, CpuIsa isa) {
   if (n > 0) table(isa).add_into(target, term, n);
 }
 
-void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int threads,
-                         CpuIsa isa) {
-  const KernelTable& t = table(isa);
-  if (rows == 0 || in == 0 || out == 0) return;
-  // Each slot owns a range of whole vectors of columns (disjoint outputs, so
-  // the result does not depend on the thread count).
+// Runs fn(o0, o1) on `threads` slots, each owning a range of whole vectors of
+// the `out` columns (disjoint outputs, so the result does not depend on the
+// thread count).
+template <class F>
+void column_slots(const KernelTable& t, int64_t out, int threads, F fn) {
   const int64_t vectors = ceil_div(out, t.width);
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, vectors));
   run_slots(threads, [&](int slot) {
     const int64_t o0 = vectors * slot / threads * t.width;
     const int64_t o1 = std::min(out, vectors * (slot + 1) / threads * t.width);
-    if (o0 < o1) t.weight_gradient(x, dy, into, rows, in, out, o0, o1);
+    if (o0 < o1) fn(o0, o1);
   });
+}
+
+void weight_gradient_cpu(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int threads,
+                         CpuIsa isa) {
+  const KernelTable& t = table(isa);
+  if (rows == 0 || in == 0 || out == 0) return;
+  column_slots(t, out, threads, [&](int64_t o0, int64_t o1) { t.weight_gradient(x, dy, into, rows, in, out, o0, o1); });
+}
+
+void matmul_cpu(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out, int threads, CpuIsa isa) {
+  const KernelTable& t = table(isa);
+  if (rows == 0 || out == 0) return;
+  column_slots(t, out, threads, [&](int64_t o0, int64_t o1) { t.matmul(x, w, y, rows, in, out, o0, o1); });
 }
 
 // The row-wise kernels split their rows over threads only past this many

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "attention-cpu.h"
 #include "kernels-table.h"
@@ -493,6 +494,54 @@ void weight_gradient(const float* x, const float* dy, float* into, int64_t rows,
   }
 }
 
+// One pass of the deep product's gemm: MATMUL_DEPTH rows of w, copied into
+// panels of MATMUL_PANEL columns (each 64 KiB, contiguous) so that w streams
+// from memory once, row by row, and each panel stays in cache while every row
+// of x meets it (w's own rows lie a whole row of out apart, too far apart for
+// the prefetchers).
+constexpr int64_t MATMUL_DEPTH = 256;
+constexpr int64_t MATMUL_PANEL = 64;
+
+// y[r][o] = sum over i of x[r][i] w[i][o] for o in [o0, o1): the product y = x w
+// (x [rows][in], w [in][out], y [rows][out]), for a deep product such as the
+// tied LM head's dh = dLogits E (in = the vocabulary). Whole vectors of columns
+// run in the gemm MATMUL_DEPTH of `in` at a time, each pass added to the last;
+// the columns past the last whole vector run scalar.
+template <class I>
+void matmul(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out, int64_t o0, int64_t o1) {
+  const int64_t vector_end = o0 + (o1 - o0) / I::W * I::W;
+  const int64_t columns = vector_end - o0;
+  if (columns > 0) {
+    if (in == 0)
+      for (int64_t r = 0; r < rows; ++r) std::fill(y + r * out + o0, y + r * out + vector_end, 0.0f);
+    // reused by this thread's later calls: a fresh buffer a call would be faulted in anew each time
+    thread_local std::vector<float> packed;
+    packed.resize(static_cast<size_t>(MATMUL_DEPTH * columns));
+    for (int64_t k0 = 0; k0 < in; k0 += MATMUL_DEPTH) {
+      const int64_t k = std::min(MATMUL_DEPTH, in - k0);
+      // panel p holds columns [p0, p0 + width) of these k rows, rows `width` floats apart
+      for (int64_t i = 0; i < k; ++i) {
+        const float* row = w + (k0 + i) * out + o0;
+        for (int64_t p0 = 0; p0 < columns; p0 += MATMUL_PANEL) {
+          const int64_t width = std::min(MATMUL_PANEL, columns - p0);
+          std::copy(row + p0, row + p0 + width, packed.data() + p0 * k + i * width);
+        }
+      }
+      for (int64_t p0 = 0; p0 < columns; p0 += MATMUL_PANEL) {
+        const int64_t width = std::min(MATMUL_PANEL, columns - p0);
+        gemm<I>(rows, width, k, x + k0, in, 1, packed.data() + p0 * k, width, y + o0 + p0, out, k0 > 0);
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = vector_end; o < o1; ++o) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < in; ++i) sum += x[r * in + i] * w[i * out + o];
+      y[r * out + o] = sum;
+    }
+  }
+}
+
 // Rotary embedding ("rotate half"), as the ONNX graph of @ulysses/kernels
 // computes it from its cos and sin tables [table_rows][d] (d even, half =
 // d / 2): for each of x's rows [tokens][heads][d], with table row
@@ -694,6 +743,7 @@ KernelTable make_table(const char* name) {
   t.gelu_forward = &gelu_forward<I>;
   t.gelu_backward = &gelu_backward<I>;
   t.weight_gradient = &weight_gradient<I>;
+  t.matmul = &matmul<I>;
   t.add_into = &add_into<I>;
   t.rope = &rope<I>;
   t.layer_norm_forward = &layer_norm_forward<I>;

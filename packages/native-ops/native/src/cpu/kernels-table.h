@@ -33,6 +33,9 @@ struct KernelTable {
   // into[i][o] += sum_r x[r][i] dy[r][o] for columns o in [o0, o1) (see weight_gradient_cpu).
   void (*weight_gradient)(const float* x, const float* dy, float* into, int64_t rows, int64_t in, int64_t out, int64_t o0,
                           int64_t o1) = nullptr;
+  // y[r][o] = sum_i x[r][i] w[i][o] for columns o in [o0, o1) (see matmul_cpu).
+  void (*matmul)(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out, int64_t o0,
+                 int64_t o1) = nullptr;
   // Rotary embedding and LayerNorm, single pass per row (see rope_cpu, layer_norm_forward_cpu).
   void (*rope)(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t d,
                int64_t table_rows, int64_t first_row, bool backward) = nullptr;
