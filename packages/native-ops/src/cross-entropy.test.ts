@@ -13,13 +13,11 @@ import { SessionCache } from "@ulysses/kernels";
 import { crossEntropyBackward64, crossEntropyForward64, seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
-import { FusedOps, fusedAttentionStatus } from "./index.js";
-import { loadNative } from "./native.js";
+import { FusedOps } from "./index.js";
+import { itOnEveryIsa, nativeBinding, nativeStatus, suiteName } from "./testing-fixtures/native-kernels.js";
 
-const status = fusedAttentionStatus();
-const suite = status.available ? "crossEntropy (native, in place)" : `crossEntropy (skipped: ${status.reason})`;
-const nativeIsa = (status.available ? status.info.cpuIsa : "portable") as "avx512" | "avx2" | "portable";
-const ISAS = (["avx512", "avx2", "portable"] as const).filter((isa) => isa === "portable" || isa === nativeIsa || (isa === "avx2" && nativeIsa === "avx512"));
+const status = nativeStatus;
+const suite = suiteName("crossEntropy (native, in place)");
 const IGNORE = -100;
 
 function logitsOf(rows: number, vocab: number, random: () => number): Float32Array {
@@ -41,7 +39,7 @@ function firstArgmax(logits: Float32Array, rows: number, vocab: number): number[
 }
 
 describe.skipIf(!status.available)(suite, () => {
-  const binding = status.available ? (loadNative() as { ok: true; binding: import("./native.js").NativeBinding }).binding : null!;
+  const binding = status.available ? nativeBinding() : null!;
   const cache = new SessionCache({ intraOpThreads: 2 });
   afterAll(() => cache.release());
 
@@ -54,42 +52,38 @@ describe.skipIf(!status.available)(suite, () => {
     [0, 5],
   ];
 
-  for (const isa of ISAS) {
-    for (const threads of [1, 2, 3]) {
-      it(`${isa}, ${threads} thread${threads > 1 ? "s" : ""}: loss, argmax and in-place gradient equal the float64 references`, () => {
-        const random = seededRandom(31 + threads);
-        for (const [rows, vocab] of SHAPES) {
-          const logits = logitsOf(rows, vocab, random);
-          const labels = labelsOf(rows, vocab, random);
-          const tensor = new Tensor("float32", [rows, vocab], Float32Array.from(logits));
-          const labelTensor = new Tensor("int32", [rows], labels);
-          const forward = crossEntropyForward64(tensor, labelTensor, IGNORE);
-          const scale = 0.37;
-          const gradient = crossEntropyBackward64(tensor, labelTensor, scale, IGNORE);
-          const argmaxRef = firstArgmax(logits, rows, vocab);
-          const work = Float32Array.from(logits);
-          const rowLoss = new Float32Array(rows);
-          const argmax = new Int32Array(rows);
-          binding.crossEntropy(work, labels, rowLoss, argmax, rows, vocab, IGNORE, scale, threads, isa);
-          for (let r = 0; r < rows; r++) {
-            const where = `[${rows}, ${vocab}] row ${r}`;
-            if (labels[r] === IGNORE) {
-              expect(rowLoss[r], where).toBe(0);
-              expect(argmax[r], where).toBe(-1);
-            } else {
-              // float32 logits and logsumexp: |loss - ref| within a few ulps of the row's largest magnitude (30)
-              expect(Math.abs(rowLoss[r]! - forward.rowLosses[r]!), where).toBeLessThan(3e-5 * 30);
-              expect(argmax[r], where).toBe(argmaxRef[r]);
-            }
-            for (let v = 0; v < vocab; v++) {
-              const i = r * vocab + v;
-              expect(Math.abs(work[i]! - gradient.data[i]!), `${where} column ${v}`).toBeLessThan(1e-6 * scale + 2e-6 * Math.abs(gradient.data[i]!));
-            }
-          }
+  itOnEveryIsa("loss, argmax and in-place gradient equal the float64 references", (isa, threads) => {
+    const random = seededRandom(31 + threads);
+    for (const [rows, vocab] of SHAPES) {
+      const logits = logitsOf(rows, vocab, random);
+      const labels = labelsOf(rows, vocab, random);
+      const tensor = new Tensor("float32", [rows, vocab], Float32Array.from(logits));
+      const labelTensor = new Tensor("int32", [rows], labels);
+      const forward = crossEntropyForward64(tensor, labelTensor, IGNORE);
+      const scale = 0.37;
+      const gradient = crossEntropyBackward64(tensor, labelTensor, scale, IGNORE);
+      const argmaxRef = firstArgmax(logits, rows, vocab);
+      const work = Float32Array.from(logits);
+      const rowLoss = new Float32Array(rows);
+      const argmax = new Int32Array(rows);
+      binding.crossEntropy(work, labels, rowLoss, argmax, rows, vocab, IGNORE, scale, threads, isa);
+      for (let r = 0; r < rows; r++) {
+        const where = `[${rows}, ${vocab}] row ${r}`;
+        if (labels[r] === IGNORE) {
+          expect(rowLoss[r], where).toBe(0);
+          expect(argmax[r], where).toBe(-1);
+        } else {
+          // float32 logits and logsumexp: |loss - ref| within a few ulps of the row's largest magnitude (30)
+          expect(Math.abs(rowLoss[r]! - forward.rowLosses[r]!), where).toBeLessThan(3e-5 * 30);
+          expect(argmax[r], where).toBe(argmaxRef[r]);
         }
-      });
+        for (let v = 0; v < vocab; v++) {
+          const i = r * vocab + v;
+          expect(Math.abs(work[i]! - gradient.data[i]!), `${where} column ${v}`).toBeLessThan(1e-6 * scale + 2e-6 * Math.abs(gradient.data[i]!));
+        }
+      }
     }
-  }
+  });
 
   it("without gradScale (null) leaves the logits as they were", () => {
     const random = seededRandom(3);

@@ -13,18 +13,12 @@ import { OrtOps, ReferenceOps, SessionCache } from "@ulysses/kernels";
 import { seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
-import { FusedOps, fusedAttentionStatus } from "./index.js";
+import { FusedOps } from "./index.js";
 import { DEEP_PRODUCT_RATIO } from "./fused-ops.js";
-import { loadNative } from "./native.js";
+import { itOnEveryIsa, nativeBinding, nativeStatus, suiteName, uniformFloats } from "./testing-fixtures/native-kernels.js";
 
-const status = fusedAttentionStatus();
-const suite = status.available ? "matmul (native, deep products)" : `matmul (skipped: ${status.reason})`;
-const nativeIsa = (status.available ? status.info.cpuIsa : "portable") as "avx512" | "avx2" | "portable";
-const ISAS = (["avx512", "avx2", "portable"] as const).filter((isa) => isa === "portable" || isa === nativeIsa || (isa === "avx2" && nativeIsa === "avx512"));
-
-function filled(n: number, random: () => number): Float32Array {
-  return Float32Array.from({ length: n }, () => random() * 2 - 1);
-}
+const status = nativeStatus;
+const suite = suiteName("matmul (native, deep products)");
 
 /** The worst |actual - x w| / sum |x w|, in float64 (0 for an element whose terms are all 0 and which is 0). */
 function worstError(x: Float32Array, w: Float32Array, actual: Float32Array, rows: number, inF: number, outF: number): number {
@@ -46,7 +40,7 @@ function worstError(x: Float32Array, w: Float32Array, actual: Float32Array, rows
 }
 
 describe.skipIf(!status.available)(suite, () => {
-  const binding = status.available ? (loadNative() as { ok: true; binding: import("./native.js").NativeBinding }).binding : null!;
+  const binding = status.available ? nativeBinding() : null!;
   const cache = new SessionCache({ intraOpThreads: 2 });
   afterAll(() => cache.release());
 
@@ -62,26 +56,22 @@ describe.skipIf(!status.available)(suite, () => {
     [0, 8, 16],
   ];
 
-  for (const isa of ISAS) {
-    for (const threads of [1, 2, 3]) {
-      it(`${isa}, ${threads} thread${threads > 1 ? "s" : ""}: y = x w over a y full of garbage (float64 reference)`, () => {
-        const random = seededRandom(31 + threads);
-        for (const [rows, inF, outF] of SHAPES) {
-          const x = filled(rows * inF, random);
-          const w = filled(inF * outF, random);
-          const y = new Float32Array(rows * outF).fill(Number.NaN);
-          binding.matmul(x, w, y, rows, inF, outF, threads, isa);
-          expect(worstError(x, w, y, rows, inF, outF), `[${rows}, ${inF}] x [${inF}, ${outF}]`).toBeLessThan(1e-6);
-        }
-      });
+  itOnEveryIsa("y = x w over a y full of garbage (float64 reference)", (isa, threads) => {
+    const random = seededRandom(31 + threads);
+    for (const [rows, inF, outF] of SHAPES) {
+      const x = uniformFloats(rows * inF, random);
+      const w = uniformFloats(inF * outF, random);
+      const y = new Float32Array(rows * outF).fill(Number.NaN);
+      binding.matmul(x, w, y, rows, inF, outF, threads, isa);
+      expect(worstError(x, w, y, rows, inF, outF), `[${rows}, ${inF}] x [${inF}, ${outF}]`).toBeLessThan(1e-6);
     }
-  }
+  });
 
   it("gives the same bits for every thread count (each element sums its depth in one order)", () => {
     const random = seededRandom(9);
     const [rows, inF, outF] = [9, 1200, 72];
-    const x = filled(rows * inF, random);
-    const w = filled(inF * outF, random);
+    const x = uniformFloats(rows * inF, random);
+    const w = uniformFloats(inF * outF, random);
     const results = [1, 2, 3, 7].map((threads) => {
       const y = new Float32Array(rows * outF);
       binding.matmul(x, w, y, rows, inF, outF, threads);
@@ -110,8 +100,8 @@ describe.skipIf(!status.available)(suite, () => {
     const ort = new OrtOps(cache);
     const reference = new ReferenceOps();
     const deep = {
-      x: new Tensor("float32", [2, 3, 40 * DEEP_PRODUCT_RATIO], filled(6 * 640, random)),
-      w: new Tensor("float32", [640, 40], filled(640 * 40, random)),
+      x: new Tensor("float32", [2, 3, 40 * DEEP_PRODUCT_RATIO], uniformFloats(6 * 640, random)),
+      w: new Tensor("float32", [640, 40], uniformFloats(640 * 40, random)),
     };
     const y = await ops.linearForward(deep.x, deep.w);
     expect(y.shape).toEqual([2, 3, 40]);
@@ -119,8 +109,11 @@ describe.skipIf(!status.available)(suite, () => {
     const expected = await reference.linearForward(deep.x, deep.w);
     for (let i = 0; i < y.size; i++) expect(y.data[i]).toBeCloseTo(expected.data[i]!, 4);
     // one column short of deep, and deep with a bias: ONNX Runtime's MatMul and Gemm
-    const shallow = { x: new Tensor("float32", [5, 16 * 41 - 1], filled(5 * 655, random)), w: new Tensor("float32", [655, 41], filled(655 * 41, random)) };
-    const bias = new Tensor("float32", [40], filled(40, random));
+    const shallow = {
+      x: new Tensor("float32", [5, 16 * 41 - 1], uniformFloats(5 * 655, random)),
+      w: new Tensor("float32", [655, 41], uniformFloats(655 * 41, random)),
+    };
+    const bias = new Tensor("float32", [40], uniformFloats(40, random));
     for (const [x, w, b] of [
       [shallow.x, shallow.w, undefined],
       [deep.x, deep.w, bias],

@@ -13,17 +13,11 @@ import { ReferenceOps, SessionCache } from "@ulysses/kernels";
 import { seededRandom } from "@ulysses/kernels/testing";
 import { Tensor } from "@ulysses/tensors";
 import { afterAll, describe, expect, it } from "vitest";
-import { FusedAttentionError, FusedOps, fusedAttentionStatus } from "./index.js";
-import { loadNative } from "./native.js";
+import { FusedAttentionError, FusedOps } from "./index.js";
+import { itOnEveryIsa, nativeBinding, nativeStatus, suiteName, uniformFloats } from "./testing-fixtures/native-kernels.js";
 
-const status = fusedAttentionStatus();
-const suite = status.available ? "weightGradient (native, in place)" : `weightGradient (skipped: ${status.reason})`;
-const nativeIsa = (status.available ? status.info.cpuIsa : "portable") as "avx512" | "avx2" | "portable";
-const ISAS = (["avx512", "avx2", "portable"] as const).filter((isa) => isa === "portable" || isa === nativeIsa || (isa === "avx2" && nativeIsa === "avx512"));
-
-function filled(n: number, random: () => number): Float32Array {
-  return Float32Array.from({ length: n }, () => random() * 2 - 1);
-}
+const status = nativeStatus;
+const suite = suiteName("weightGradient (native, in place)");
 
 /** The worst |actual - (into0 + x^T dy)| / (|into0| + sum |x dy|), in float64. */
 function worstError(x: Float32Array, dy: Float32Array, into0: Float32Array, actual: Float32Array, rows: number, inF: number, outF: number): number {
@@ -44,7 +38,7 @@ function worstError(x: Float32Array, dy: Float32Array, into0: Float32Array, actu
 }
 
 describe.skipIf(!status.available)(suite, () => {
-  const binding = status.available ? (loadNative() as { ok: true; binding: import("./native.js").NativeBinding }).binding : null!;
+  const binding = status.available ? nativeBinding() : null!;
   const cache = new SessionCache({ intraOpThreads: 2 });
   afterAll(() => cache.release());
 
@@ -61,21 +55,17 @@ describe.skipIf(!status.available)(suite, () => {
     [300, 900, 40],
   ];
 
-  for (const isa of ISAS) {
-    for (const threads of [1, 2, 3]) {
-      it(`${isa}, ${threads} thread${threads > 1 ? "s" : ""}: adds x^T dy into a non-zero gradient (float64 reference)`, () => {
-        const random = seededRandom(17 + threads);
-        for (const [rows, inF, outF] of SHAPES) {
-          const x = filled(rows * inF, random);
-          const dy = filled(rows * outF, random);
-          const into0 = filled(inF * outF, random);
-          const into = Float32Array.from(into0);
-          binding.weightGradient(x, dy, into, rows, inF, outF, threads, isa);
-          expect(worstError(x, dy, into0, into, rows, inF, outF), `[${rows}, ${inF}] x [${rows}, ${outF}]`).toBeLessThan(1e-6);
-        }
-      });
+  itOnEveryIsa("adds x^T dy into a non-zero gradient (float64 reference)", (isa, threads) => {
+    const random = seededRandom(17 + threads);
+    for (const [rows, inF, outF] of SHAPES) {
+      const x = uniformFloats(rows * inF, random);
+      const dy = uniformFloats(rows * outF, random);
+      const into0 = uniformFloats(inF * outF, random);
+      const into = Float32Array.from(into0);
+      binding.weightGradient(x, dy, into, rows, inF, outF, threads, isa);
+      expect(worstError(x, dy, into0, into, rows, inF, outF), `[${rows}, ${inF}] x [${rows}, ${outF}]`).toBeLessThan(1e-6);
     }
-  }
+  });
 
   // the second shape runs columns-outer on one thread (64 columns: 1000 rows of the result are under 16 x 64) and rows-outer
   // on two or more: the tile order does not change an element's sum
@@ -85,8 +75,8 @@ describe.skipIf(!status.available)(suite, () => {
       [300, 24, 200],
       [300, 1000, 64],
     ] as const) {
-      const x = filled(rows * inF, random);
-      const dy = filled(rows * outF, random);
+      const x = uniformFloats(rows * inF, random);
+      const dy = uniformFloats(rows * outF, random);
       const results = [1, 2, 3, 7].map((threads) => {
         const into = new Float32Array(inF * outF);
         binding.weightGradient(x, dy, into, rows, inF, outF, threads);
@@ -116,9 +106,9 @@ describe.skipIf(!status.available)(suite, () => {
   it("FusedOps.linearWeightGradientInto: leading axes folded into rows, equal to ReferenceOps' float64 weight gradient added in", async () => {
     const ops = new FusedOps(cache);
     const random = seededRandom(9);
-    const x = new Tensor("float32", [2, 70, 24], filled(2 * 70 * 24, random));
-    const dy = new Tensor("float32", [2, 70, 40], filled(2 * 70 * 40, random));
-    const into0 = filled(24 * 40, random);
+    const x = new Tensor("float32", [2, 70, 24], uniformFloats(2 * 70 * 24, random));
+    const dy = new Tensor("float32", [2, 70, 40], uniformFloats(2 * 70 * 40, random));
+    const into0 = uniformFloats(24 * 40, random);
     const into = new Tensor("float32", [24, 40], Float32Array.from(into0));
     await ops.linearWeightGradientInto(x, dy, into);
     const dw = await new ReferenceOps().linearWeightGradient(x, dy);
