@@ -55,7 +55,11 @@ function checkFloat32(op: string, name: string, t: Tensor): void {
   if (t.dtype !== "float32") throw new FusedAttentionError(`${op}: ${name} must be float32, got ${t}`);
 }
 
-/** The BlockOps methods FusedOps runs natively; every other op is OrtOps' ONNX Runtime graph. */
+/**
+ * The BlockOps methods FusedOps runs natively (linearForward for deep
+ * products only, its other shapes OrtOps' graph); every other op is OrtOps'
+ * ONNX Runtime graph.
+ */
 export const NATIVE_OPS: ReadonlySet<string> = new Set([
   "geluForward",
   "geluBackward",
@@ -67,6 +71,7 @@ export const NATIVE_OPS: ReadonlySet<string> = new Set([
   "adamwUpdate",
   "linearWeightGradientInto",
   "crossEntropyInPlace",
+  "linearForward",
 ]);
 
 /** FusedOps.linearForward runs the addon's matmul where the product's depth (in) is at least this many times its width (out). */
