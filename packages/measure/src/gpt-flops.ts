@@ -92,9 +92,16 @@ export interface SequenceFlops {
   attention: number;
 }
 
+/** Forward FLOPs of `tokens` tokens whose attention covers `pairs` (query, key) pairs per head: the one count the others derive from. */
+function forwardFlopsOverPairs(d: GptDimensions, tokens: number, pairs: number): SequenceFlops {
+  const width = d.qWidth ?? d.hidden;
+  positiveInteger("attention width", width);
+  return { matmul: tokens * matmulFlopsPerToken(d), attention: d.layers * (FORWARD_FLOPS_PER_PAIR * width * pairs) };
+}
+
 /** Forward FLOPs of one sequence of `seq` tokens (attention over the whole sequence, causal or not). */
 export function gptForwardFlops(d: GptDimensions, seq: number, causal: boolean): SequenceFlops {
-  return { matmul: seq * matmulFlopsPerToken(d), attention: d.layers * attentionFlops({ seq, width: d.qWidth ?? d.hidden, causal }) };
+  return forwardFlopsOverPairs(d, seq, attendedPairs(seq, causal));
 }
 
 /**
@@ -128,7 +135,8 @@ export function gptTrainingFlopsOverPairs(d: GptDimensions, tokens: number, pair
     ["attended pairs", pairs],
   ] as const)
     if (!Number.isSafeInteger(value) || value < 0) throw new MeasureError(`${name} must be an integer >= 0, got ${value}`);
-  return TRAINING_PASSES * (tokens * matmulFlopsPerToken(d) + d.layers * FORWARD_FLOPS_PER_PAIR * (d.qWidth ?? d.hidden) * pairs);
+  const forward = forwardFlopsOverPairs(d, tokens, pairs);
+  return TRAINING_PASSES * (forward.matmul + forward.attention);
 }
 
 /** FLOPs of one training step (forward and backward) over `sequences` sequences of `seq` tokens. */
