@@ -94,6 +94,17 @@ describe("validation before any rank starts", () => {
     );
   });
 
+  it("takes --precision fp32 or bf16 (ZeRO-2's slices over more than one rank) and names a bad value", () => {
+    expect(parse([])).toMatchObject({ precision: "fp32" });
+    expect(parse(["--zero", "2", "--precision", "bf16"])).toMatchObject({ zero: 2, precision: "bf16" });
+    expect(problems({ zero: 2, precision: "bf16" })).toBe("");
+    expect(problems({ zero: 2, precision: "fp16" as "bf16" })).toMatch(/--precision must be fp32 or bf16, got 'fp16'/);
+    expect(problems({ zero: 1, precision: "bf16" })).toMatch(
+      /--precision bf16 stores ZeRO-2's gradient slices in bf16: it needs --zero 2 over more than one rank \(sp x dp > 1\), got --zero 1 over 2/,
+    );
+    expect(problems({ zero: 2, sp: 1, precision: "bf16" })).toMatch(/got --zero 2 over 1/);
+  });
+
   it("takes --tile-mlp and --tile-loss as rows per tile (0: off) or auto and names a bad value", () => {
     expect(parse(["--tile-mlp", "2048", "--tile-loss", "512"])).toMatchObject({ tileMlp: 2048, tileLoss: 512 });
     expect(parse(["--tile-mlp", "auto", "--tile-loss", "0"])).toMatchObject({ tileMlp: "auto", tileLoss: 0 });

@@ -155,6 +155,10 @@ export const SETTINGS = {
     false,
     "threads and local backends: one copy of the weights per process that every rank reads, each rank updating its ZeRO slice in place (needs --zero 1 or 2)",
   ),
+  precision: setting<"fp32" | "bf16">(
+    "fp32",
+    "fp32 | bf16: ZeRO-2's gradient slices stored in bf16 (half their memory; each summed part rounded to nearest even as it is added) and, with --activation-checkpointing, each block's kept input in bf16 (the backward recomputes from it); needs --zero 2 over more than one rank; the weights, AdamW's moments and all compute stay fp32",
+  ),
   logEvery: setting(10, "steps between log lines when not on a terminal"),
   export: setting(true, "export model.onnx at the end (--no-export to skip)"),
   saveDtype: setting<"auto" | "bf16" | "fp16" | "fp32">(

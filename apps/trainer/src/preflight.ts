@@ -28,6 +28,8 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
     activationCheckpointing: config.activationCheckpointing,
     zero: config.zero,
     sharedWeights: config.sharedWeights,
+    sliceGradientBytes: config.precision === "bf16" ? 2 : 4,
+    bfloat16Checkpoints: config.activationCheckpointing && config.precision === "bf16",
     memoryArena: config.memoryArena !== false,
     nativeOps: usesNativeOps(config.kernel),
     placement: placementOf(config),

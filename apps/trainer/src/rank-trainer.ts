@@ -142,6 +142,7 @@ export class RankTrainer {
       localAttention: kernels.attention,
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
+      bfloat16Checkpoints: config.activationCheckpointing && config.precision === "bf16",
       mlpTileRows: tiles.mlp,
       attentionHeadGroups: tiles.attentionHeadGroups,
       ...(setup.sharedValues !== undefined ? { parameterValues: setup.sharedValues } : {}),
@@ -156,6 +157,7 @@ export class RankTrainer {
       adamw: { weightDecay: config.weightDecay },
       zero: config.zero as ZeroStage,
       sharedWeights: setup.sharedValues !== undefined,
+      sliceGradientDtype: config.precision === "bf16" ? "bfloat16" : "float32",
     });
     const dataRng = new Rng(config.seed, DATA_STREAM);
     const checkpoint = setup.resumeFile === null ? null : restoreCheckpointFile(trainer, setup.resumeFile, { check });

@@ -174,12 +174,12 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       log(`kernels: ${pool.description}; ORT MatMul rate ${(matmulRate / 1e9).toFixed(1)} GFLOP/s (${ratePath.path}); run directory ${outDir}`);
       const { tiles } = plan;
       const lean = [
-        config.activationCheckpointing ? "activation checkpointing (each block keeps its input only)" : "",
+        config.activationCheckpointing ? `activation checkpointing (each block keeps its input only${config.precision === "bf16" ? ", in bf16" : ""})` : "",
         tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
         tiles.attentionHeadGroups > 1 ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
         config.zero > 0
-          ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${config.zero === 2 ? "gradients and AdamW moments" : "AdamW moments"} sharded)`
+          ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${config.zero === 2 ? "gradients and AdamW moments" : "AdamW moments"} sharded${config.precision === "bf16" ? ", the gradient slices stored in bf16" : ""})`
           : "",
         config.sharedWeights ? "one copy of the weights per process (--shared-weights)" : "",
       ].filter((part) => part !== "");

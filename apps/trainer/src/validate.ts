@@ -83,6 +83,11 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
     const addon = fusedAttentionStatus();
     if (!addon.available) problems.push(`--shared-weights keeps the weights in the native addon's process-wide memory: ${addon.reason}`);
   }
+  if (config.precision !== "fp32" && config.precision !== "bf16") problems.push(`--precision must be fp32 or bf16, got '${String(config.precision)}'`);
+  else if (config.precision === "bf16" && (config.zero !== 2 || config.sp * config.dp < 2))
+    problems.push(
+      `--precision bf16 stores ZeRO-2's gradient slices in bf16: it needs --zero 2 over more than one rank (sp x dp > 1), got --zero ${config.zero} over ${config.sp * config.dp}`,
+    );
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!mlpNames().includes(config.mlp)) problems.push(`--mlp must be ${mlpNames().join(" or ")}, got '${config.mlp}'`);
   if (!["auto", "fused", "ort"].includes(config.kernel)) problems.push(`--kernel must be auto, fused or ort, got '${config.kernel}'`);

@@ -5,7 +5,7 @@
  * between backward stages.
  */
 import type { AttentionDocuments, RopePositions } from "@ulysses/kernels";
-import type { Tensor } from "@ulysses/tensors";
+import { Tensor, float32BitsToBfloat16Bits } from "@ulysses/tensors";
 import type { BlockAttention, BlockAttentionContext } from "./block-attention.js";
 import type { LinearName, NormName } from "./block-forward.js";
 import type { BlockWeights, QkNormName } from "./block-weights.js";
@@ -110,18 +110,61 @@ export class Activations {
 
 /** What forward keeps for backward. */
 export class BlockContext {
+  /** The input in float32, or null while it is kept as bf16 bits (storeInputAsBfloat16). */
+  private inputValues: F32 | null;
+  private inputBits: Uint16Array | null = null;
+  private readonly inputShape: readonly number[];
+
   constructor(
     readonly owner: TransformerBlock,
     /** Input [b, s, hidden]. */
-    readonly input: F32,
+    input: F32,
     readonly inputs: Inputs,
     /** Null under activation checkpointing. */
     readonly activations: Activations | null,
-  ) {}
+  ) {
+    this.inputValues = input;
+    this.inputShape = input.shape;
+  }
+
+  /**
+   * Input [b, s, hidden]. Kept as bf16, it is made again in float32 on first
+   * read (the backward's), each element exactly the bf16 value, and kept so.
+   */
+  get input(): F32 {
+    if (this.inputValues === null) {
+      const bits = this.inputBits!;
+      const values = new Float32Array(bits.length);
+      const words = new Uint32Array(values.buffer);
+      for (let i = 0; i < bits.length; i++) words[i] = bits[i]! << 16;
+      this.inputValues = new Tensor("float32", this.inputShape, values);
+      this.inputBits = null;
+    }
+    return this.inputValues;
+  }
+
+  /**
+   * Keeps the input as bf16 (rounded to nearest even), half its bytes, and
+   * lets go of the float32 tensor (which the caller may then reuse). Only
+   * under activation checkpointing, where the input is all a context keeps:
+   * the backward then recomputes the block from the rounded input.
+   */
+  storeInputAsBfloat16(): void {
+    if (this.activations !== null)
+      throw new BlockError("BlockContext.storeInputAsBfloat16: only a checkpointed context (one that keeps nothing but its input) stores its input in bf16");
+    const values = this.inputValues;
+    if (values === null) return;
+    const words = new Uint32Array(values.data.buffer, values.data.byteOffset, values.size);
+    const bits = new Uint16Array(values.size);
+    for (let i = 0; i < bits.length; i++) bits[i] = float32BitsToBfloat16Bits(words[i]!);
+    this.inputBits = bits;
+    this.inputValues = null;
+  }
 
   /** Bytes of the tensors this context keeps alive (the input included). */
   get savedBytes(): number {
     const a = this.activations;
+    if (this.inputBits !== null) return this.inputBits.byteLength;
     if (a === null) return this.input.byteLength;
     const tensors: F32[] = [this.input, ...a.inputs.values(), ...a.mlp.values()];
     for (const { x, saved } of [...a.norms.values(), ...a.headNorms.values()]) tensors.push(x, ...Object.values(saved));

@@ -13,6 +13,7 @@ export {
 } from "./graph/decode.js";
 export {
   GarbageCollector,
+  collectGarbageNow,
   setHeapGrowingPercent,
   MAX_HEAP_GROWING_PERCENT,
   ARENA_HEAP_GROWING_PERCENT,

@@ -34,6 +34,7 @@ describe("Gpt releases only dead tensors", () => {
     ["activation checkpointing", { activationCheckpointing: true }],
     ["MLP tiles of 4 rows", { mlpTileRows: 4 }],
     ["both", { activationCheckpointing: true, mlpTileRows: 4 }],
+    ["checkpoints in bf16", { activationCheckpointing: true, bfloat16Checkpoints: true }],
   ];
   for (const tiedHead of [false, true]) {
     for (const [mode, options] of modes) {
@@ -50,4 +51,40 @@ describe("Gpt releases only dead tensors", () => {
       });
     }
   }
+});
+
+describe("Gpt's checkpoints in bf16 (bfloat16Checkpoints)", () => {
+  it("keep each block input as bf16 (half the bytes) and give gradients near the float32 checkpoints', from the rounded inputs", async () => {
+    const fp32 = await gradients(new ReferenceOps(), true, { activationCheckpointing: true });
+    const gpt = new Gpt(
+      { ...config, tiedHead: true },
+      { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 4, activationCheckpointing: true, bfloat16Checkpoints: true },
+    );
+    const context = await gpt.forward(tokens);
+    // every block keeps its [2, 9, 16] input in 2 bytes an element
+    expect(context.blocks.map((c) => c.savedBytes)).toEqual([2 * 18 * 16, 2 * 18 * 16, 2 * 18 * 16]);
+    // each element of the kept input is a bf16 value: its low 16 bits are zero
+    const input = context.blocks[1]!.input.data;
+    expect(new Uint32Array(input.buffer, input.byteOffset, input.length).every((w) => (w & 0xffff) === 0)).toBe(true);
+    const dLogits = new Tensor("float32", [18, config.vocab]);
+    new Rng(1, 2).fillNormal(dLogits.data, 0, 1);
+    await gpt.backward(context, dLogits);
+    const got = gpt.params.grads;
+    let diff = 0;
+    let norm = 0;
+    for (let i = 0; i < got.length; i++) {
+      diff += (got[i]! - fp32.grads[i]!) ** 2;
+      norm += fp32.grads[i]! ** 2;
+    }
+    const relative = Math.sqrt(diff / norm);
+    // bf16 keeps 8 significant bits (a relative rounding of at most 2^-9 per element): near, and not the float32 bits
+    expect(relative).toBeLessThan(5e-3);
+    expect(relative).toBeGreaterThan(1e-5);
+  });
+
+  it("needs activation checkpointing", () => {
+    expect(() => new Gpt(config, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 4, bfloat16Checkpoints: true })).toThrow(
+      /bfloat16Checkpoints keeps the block inputs of activation checkpointing in bf16: it needs activationCheckpointing/,
+    );
+  });
 });

@@ -50,6 +50,12 @@ export interface GptOptions {
   /** Recompute each block's activations in backward. */
   activationCheckpointing?: boolean;
   /**
+   * With activation checkpointing: keep each block's input for backward as
+   * bf16 (BlockContext.storeInputAsBfloat16), half the bytes; the backward
+   * recomputes the block from the rounded input. Default false (float32).
+   */
+  bfloat16Checkpoints?: boolean;
+  /**
    * Rows per tile of every block's MLP (passed to each TransformerBlock as
    * its `mlpTileRows`; 0 or undefined: untiled). The block checks it.
    */
@@ -120,12 +126,17 @@ export class Gpt implements CausalLM<GptContext> {
   private readonly ops: BlockOps;
   /** GptOptions.headGradientColumns (undefined: headGradientColumns per call). */
   private readonly headColumns: number | undefined;
+  /** GptOptions.bfloat16Checkpoints. */
+  private readonly bfloat16Checkpoints: boolean;
 
   constructor(config: GptConfig, options: GptOptions) {
     validateGptConfig(config);
     this.config = config;
     this.ops = options.ops;
     this.headColumns = validHeadColumns("Gpt", "headGradientColumns", options.headGradientColumns);
+    this.bfloat16Checkpoints = options.bfloat16Checkpoints ?? false;
+    if (this.bfloat16Checkpoints && options.activationCheckpointing !== true)
+      throw new ModelError("Gpt: bfloat16Checkpoints keeps the block inputs of activation checkpointing in bf16: it needs activationCheckpointing");
     this.params = new ParameterStore(gptParamSpecs(config), options.parameterValues === undefined ? {} : { values: options.parameterValues });
     this.params.initialise(options.seed);
     this.finalNorm = normComponent(blockConfigOf(config).norm);
@@ -235,6 +246,11 @@ export class Gpt implements CausalLM<GptContext> {
           attentionRun: options.attentionRun,
         });
         blocks.push(context);
+        if (this.bfloat16Checkpoints) {
+          // x (the embedding's or the previous block's output) is read by nothing else: its bf16 copy stays, it goes back to the ops
+          context.storeInputAsBfloat16();
+          this.ops.release?.(x);
+        }
         return y.reshape([rows, hidden]);
       },
       norm: async (x) => {

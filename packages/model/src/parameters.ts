@@ -82,6 +82,23 @@ export class ParameterStore {
     return this.gradients;
   }
 
+  /** Elements of the gradient buffer the store holds now (0 when none is made: a store that never needed one, or one just dropped). */
+  get heldGradientElements(): number {
+    return this.gradients?.length ?? 0;
+  }
+
+  /**
+   * Lets go of the held gradient buffer and returns its elements; the next
+   * use of grads makes a new one, zeroed. For a caller that has moved the
+   * held gradients elsewhere (ZeRO-2 reduce-scatters them into its slice) and
+   * wants their memory back before the next phase, not the next step.
+   */
+  dropHeldGradients(): number {
+    const elements = this.heldGradientElements;
+    this.gradients = null;
+    return elements;
+  }
+
   /** Whether block gradients go to a sink (streamBlockGradients) rather than into grads. */
   get streamsBlockGradients(): boolean {
     return this.sink !== null;

@@ -23,6 +23,37 @@ function referenceAdamW(p0: number[], grads: number[][], lrs: number[], b1: numb
 }
 
 describe("AdamW", () => {
+  it("updateInParts reads the gradient a part at a time and gives update's bits (parts of 1, 7 and 64 elements, a decay mask)", () => {
+    const n = 50;
+    const grads = Array.from({ length: 3 }, (_, t) => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 1.7 + t) * (i % 5 === 0 ? 1e-4 : 1)));
+    const mask = Uint8Array.from({ length: n }, (_, i) => i % 3);
+    const whole = new AdamW({ offset: 0, length: n, decayMask: mask.map((x) => (x === 0 ? 0 : 1)) });
+    const want = Float32Array.from({ length: n }, (_, i) => 1 - i / n);
+    for (const [t, g] of grads.entries()) whole.update(want, g, 0.01 * (t + 1), true);
+    for (const part of [1, 7, 64]) {
+      const opt = new AdamW({ offset: 0, length: n, decayMask: mask.map((x) => (x === 0 ? 0 : 1)) });
+      const got = Float32Array.from({ length: n }, (_, i) => 1 - i / n);
+      const reads: number[] = [];
+      for (const [t, g] of grads.entries())
+        opt.updateInParts(
+          got,
+          0.01 * (t + 1),
+          (from, out) => {
+            reads.push(from);
+            out.set(g.subarray(from, from + out.length));
+          },
+          new Float32Array(part),
+        );
+      expect([...got], `parts of ${part}`).toEqual([...want]);
+      expect([...opt.m, ...opt.v]).toEqual([...whole.m, ...whole.v]);
+      expect(opt.step).toBe(3);
+      expect(reads.length).toBe(3 * Math.ceil(n / part));
+    }
+    expect(() => whole.updateInParts(new Float32Array(n - 1), 0.01, () => undefined, new Float32Array(4))).toThrow(
+      /AdamW slice of 50 elements given params of 49/,
+    );
+  });
+
   it("first step moves each weight by about lr against the gradient's sign (bias correction)", () => {
     const opt = new AdamW({ offset: 0, length: 3 }, { weightDecay: 0 });
     const p = new Float32Array([1, 2, 3]);

@@ -24,6 +24,14 @@ export interface AdamWOptions {
   weightDecay?: number;
 }
 
+/** One step's constants: the learning rate, the bias corrections 1 - b1^t and 1 - b2^t, and lr x weight decay. */
+interface StepConstants {
+  lr: number;
+  c1: number;
+  c2: number;
+  decay: number;
+}
+
 export class AdamW {
   readonly offset: number;
   readonly length: number;
@@ -72,27 +80,64 @@ export class AdamW {
     if (params.length < base + this.length || grads.length < base + this.length) {
       throw new TrainingError(`AdamW slice [${this.offset}, ${this.offset + this.length}) does not fit params (${params.length}) and grads (${grads.length})`);
     }
+    const step = this.nextStep(lr);
+    this.updateRange(step, params.subarray(base, base + this.length), grads.subarray(base, base + this.length), 0, kernel);
+  }
+
+  /**
+   * One update of the slice `params` (exactly the slice) whose gradient is
+   * read a part at a time: `read(from, out)` fills `out` with the gradient of
+   * slice elements [from, from + out.length), parts of at most
+   * `scratch.length` (a gradient stored in another dtype, converted as it is
+   * read). Elementwise, so the same bits as `update` on the whole gradient.
+   */
+  updateInParts(
+    params: Float32Array,
+    lr: number,
+    read: (from: number, out: Float32Array) => void,
+    scratch: Float32Array,
+    kernel?: (update: AdamWUpdate) => void,
+  ): void {
+    if (params.length !== this.length) throw new TrainingError(`AdamW slice of ${this.length} elements given params of ${params.length}`);
+    if (scratch.length === 0 && this.length > 0) throw new TrainingError("AdamW.updateInParts needs a scratch of at least one element");
+    const step = this.nextStep(lr);
+    for (let from = 0; from < this.length; from += scratch.length) {
+      const n = Math.min(scratch.length, this.length - from);
+      const grads = scratch.subarray(0, n);
+      read(from, grads);
+      this.updateRange(step, params.subarray(from, from + n), grads, from, kernel);
+    }
+  }
+
+  /** Counts a step and returns its constants. */
+  private nextStep(lr: number): StepConstants {
     this.step += 1;
-    const { beta1, beta2, eps, m, v, decayMask } = this;
-    const c1 = 1 - beta1 ** this.step;
-    const c2 = 1 - beta2 ** this.step;
-    const decay = lr * this.weightDecay;
+    return { lr, c1: 1 - this.beta1 ** this.step, c2: 1 - this.beta2 ** this.step, decay: lr * this.weightDecay };
+  }
+
+  /** The update of slice elements [at, at + params.length): `params` and `grads` are views of just those. */
+  private updateRange(step: StepConstants, params: Float32Array, grads: Float32Array, at: number, kernel?: (update: AdamWUpdate) => void): void {
+    const { beta1, beta2, eps } = this;
+    const { lr, c1, c2, decay } = step;
+    const n = params.length;
+    const m = this.m.subarray(at, at + n);
+    const v = this.v.subarray(at, at + n);
+    const decayMask = this.decayMask === null ? null : this.decayMask.subarray(at, at + n);
     if (kernel !== undefined) {
-      const end = base + this.length;
-      kernel({ params: params.subarray(base, end), grads: grads.subarray(base, end), m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2 });
+      kernel({ params, grads, m, v, decayMask, beta1, beta2, eps, lr, decay, c1, c2 });
       return;
     }
     const stepSize = lr / c1;
     const invSqrtC2 = 1 / Math.sqrt(c2);
-    for (let i = 0; i < this.length; i++) {
-      const g = grads[base + i]!;
-      let p = params[base + i]!;
+    for (let i = 0; i < n; i++) {
+      const g = grads[i]!;
+      let p = params[i]!;
       if (decayMask === null || decayMask[i] === 1) p -= decay * p;
       const mi = beta1 * m[i]! + (1 - beta1) * g;
       const vi = beta2 * v[i]! + (1 - beta2) * g * g;
       m[i] = mi;
       v[i] = vi;
-      params[base + i] = p - (stepSize * mi) / (Math.sqrt(vi) * invSqrtC2 + eps);
+      params[i] = p - (stepSize * mi) / (Math.sqrt(vi) * invSqrtC2 + eps);
     }
   }
 }

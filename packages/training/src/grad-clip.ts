@@ -27,13 +27,24 @@ export async function globalGradNorm(
     s3 += grads[i + 3]! * grads[i + 3]!;
   }
   for (; i < range.end; i++) s0 += grads[i]! * grads[i]!;
-  let sum = s0 + s1 + (s2 + s3);
+  return normOfSums(s0 + s1 + (s2 + s3), group);
+}
+
+/** The L2 norm of disjoint parts whose squared sums each rank of `group` gives (null or one rank: this one's alone). */
+export async function normOfSums(sumOfSquares: number, group: ProcessGroup | null): Promise<number> {
+  let sum = sumOfSquares;
   if (group && group.size > 1) {
     const total = new Float64Array([sum]);
     await group.allReduce(total, { op: "sum" });
     sum = total[0]!;
   }
   return Math.sqrt(sum);
+}
+
+/** The factor that brings a gradient of norm `norm` to at most `maxNorm` (1 when it is within it, or maxNorm is 0: off); throws for a norm that is not finite. */
+export function clipScaleOf(norm: number, maxNorm: number): number {
+  if (!Number.isFinite(norm)) throw new TrainingError(`gradient norm is ${norm}: the loss diverged`);
+  return maxNorm > 0 && norm > maxNorm ? maxNorm / (norm + 1e-6) : 1;
 }
 
 /** Scales grads[begin, end) so the global norm is at most maxNorm; returns the norm before clipping. */
@@ -44,10 +55,7 @@ export async function clipGradNorm(
   group: ProcessGroup | null = null,
 ): Promise<number> {
   const norm = await globalGradNorm(grads, range, group);
-  if (!Number.isFinite(norm)) throw new TrainingError(`gradient norm is ${norm}: the loss diverged`);
-  if (maxNorm > 0 && norm > maxNorm) {
-    const scale = maxNorm / (norm + 1e-6);
-    for (let i = range.begin; i < range.end; i++) grads[i] *= scale;
-  }
+  const scale = clipScaleOf(norm, maxNorm);
+  if (scale !== 1) for (let i = range.begin; i < range.end; i++) grads[i] *= scale;
   return norm;
 }

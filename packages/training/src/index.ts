@@ -9,7 +9,8 @@
 export { TrainingError } from "./errors.js";
 export { AdamW, type AdamWOptions } from "./adamw.js";
 export { learningRateAt, type LrSchedule } from "./lr-schedule.js";
-export { globalGradNorm, clipGradNorm } from "./grad-clip.js";
+export { globalGradNorm, clipGradNorm, normOfSums, clipScaleOf } from "./grad-clip.js";
+export { sliceGradients, GRADIENT_DTYPES, type GradientDtype, type SliceGradients } from "./slice-gradients.js";
 export { IGNORE_INDEX, shiftWindows, batchRows } from "./data/batch.js";
 export {
   recallBatch,

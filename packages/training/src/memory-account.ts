@@ -14,7 +14,8 @@
  * - a measured baseline: the process (Node, the loader, ONNX Runtime and its
  *   first sessions) and, on the threads backend, each rank's worker thread;
  * - weights (one copy per process with shared weights), the gradients each
- *   rank holds at its ZeRO stage and one layer's, AdamW moments m and v
+ *   rank holds at its ZeRO stage and one layer's (ZeRO-2's gradients outside
+ *   the blocks only in the loss phase below), AdamW moments m and v
  *   (rankStateFloats: sharded under ZeRO 1 and 2; a checkpoint streams the
  *   slices, gathering nothing);
  * - saved activations, per token and layer (TransformerBlock's savedBytes):
@@ -27,7 +28,8 @@
  *   head groups (--tile-attention) keeps nothing of the attention half, and
  *   its backward holds norm1's output, dx2, dh1 and one group's tensors;
  * - the backward working set, the larger of its two phases, which never
- *   overlap: the loss and the final norm's backward (one loss tile's logits,
+ *   overlap: the loss and the final norm's backward (ZeRO-2's gradients
+ *   outside the blocks, held until the blocks run backward; one loss tile's logits,
  *   softmax and dLogits and the head weight gradient [hidden, vocab] each
  *   tile makes, two of them, the previous one freed but not yet collected;
  *   or, untiled, logits, softmax and dLogits [tokens, vocab]; and the final
@@ -108,6 +110,10 @@ export interface TrainingMemoryInput {
   zero: number;
   /** One copy of the weights per process, read by all of its ranks (--shared-weights). */
   sharedWeights: boolean;
+  /** Bytes per element of ZeRO-2's slice gradients (4: float32, 2: bfloat16); default 4. */
+  sliceGradientBytes?: 2 | 4;
+  /** Activation checkpointing keeps each block's input in bf16 (GptOptions.bfloat16Checkpoints); default false. */
+  bfloat16Checkpoints?: boolean;
   /** ONNX Runtime's arenas and glibc's heap kept (their measured slack is counted) or freed memory returned to the OS. */
   memoryArena: boolean;
   /** FusedOps' native elementwise kernels run (a smaller arena slack). */
@@ -128,13 +134,18 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const edgeParameters = params - replica.blockParameters;
   let heldGradientFloats = 0;
   for (let rank = 0; rank < ranks; rank++) heldGradientFloats += rankStateFloats({ parameters: params, edgeParameters, groupSize, rank, zero }).gradients;
+  // ZeRO-2: the gradients outside the blocks, held by each rank through the loss (the same on every rank)
+  const lossPhaseGradientFloats = rankStateFloats({ parameters: params, edgeParameters, groupSize, rank: 0, zero }).lossPhaseGradients;
   const streamed = zero === 2 && groupSize > 1;
   const block = blockConfigOf(model);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
   const headGroups = tiles.attentionHeadGroups;
   const perLayer = layerFloatsPerToken(model, input.sp, input.scheme, input.ulyssesDegree, tiledMlp, headGroups);
-  const activationFloats = activationCheckpointing ? model.layers * model.hidden + perLayer.recomputed : model.layers * perLayer.saved;
+  // checkpoints in bf16: the layers' inputs count half (two bytes an element), but the block in backward's made again in float32
+  const bf16Inputs = activationCheckpointing && input.bfloat16Checkpoints === true;
+  const inputFloats = bf16Inputs ? ((model.layers - 1) / 2 + 1) * model.hidden : model.layers * model.hidden;
+  const activationFloats = activationCheckpointing ? inputFloats + perLayer.recomputed : model.layers * perLayer.saved;
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
   // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
@@ -166,14 +177,15 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const headBlock = headColumns === model.vocab ? "[hidden, vocab]" : `[hidden, ${headColumns} of vocab ${model.vocab}] and its dLogits columns`;
   // With native ops the cross-entropy writes dLogits over the logits (crossEntropyInPlace): one [tile, vocab] buffer, not two
   const tileLogits = nativeOps ? 1 : 2;
+  const heldEdge = lossPhaseGradientFloats > 0 ? `, the ${lossPhaseGradientFloats} gradients outside the blocks (ZeRO-2)` : "";
   const lossPhase = tiledLoss
     ? {
-        name: `one loss tile: ${nativeOps ? "logits, overwritten by their gradient," : "logits and dLogits"} of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one block of a tile's head weight gradient" : "two blocks of a tile's head weight gradient"} ${headBlock}, the final norm's input, output and gradient`,
-        bytes: F32 * (tileLogits * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank),
+        name: `one loss tile: ${nativeOps ? "logits, overwritten by their gradient," : "logits and dLogits"} of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one block of a tile's head weight gradient" : "two blocks of a tile's head weight gradient"} ${headBlock}, the final norm's input, output and gradient${heldEdge}`,
+        bytes: F32 * (tileLogits * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank + lossPhaseGradientFloats),
       }
     : {
-        name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient`,
-        bytes: F32 * (3 * model.vocab + finalNormFloats) * tokensPerRank,
+        name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient${heldEdge}`,
+        bytes: F32 * ((3 * model.vocab + finalNormFloats) * tokensPerRank + lossPhaseGradientFloats),
       };
   const blockPhase = {
     name: tiledMlp
@@ -191,9 +203,10 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
       : { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
     {
       name: streamed
-        ? `gradients (ZeRO-2: each rank's slice, the ${edgeParameters} outside the blocks, one layer's and the exchange scratch)`
+        ? `gradients (ZeRO-2: each rank's slice${input.sliceGradientBytes === 2 ? " in bf16" : ""}, one layer's and the exchange scratch; the ${edgeParameters} outside the blocks are in the loss phase)`
         : "gradients (flat vector and one layer's)",
-      bytes: F32 * heldGradientFloats + all(F32 * replica.layerParameters + (streamed ? EXCHANGE_CHUNK_BYTES : 0)),
+      bytes:
+        (streamed ? (input.sliceGradientBytes ?? F32) : F32) * heldGradientFloats + all(F32 * replica.layerParameters + (streamed ? EXCHANGE_CHUNK_BYTES : 0)),
     },
     {
       name: zero > 0 ? `AdamW moments (ZeRO-${zero}: 1/${groupSize} per rank)` : "AdamW moments m, v (per rank)",
@@ -201,7 +214,7 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
     },
     {
       name: activationCheckpointing
-        ? `saved activations (checkpointing: ${model.layers} layer inputs + ${headGroups > 1 ? "norm1's output" : "one recomputed attention half"}, ${tokensPerRank} tokens per rank)`
+        ? `saved activations (checkpointing: ${model.layers} layer inputs${input.bfloat16Checkpoints === true ? " in bf16" : ""} + ${headGroups > 1 ? "norm1's output" : "one recomputed attention half"}, ${tokensPerRank} tokens per rank)`
         : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}, ${tokensPerRank} tokens per rank)`,
       bytes: all(F32 * activationFloats * tokensPerRank),
     },
@@ -225,8 +238,10 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
       bytes: all(COLLECT_GARBAGE_EVERY_BYTES),
     });
   } else {
-    // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch
-    const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES);
+    // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch and the share of the
+    // working set that is ZeRO-2's held gradients (a plain buffer made once a step, not op outputs)
+    const edgeShare = Math.max(lossPhase.bytes, blockPhase.bytes) - Math.max(lossPhase.bytes - F32 * lossPhaseGradientFloats, blockPhase.bytes);
+    const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES) - all(edgeShare);
     const slack = nativeOps ? NATIVE_OPS_ARENA_SLACK : ARENA_SLACK;
     const floor = nativeOps ? NATIVE_OPS_ARENA_FLOOR_BYTES : ARENA_FLOOR_BYTES;
     terms.push({

@@ -15,15 +15,16 @@ describe("rankStateFloats: the fp32 state a rank holds at each ZeRO stage", () =
   // 10 parameters, 3 outside the blocks, 4 ranks: slices of 3, 3, 2, 2
   const at = (zero: number, rank: number, groupSize = 4) => rankStateFloats({ parameters: 10, edgeParameters: 3, groupSize, rank, zero });
   it("stage 0: everything on every rank", () => {
-    expect(at(0, 3)).toEqual({ weights: 10, gradients: 10, moments: 20 });
+    expect(at(0, 3)).toEqual({ weights: 10, gradients: 10, lossPhaseGradients: 0, moments: 20 });
   });
   it("stage 1: the moments of the rank's slice only", () => {
     expect([0, 1, 2, 3].map((rank) => at(1, rank).moments)).toEqual([6, 6, 4, 4]);
-    expect(at(1, 2)).toEqual({ weights: 10, gradients: 10, moments: 4 });
+    expect(at(1, 2)).toEqual({ weights: 10, gradients: 10, lossPhaseGradients: 0, moments: 4 });
   });
-  it("stage 2: the gradients outside the blocks and of the rank's slice; alone, everything", () => {
-    expect([0, 1, 2, 3].map((rank) => at(2, rank).gradients)).toEqual([6, 6, 5, 5]);
-    expect(at(2, 0, 1)).toEqual({ weights: 10, gradients: 10, moments: 20 });
+  it("stage 2: the gradients of the rank's slice, and those outside the blocks through the loss only; alone, everything", () => {
+    expect([0, 1, 2, 3].map((rank) => at(2, rank).gradients)).toEqual([3, 3, 2, 2]);
+    expect([0, 1, 2, 3].map((rank) => at(2, rank).lossPhaseGradients)).toEqual([3, 3, 3, 3]);
+    expect(at(2, 0, 1)).toEqual({ weights: 10, gradients: 10, lossPhaseGradients: 0, moments: 20 });
   });
 });
 
@@ -57,10 +58,26 @@ describe("the memory account's model state per ZeRO stage and with shared weight
     expect(term({ zero: 1, sharedWeights: true }, "weights")).toBe(4 * 192);
     expect(term({ zero: 1, sharedWeights: true, placement: { ranks: 4, processes: 2, workers: 0 }, sp: 4 }, "weights")).toBe(2 * 4 * 192);
   });
-  it("gradients: the flat vector and one layer's per rank; under ZeRO-2 the 48 outside the blocks, the rank's slice of 96, one layer's and the 4 MiB exchange scratch", () => {
+  it("gradients: the flat vector and one layer's per rank; under ZeRO-2 the rank's slice of 96, one layer's and the 4 MiB exchange scratch", () => {
     expect(term({}, "gradients")).toBe(2 * 4 * (192 + 144));
     expect(term({ zero: 1 }, "gradients")).toBe(2 * 4 * (192 + 144));
-    expect(term({ zero: 2 }, "gradients")).toBe(2 * (4 * (48 + 96 + 144) + 4 * 2 ** 20));
+    expect(term({ zero: 2 }, "gradients")).toBe(2 * (4 * (96 + 144) + 4 * 2 ** 20));
+    // the slices in bf16: 2 bytes each; one layer's gradient and the scratch stay float32
+    expect(term({ zero: 2, sliceGradientBytes: 2 }, "gradients")).toBe(2 * (2 * 96 + 4 * 144 + 4 * 2 ** 20));
+    expect(term({ zero: 1, sliceGradientBytes: 2 }, "gradients")).toBe(2 * 4 * (192 + 144));
+  });
+  it("the loss phase: under ZeRO-2 with the 48 gradients outside the blocks per rank", () => {
+    // untiled, 4 tokens per rank: logits, softmax and their gradient (3 x vocab 10) and the final norm's 3 x hidden 4 + 2 statistics per token
+    const lossPhase = 4 * (3 * 10 + 3 * 4 + 2) * 4;
+    const working = (zero: number) => term({ zero }, "backward working set");
+    expect(working(1)).toBeGreaterThanOrEqual(2 * lossPhase);
+    expect(working(2) - working(1)).toBe(2 * 4 * 48);
+  });
+  it("saved activations under checkpointing: the layers' inputs in bf16 count two bytes an element, the block in backward's four", () => {
+    const model3 = { ...model, layers: 3 };
+    const saved = (bfloat16Checkpoints: boolean) => term({ model: model3, activationCheckpointing: true, bfloat16Checkpoints }, "saved activations");
+    // 3 layers of hidden 4, 4 tokens per rank, 2 ranks: two inputs in bf16 and one in float32 instead of three in float32
+    expect(saved(false) - saved(true)).toBe(2 * 4 * (3 * 4 * 4 - (2 * 2 * 4 + 4 * 4)));
   });
   it("moments: a pair per rank, or one pair sharded over the ranks", () => {
     expect(term({}, "AdamW moments")).toBe(2 * 2 * 4 * 192);

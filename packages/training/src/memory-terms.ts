@@ -7,25 +7,32 @@
  * Over a gradient group of R ranks, rank r owning slice s_r of the P
  * parameters (evenSplitSizes), E of them outside the blocks:
  *
- * | stage | weights | gradients held | moments |
- * |---|---|---|---|
- * | 0 | P | P | 2P |
- * | 1 | P | P | 2 s_r |
- * | 2 | P | E + s_r | 2 s_r |
+ * | stage | weights | gradients held | through the loss only | moments |
+ * |---|---|---|---|---|
+ * | 0 | P | P | 0 | 2P |
+ * | 1 | P | P | 0 | 2 s_r |
+ * | 2 | P | s_r | E | 2 s_r |
  *
  * With shared weights the ranks of one process read one copy of P. Stage 2
- * holds E + s_r only over more than one rank (alone, a rank's slice is
- * everything and nothing is streamed). Besides these a block's backward makes
- * one layer's gradient (ParameterMemory.layerParameters), ZeRO-1's step a
- * transient s_r once the backward is done, and ZeRO-2's exchange a scratch
- * of at most EXCHANGE_CHUNK_BYTES.
+ * streams only over more than one rank (alone, a rank's slice is everything
+ * and nothing is streamed); its E gradients outside the blocks are held from
+ * the loss until the first block's gradient (then reduce-scattered into the
+ * slices and dropped), and again from the embedding's backward to the step's
+ * end, in a new buffer of which only the rows of the rank's tokens are
+ * written. Besides these a block's backward makes one layer's gradient
+ * (ParameterMemory.layerParameters), ZeRO-1's step a transient s_r once the
+ * backward is done, and ZeRO-2's exchange a scratch of at most
+ * EXCHANGE_CHUNK_BYTES.
  */
 import { evenSplitSizes } from "@ulysses/tensors";
 
 /** Elements of fp32 model state one rank holds (its weights counted whole even when shared). */
 export interface RankStateFloats {
   weights: number;
+  /** Held through the blocks' backward and between steps. */
   gradients: number;
+  /** Held besides `gradients` from the loss until the blocks run backward (ZeRO-2's gradients outside the blocks). */
+  lossPhaseGradients: number;
   moments: number;
 }
 
@@ -40,12 +47,12 @@ export interface RankStateInput {
   zero: number;
 }
 
-/** The elements of weights, held gradients and moments of `rank` (see the table above). */
+/** The elements of weights, held gradients (through the blocks' backward, and the loss's alone) and moments of `rank` (see the table above). */
 export function rankStateFloats(input: RankStateInput): RankStateFloats {
   const { parameters, edgeParameters, groupSize, rank, zero } = input;
   const slice = zero > 0 ? evenSplitSizes(parameters, groupSize)[rank]! : parameters;
   const streamed = zero === 2 && groupSize > 1;
-  return { weights: parameters, gradients: streamed ? edgeParameters + slice : parameters, moments: 2 * slice };
+  return { weights: parameters, gradients: streamed ? slice : parameters, lossPhaseGradients: streamed ? edgeParameters : 0, moments: 2 * slice };
 }
 
 /**

