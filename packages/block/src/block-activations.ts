@@ -5,7 +5,7 @@
  * between backward stages.
  */
 import type { AttentionDocuments, RopePositions } from "@ulysses/kernels";
-import { Tensor, float32BitsToBfloat16Bits } from "@ulysses/tensors";
+import { toDType, type Tensor } from "@ulysses/tensors";
 import type { BlockAttention, BlockAttentionContext } from "./block-attention.js";
 import type { LinearName, NormName } from "./block-forward.js";
 import type { BlockWeights, QkNormName } from "./block-weights.js";
@@ -110,10 +110,9 @@ export class Activations {
 
 /** What forward keeps for backward. */
 export class BlockContext {
-  /** The input in float32, or null while it is kept as bf16 bits (storeInputAsBfloat16). */
+  /** The input in float32, or null while it is kept in bf16 (storeInputAsBfloat16). */
   private inputValues: F32 | null;
-  private inputBits: Uint16Array | null = null;
-  private readonly inputShape: readonly number[];
+  private inputBf16: Tensor<"bfloat16"> | null = null;
 
   constructor(
     readonly owner: TransformerBlock,
@@ -124,7 +123,6 @@ export class BlockContext {
     readonly activations: Activations | null,
   ) {
     this.inputValues = input;
-    this.inputShape = input.shape;
   }
 
   /**
@@ -133,12 +131,8 @@ export class BlockContext {
    */
   get input(): F32 {
     if (this.inputValues === null) {
-      const bits = this.inputBits!;
-      const values = new Float32Array(bits.length);
-      const words = new Uint32Array(values.buffer);
-      for (let i = 0; i < bits.length; i++) words[i] = bits[i]! << 16;
-      this.inputValues = new Tensor("float32", this.inputShape, values);
-      this.inputBits = null;
+      this.inputValues = toDType(this.inputBf16!, "float32");
+      this.inputBf16 = null;
     }
     return this.inputValues;
   }
@@ -152,19 +146,15 @@ export class BlockContext {
   storeInputAsBfloat16(): void {
     if (this.activations !== null)
       throw new BlockError("BlockContext.storeInputAsBfloat16: only a checkpointed context (one that keeps nothing but its input) stores its input in bf16");
-    const values = this.inputValues;
-    if (values === null) return;
-    const words = new Uint32Array(values.data.buffer, values.data.byteOffset, values.size);
-    const bits = new Uint16Array(values.size);
-    for (let i = 0; i < bits.length; i++) bits[i] = float32BitsToBfloat16Bits(words[i]!);
-    this.inputBits = bits;
+    if (this.inputValues === null) return;
+    this.inputBf16 = toDType(this.inputValues, "bfloat16");
     this.inputValues = null;
   }
 
   /** Bytes of the tensors this context keeps alive (the input included). */
   get savedBytes(): number {
     const a = this.activations;
-    if (this.inputBits !== null) return this.inputBits.byteLength;
+    if (this.inputBf16 !== null) return this.inputBf16.byteLength;
     if (a === null) return this.input.byteLength;
     const tensors: F32[] = [this.input, ...a.inputs.values(), ...a.mlp.values()];
     for (const { x, saved } of [...a.norms.values(), ...a.headNorms.values()]) tensors.push(x, ...Object.values(saved));

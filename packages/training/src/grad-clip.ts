@@ -14,20 +14,25 @@ export async function globalGradNorm(
   range: { begin: number; end: number } = { begin: 0, end: grads.length },
   group: ProcessGroup | null = null,
 ): Promise<number> {
+  return normOfSums(sumOfSquares(grads, range.begin, range.end), group);
+}
+
+/** The sum of the squares of values[begin, end), in float64. */
+export function sumOfSquares(values: Float32Array, begin = 0, end = values.length): number {
   // four running sums (elements i mod 4), added at the end: one sum would wait out a float64 addition's latency per element
   let s0 = 0;
   let s1 = 0;
   let s2 = 0;
   let s3 = 0;
-  let i = range.begin;
-  for (; i + 4 <= range.end; i += 4) {
-    s0 += grads[i]! * grads[i]!;
-    s1 += grads[i + 1]! * grads[i + 1]!;
-    s2 += grads[i + 2]! * grads[i + 2]!;
-    s3 += grads[i + 3]! * grads[i + 3]!;
+  let i = begin;
+  for (; i + 4 <= end; i += 4) {
+    s0 += values[i]! * values[i]!;
+    s1 += values[i + 1]! * values[i + 1]!;
+    s2 += values[i + 2]! * values[i + 2]!;
+    s3 += values[i + 3]! * values[i + 3]!;
   }
-  for (; i < range.end; i++) s0 += grads[i]! * grads[i]!;
-  return normOfSums(s0 + s1 + (s2 + s3), group);
+  for (; i < end; i++) s0 += values[i]! * values[i]!;
+  return s0 + s1 + (s2 + s3);
 }
 
 /** The L2 norm of disjoint parts whose squared sums each rank of `group` gives (null or one rank: this one's alone). */

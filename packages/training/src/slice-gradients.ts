@@ -10,8 +10,9 @@
  * (its block's gradient) or two (a tied embedding's: the head's and the
  * lookup's), so a bf16 slice rounds each element's gradient once or twice.
  */
-import { float32BitsToBfloat16Bits } from "@ulysses/tensors";
+import { Tensor, toDTypeInto } from "@ulysses/tensors";
 import { TrainingError } from "./errors.js";
+import { sumOfSquares } from "./grad-clip.js";
 
 /** How a slice's gradient is stored. */
 export const GRADIENT_DTYPES = ["float32", "bfloat16"] as const;
@@ -27,7 +28,7 @@ export interface SliceGradients {
   zero(): void;
   /** Adds `values` into elements [at, at + values.length); `values` is a scratch the call may overwrite. */
   addInto(at: number, values: Float32Array): void;
-  /** The sum of the squared elements, in float64 (four running sums, as globalGradNorm). */
+  /** The sum of the squared elements, in float64. */
   sumOfSquares(): number;
   /** out[i] = element (from + i) x scale, rounded to float32. */
   read(from: number, out: Float32Array, scale: number): void;
@@ -45,28 +46,9 @@ function checkRange(length: number, at: number, n: number): void {
   if (!Number.isSafeInteger(at) || at < 0 || at + n > length) throw new TrainingError(`elements [${at}, ${at + n}) lie outside the slice of ${length}`);
 }
 
-/** Squares of `element(i)` for i in [0, n), in four running sums (i mod 4) added at the end. */
-function sumSquares(n: number, element: (i: number) => number): number {
-  let s0 = 0;
-  let s1 = 0;
-  let s2 = 0;
-  let s3 = 0;
-  let i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const a = element(i);
-    const b = element(i + 1);
-    const c = element(i + 2);
-    const d = element(i + 3);
-    s0 += a * a;
-    s1 += b * b;
-    s2 += c * c;
-    s3 += d * d;
-  }
-  for (; i < n; i++) {
-    const a = element(i);
-    s0 += a * a;
-  }
-  return s0 + s1 + (s2 + s3);
+/** Multiplies out by `scale` in place (nothing at 1), each product rounded to float32. */
+function scaleInPlace(out: Float32Array, scale: number): void {
+  if (scale !== 1) for (let i = 0; i < out.length; i++) out[i] = out[i]! * scale;
 }
 
 class Float32SliceGradients implements SliceGradients {
@@ -92,23 +74,24 @@ class Float32SliceGradients implements SliceGradients {
   }
 
   sumOfSquares(): number {
-    const d = this.data;
-    return sumSquares(d.length, (i) => d[i]!);
+    return sumOfSquares(this.data);
   }
 
   read(from: number, out: Float32Array, scale: number): void {
     checkRange(this.length, from, out.length);
-    const d = this.data;
-    if (scale === 1) out.set(d.subarray(from, from + out.length));
-    else for (let i = 0; i < out.length; i++) out[i] = d[from + i]! * scale;
+    out.set(this.data.subarray(from, from + out.length));
+    scaleInPlace(out, scale);
   }
 }
+
+/** Elements of the float32 scratch a bf16 slice widens into for its sum of squares. */
+const WIDEN_ELEMENTS = 1 << 16;
 
 class Bfloat16SliceGradients implements SliceGradients {
   readonly dtype = "bfloat16";
   /** bf16 bit patterns. */
   readonly bits: Uint16Array;
-  /** One element's float32 <-> bits (the reads of sumOfSquares). */
+  /** One element widened to float32 (addInto's reads). */
   private readonly word = new Uint32Array(1);
   private readonly wordValue = new Float32Array(this.word.buffer);
 
@@ -124,34 +107,37 @@ class Bfloat16SliceGradients implements SliceGradients {
     this.bits.fill(0);
   }
 
+  /** Elements [from, from + n) as a bf16 tensor viewing the slice. */
+  private view(from: number, n: number): Tensor<"bfloat16"> {
+    return new Tensor("bfloat16", [n], this.bits.subarray(from, from + n));
+  }
+
   addInto(at: number, values: Float32Array): void {
     checkRange(this.length, at, values.length);
     const b = this.bits;
-    // the sums in float32, in place in the scratch, then rounded to bf16 from their float32 bits
-    const words = new Uint32Array(values.buffer, values.byteOffset, values.length);
-    const stored = new Float32Array(1);
-    const storedBits = new Uint32Array(stored.buffer);
+    // the sums in float32, in place in the scratch, then rounded to bf16 to nearest even (toDTypeInto)
     for (let i = 0; i < values.length; i++) {
-      storedBits[0] = b[at + i]! << 16;
-      values[i] = values[i]! + stored[0]!;
-      b[at + i] = float32BitsToBfloat16Bits(words[i]!);
+      this.word[0] = b[at + i]! << 16;
+      values[i] = values[i]! + this.wordValue[0]!;
     }
-  }
-
-  private value(i: number): number {
-    this.word[0] = this.bits[i]! << 16;
-    return this.wordValue[0]!;
+    toDTypeInto(new Tensor("float32", [values.length], values), this.view(at, values.length));
   }
 
   sumOfSquares(): number {
-    return sumSquares(this.length, (i) => this.value(i));
+    const widened = new Float32Array(Math.min(WIDEN_ELEMENTS, this.length));
+    let sum = 0;
+    for (let from = 0; from < this.length; from += widened.length) {
+      const part = widened.subarray(0, Math.min(widened.length, this.length - from));
+      this.read(from, part, 1);
+      sum += sumOfSquares(part);
+    }
+    return sum;
   }
 
   read(from: number, out: Float32Array, scale: number): void {
     checkRange(this.length, from, out.length);
-    const b = this.bits;
-    const words = new Uint32Array(out.buffer, out.byteOffset, out.length);
-    for (let i = 0; i < out.length; i++) words[i] = b[from + i]! << 16;
-    if (scale !== 1) for (let i = 0; i < out.length; i++) out[i] = out[i]! * scale;
+    // widening is exact
+    toDTypeInto(this.view(from, out.length), new Tensor("float32", [out.length], out));
+    scaleInPlace(out, scale);
   }
 }
