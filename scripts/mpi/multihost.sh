@@ -5,7 +5,8 @@
 # host A and starts host B's daemon through netns-agent.sh, so ranks on the
 # same host talk through shared memory and across hosts over TCP. Runs the
 # mpi checks plus the shared conformance suite, then (if apps/trainer exists
-# and --no-train is not given) a short training run with --backend mpi.
+# and --no-train is not given) a short ZeRO-3 training run with --backend mpi
+# checked against the threads backend.
 #
 # Everything happens inside a private sandbox (unshare --net --mount): the
 # namespaces, the veth pair and the mounts vanish with it, and a trap tears
@@ -14,8 +15,9 @@
 # failing step.
 #
 # Usage: scripts/mpi/multihost.sh [--no-train]
-# ULYSSES_MH_TRAIN_ARGS replaces the trainer flags (default: --sp 4 --steps 4
-# --seq 64 --threads 1 --no-export).
+# ULYSSES_MH_TRAIN_ARGS replaces the trainer flags (default: --sp 4 --zero 3
+# --steps 4 --seq 64 --threads 1 --no-export --log-every 1, then the same on
+# the threads backend and scripts/mpi/zero3-check.mjs comparing the two).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -109,11 +111,17 @@ if [[ $reports != 4 || $clean != 4 || $failed != 0 || $passed == 0 ]]; then
   exit 1
 fi
 if [[ $train == 1 ]]; then
-  # The backend by module path (init's module-path loading), not the registered name.
+  # The backend by module path (init's module-path loading), not the registered name. ZeRO-3: each rank holds a quarter of the
+  # weights and gathers each layer's from all four, across the hosts; the same flags on the threads backend give the same losses.
   out="$(mktemp -d)"
-  train_args="${ULYSSES_MH_TRAIN_ARGS:---sp 4 --steps 4 --seq 64 --threads 1 --no-export}"
+  threads_out="$(mktemp -d)"
+  train_args="${ULYSSES_MH_TRAIN_ARGS:---sp 4 --zero 3 --steps 4 --seq 64 --threads 1 --no-export --log-every 1}"
   step "training" "mpirun ${mpi_flags[*]} ${node_flags[*]} apps/trainer/src/cli.ts --backend packages/collectives-mpi/src/module.ts --out '$out' $train_args"
-  rm -rf "$out"
+  if [[ -z "${ULYSSES_MH_TRAIN_ARGS:-}" ]]; then
+    step "training on threads" "${node_flags[*]} apps/trainer/src/cli.ts --backend threads --out '$threads_out' $train_args"
+    step "zero-3 check" "node scripts/mpi/zero3-check.mjs '$threads_out' '$out' 4"
+  fi
+  rm -rf "$out" "$threads_out"
 else
   echo "== multihost: training skipped (--no-train)"
 fi

@@ -79,16 +79,19 @@ describe("validation before any rank starts", () => {
     expect(problems({ task: "text" })).toMatch(/--task text needs --data/);
   });
 
-  it("takes --zero 0, 1 or 2 and --shared-weights (threads or local, ZeRO 1 or 2) and names what is off", () => {
+  it("takes --zero 0 to 3 and --shared-weights (threads or local, ZeRO 1 or 2) and names what is off", () => {
     expect(parse(["--zero", "2", "--shared-weights"])).toMatchObject({ zero: 2, sharedWeights: true });
+    expect(parse(["--zero", "3"])).toMatchObject({ zero: 3 });
+    expect(problems({ zero: 3 })).toBe("");
     expect(parse([])).toMatchObject({ zero: 0, sharedWeights: false });
     expect(problems({ zero: 2, sharedWeights: true })).toBe("");
     expect(problems({ zero: 1, sharedWeights: true, backend: "local" })).toBe("");
-    expect(problems({ zero: 3 })).toMatch(/--zero must be 0, 1, 2 \(the ZeRO stage\), got 3/);
-    expect(problems({ zero: 1.5 })).toMatch(/--zero must be 0, 1, 2 \(the ZeRO stage\), got 1.5/);
+    expect(problems({ zero: 4 })).toMatch(/--zero must be 0, 1, 2, 3 \(the ZeRO stage\), got 4/);
+    expect(problems({ zero: 1.5 })).toMatch(/--zero must be 0, 1, 2, 3 \(the ZeRO stage\), got 1.5/);
     expect(problems({ sharedWeights: true })).toMatch(
-      /--shared-weights needs --zero 1 or 2: each rank updates its slice of the one copy in place, got --zero 0/,
+      /--shared-weights needs --zero 1 or 2: each rank updates its slice of the one whole copy in place, got --zero 0/,
     );
+    expect(problems({ sharedWeights: true, zero: 3 })).toMatch(/got --zero 3 \(which shards the weights instead: one or the other\)/);
     expect(problems({ sharedWeights: true, zero: 1, backend: "mpi" }, { OMPI_COMM_WORLD_SIZE: "2" })).toMatch(
       /--shared-weights needs the threads or local backend \(ranks of one process\), got --backend mpi/,
     );
@@ -98,9 +101,10 @@ describe("validation before any rank starts", () => {
     expect(parse([])).toMatchObject({ precision: "fp32" });
     expect(parse(["--zero", "2", "--precision", "bf16"])).toMatchObject({ zero: 2, precision: "bf16" });
     expect(problems({ zero: 2, precision: "bf16" })).toBe("");
+    expect(problems({ zero: 3, precision: "bf16" })).toBe("");
     expect(problems({ zero: 2, precision: "fp16" as "bf16" })).toMatch(/--precision must be fp32 or bf16, got 'fp16'/);
     expect(problems({ zero: 1, precision: "bf16" })).toMatch(
-      /--precision bf16 stores ZeRO-2's gradient slices in bf16: it needs --zero 2 over more than one rank \(sp x dp > 1\), got --zero 1 over 2/,
+      /--precision bf16 stores ZeRO-2's gradient slices in bf16: it needs --zero 2 or 3 over more than one rank \(sp x dp > 1\), got --zero 1 over 2/,
     );
     expect(problems({ zero: 2, sp: 1, precision: "bf16" })).toMatch(/got --zero 2 over 1/);
   });

@@ -149,15 +149,15 @@ export const SETTINGS = {
   ),
   zero: setting<number>(
     0,
-    "ZeRO stage over the ranks that hold the weights: 0 (each rank holds and updates everything) | 1 (AdamW moments sharded) | 2 (gradients too: each block's reduce-scattered as the backward makes it); the losses and weights are the same at every stage",
+    "ZeRO stage over the ranks that hold the weights: 0 (each rank holds and updates everything) | 1 (AdamW moments sharded) | 2 (gradients too: each block's reduce-scattered as the backward makes it) | 3 (weights too: each rank holds its slice and gathers each layer's weights just before the layer runs, forward and backward); the losses and weights are the same at every stage",
   ),
   sharedWeights: setting(
     false,
-    "threads and local backends: one copy of the weights per process that every rank reads, each rank updating its ZeRO slice in place (needs --zero 1 or 2)",
+    "threads and local backends: one copy of the weights per process that every rank reads, each rank updating its ZeRO slice in place (needs --zero 1 or 2; --zero 3 shards the weights instead)",
   ),
   precision: setting<"fp32" | "bf16">(
     "fp32",
-    "fp32 | bf16: ZeRO-2's gradient slices stored in bf16 (half their memory; each summed part rounded to nearest even as it is added) and, with --activation-checkpointing, each block's kept input in bf16 (the backward recomputes from it); needs --zero 2 over more than one rank; the weights, AdamW's moments and all compute stay fp32",
+    "fp32 | bf16: ZeRO-2's and ZeRO-3's gradient slices stored in bf16 (half their memory; each summed part rounded to nearest even as it is added) and, with --activation-checkpointing, each block's kept input in bf16 (the backward recomputes from it); needs --zero 2 or 3 over more than one rank; the weights, AdamW's moments and all compute stay fp32",
   ),
   logEvery: setting(10, "steps between log lines when not on a terminal"),
   export: setting(true, "export model.onnx at the end (--no-export to skip)"),

@@ -87,7 +87,7 @@ export function checkMemory(config: TrainConfig, options: MemoryCheckOptions = {
       `not enough memory: this run needs an estimated ${formatBytes(estimate.bytes)} (${estimate.bytes} bytes), ` +
         `but ${formatBytes(limit.bytes)} (${limit.bytes} bytes) is available (${limit.source}).\n` +
         `  estimate for ${estimate.ranks} rank${estimate.ranks > 1 ? "s" : ""} on this machine, ${estimate.tokensPerRank} tokens each:\n${formatEstimate(estimate)}\n` +
-        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing, --tile-mlp, --tile-loss, --tile-attention, --zero 1 or 2, or --shared-weights; ` +
+        `  Use a shorter --seq, a smaller --batch or model, --activation-checkpointing, --tile-mlp, --tile-loss, --tile-attention, --zero 1, 2 or 3, or --shared-weights; ` +
         `or pass --skip-memory-check to run anyway.`,
     );
   }

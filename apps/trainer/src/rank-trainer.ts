@@ -59,6 +59,9 @@ export interface RankStepReport {
   attendedPairs?: number;
   /** Packed documents: bad documents skipped so far (--skip-bad-documents), over the run's stream (kept across a resume). */
   skippedDocuments?: number;
+  /** ZeRO-3: the weights this rank holds (its slice) and those it gathers and holds through a step, in elements. */
+  weightSlice?: number;
+  gatheredWeights?: number;
 }
 
 /**
@@ -122,6 +125,7 @@ export class RankTrainer {
     private readonly text: ByteTextData | null,
     private readonly docs: DocumentData | null,
     private readonly lossTileRows: number,
+    private readonly gpt: Gpt,
   ) {}
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
@@ -146,6 +150,8 @@ export class RankTrainer {
       mlpTileRows: tiles.mlp,
       attentionHeadGroups: tiles.attentionHeadGroups,
       ...(setup.sharedValues !== undefined ? { parameterValues: setup.sharedValues } : {}),
+      // ZeRO-3: this rank's slice of the weights, over the ranks the Trainer sums gradients over (ParallelGpt's gradientGroup, the world)
+      ...(config.zero === 3 && dims.world.size > 1 ? { shardOver: { rank: dims.world.rank, ranks: dims.world.size } } : {}),
     });
     // a Hugging Face model directory's weights (--model), unless the checkpoint's replace them
     const hf = hfModelOf(config);
@@ -177,7 +183,7 @@ export class RankTrainer {
     }
     // no data at all: a rank that only scores (ulysses-generate --score)
     const text = config.task === "text" && docs === null && config.data !== null ? new ByteTextData(config.data, config.seq) : null;
-    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs, tiles.loss);
+    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs, tiles.loss, model);
   }
 
   get step(): number {
@@ -232,6 +238,7 @@ export class RankTrainer {
       ...("stats" in global ? { documents: global.stats.documents, padding: global.stats.padding } : {}),
       ...(global.documents !== undefined ? { attendedPairs: documentPairs(global.documents.ids.data, config.seq) } : {}),
       ...(this.docs !== null ? { skippedDocuments: this.docs.skipped.count } : {}),
+      ...(this.gpt.params.sharded ? { weightSlice: this.gpt.params.owned.length, gatheredWeights: this.gpt.gatheredWeightElements } : {}),
     };
   }
 
@@ -251,9 +258,11 @@ export class RankTrainer {
     return scoreTokens(this.trainer.model, this.kernels.ops, tokens, this.lossTileRows > 0 ? this.lossTileRows : 256);
   }
 
-  /** The flat parameter vector (tests compare it across runs). */
+  /** The flat parameter vector (the driver exports it; tests compare it across runs); refused under ZeRO-3, where no rank holds it whole. */
   weights(): Float32Array {
-    return this.trainer.model.params.values;
+    const { params } = this.trainer.model;
+    if (params.sharded) throw new TrainerError("the weights are sharded over the ranks (--zero 3): read them from the checkpoint (checkpointWeights)");
+    return params.values;
   }
 
   async close(): Promise<void> {

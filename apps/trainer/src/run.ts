@@ -17,8 +17,9 @@ import { planRun, type RunPlan } from "./plan.js";
 import { hfModelOf } from "./hf-model.js";
 import { exportRunHf, HF_DIR } from "./hf-export.js";
 import { measureMatmulRate } from "@ulysses/measure";
-import { exportOnnx, type GptConfig } from "@ulysses/model";
+import { exportOnnx, gptParamSpecs, ParameterStore, type GptConfig } from "@ulysses/model";
 import {
+  checkpointWeights,
   errnoText,
   formatTable,
   lossPlotSvg,
@@ -179,7 +180,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         tiles.attentionHeadGroups > 1 ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
         config.zero > 0
-          ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${config.zero === 2 ? "gradients and AdamW moments" : "AdamW moments"} sharded${config.precision === "bf16" ? ", the gradient slices stored in bf16" : ""})`
+          ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${["AdamW moments", "gradients and AdamW moments", "weights, gradients and AdamW moments"][config.zero - 1]} sharded${config.precision === "bf16" ? ", the gradient slices stored in bf16" : ""})`
           : "",
         config.sharedWeights ? "one copy of the weights per process (--shared-weights)" : "",
       ].filter((part) => part !== "");
@@ -228,6 +229,10 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         m.padding = packing.padding ?? 0;
       }
       if (config.skipBadDocuments && packing.skippedDocuments !== undefined) m.skippedDocuments = packing.skippedDocuments;
+      if (r.weightSlice !== undefined) {
+        m.weightSlice = r.weightSlice;
+        m.gatheredWeights = r.gatheredWeights;
+      }
       metrics.push(m);
       metricsLog?.append(m);
       progress?.update(m);
@@ -241,7 +246,8 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     await pool.save(checkpoint);
     const interrupted = pool.step < config.steps;
     if (leader && !interrupted && config.export) {
-      const weights = await pool.weights();
+      // ZeRO-3: no rank holds the weights whole; the checkpoint just written does, read tensor by tensor
+      const weights = config.zero === 3 && config.sp * config.dp > 1 ? weightsOf(checkpoint, gpt) : await pool.weights();
       await exportOnnx(path.join(outDir, "model.onnx"), gpt, weights);
       exportRunHf(outDir, config, gpt, weights);
     }
@@ -262,6 +268,13 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
     removeHandlers();
     await pool.close();
   }
+}
+
+/** The weights of checkpoint `file` of model `gpt`, as one flat vector. */
+function weightsOf(file: string, gpt: GptConfig): Float32Array {
+  const params = new ParameterStore(gptParamSpecs(gpt));
+  checkpointWeights(file, params, gpt);
+  return params.values;
 }
 
 /** "ulysses attention", "hybrid attention (Ulysses 2 x ring 2, zigzag layout)": the scheme as the run resolves it. */

@@ -79,14 +79,17 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (config.sharedWeights) {
     if (config.backend !== "threads" && config.backend !== "local")
       problems.push(`--shared-weights needs the threads or local backend (ranks of one process), got --backend ${config.backend}`);
-    if (config.zero === 0) problems.push("--shared-weights needs --zero 1 or 2: each rank updates its slice of the one copy in place, got --zero 0");
+    if (config.zero === 0 || config.zero === 3)
+      problems.push(
+        `--shared-weights needs --zero 1 or 2: each rank updates its slice of the one whole copy in place, got --zero ${config.zero}${config.zero === 3 ? " (which shards the weights instead: one or the other)" : ""}`,
+      );
     const addon = fusedAttentionStatus();
     if (!addon.available) problems.push(`--shared-weights keeps the weights in the native addon's process-wide memory: ${addon.reason}`);
   }
   if (config.precision !== "fp32" && config.precision !== "bf16") problems.push(`--precision must be fp32 or bf16, got '${String(config.precision)}'`);
-  else if (config.precision === "bf16" && (config.zero !== 2 || config.sp * config.dp < 2))
+  else if (config.precision === "bf16" && (config.zero < 2 || config.sp * config.dp < 2))
     problems.push(
-      `--precision bf16 stores ZeRO-2's gradient slices in bf16: it needs --zero 2 over more than one rank (sp x dp > 1), got --zero ${config.zero} over ${config.sp * config.dp}`,
+      `--precision bf16 stores ZeRO-2's gradient slices in bf16: it needs --zero 2 or 3 over more than one rank (sp x dp > 1), got --zero ${config.zero} over ${config.sp * config.dp}`,
     );
   if (!["recall", "text"].includes(config.task)) problems.push(`--task must be recall or text, got '${config.task}'`);
   if (!mlpNames().includes(config.mlp)) problems.push(`--mlp must be ${mlpNames().join(" or ")}, got '${config.mlp}'`);

@@ -14,6 +14,11 @@
  * tiled loss can apply the head (`lmHead()`) a tile of rows at a time and
  * continue with `backwardFromHidden`; backward drops each block's context as
  * soon as that block is done, and the context is spent afterwards.
+ *
+ * Sharded weights (ZeRO-3, `shardOver`): the parameter store holds one rank's
+ * slice, and the model gathers what it reads just before it reads it
+ * (GptWeights: two staging buffers for the layers, the final norm's at the
+ * forward's start, the embedding for its lookup, the head for the loss).
  */
 import {
   type BlockContext,
@@ -22,19 +27,19 @@ import {
   blockWeightSpecs,
   normComponent,
   type BlockAttention,
-  type BlockWeights,
   type NormComponent,
   type NormTensors,
 } from "@ulysses/block";
 import type { BlockOps, LocalAttention, RopePositions } from "@ulysses/kernels";
-import { narrowInto, Tensor } from "@ulysses/tensors";
+import type { Tensor } from "@ulysses/tensors";
 import type { CausalLM, CausalLMForward, LMBatch } from "./causal-lm.js";
 import { ModelError } from "./errors.js";
-import { headGradientColumns, validHeadColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
+import { gptHead, validHeadColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
 
 export { HEAD_GRADIENT_BLOCK_BYTES, headGradientColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
 import { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
+import { GptWeights } from "./gpt-weights.js";
 import { ParameterStore } from "./parameters.js";
 
 type F32 = Tensor<"float32">;
@@ -76,6 +81,12 @@ export interface GptOptions {
    * `seed`, the same values on every rank.
    */
   parameterValues?: Float32Array;
+  /**
+   * Hold only this rank's slice of the weights (ParameterStoreOptions.shard,
+   * ZeRO-3) and gather each layer's just before it runs; the Trainer installs
+   * the gathering collective. Not with `parameterValues`.
+   */
+  shardOver?: { rank: number; ranks: number };
 }
 
 export interface GptForwardOptions {
@@ -118,8 +129,8 @@ export class Gpt implements CausalLM<GptContext> {
   readonly params: ParameterStore;
   /** The final norm (the blocks' norm), chosen once. */
   readonly finalNorm: NormComponent;
-  /** Its weights by suffix (views of the parameters, which are updated in place). */
-  private readonly finalNormTensors: NormTensors;
+  /** Where the layers, the final norm, the embedding and the head read their weights (gathered first when the store is sharded). */
+  private readonly weights: GptWeights;
   /** One device: nothing to sum over. */
   readonly gradientGroup = null;
   readonly blocks: TransformerBlock[];
@@ -137,10 +148,15 @@ export class Gpt implements CausalLM<GptContext> {
     this.bfloat16Checkpoints = options.bfloat16Checkpoints ?? false;
     if (this.bfloat16Checkpoints && options.activationCheckpointing !== true)
       throw new ModelError("Gpt: bfloat16Checkpoints keeps the block inputs of activation checkpointing in bf16: it needs activationCheckpointing");
-    this.params = new ParameterStore(gptParamSpecs(config), options.parameterValues === undefined ? {} : { values: options.parameterValues });
+    if (options.parameterValues !== undefined && options.shardOver !== undefined)
+      throw new ModelError("Gpt: parameterValues (one shared copy of the weights) and shardOver (a slice per rank) exclude each other");
+    this.params = new ParameterStore(gptParamSpecs(config), {
+      ...(options.parameterValues === undefined ? {} : { values: options.parameterValues }),
+      ...(options.shardOver === undefined ? {} : { shard: options.shardOver }),
+    });
     this.params.initialise(options.seed);
     this.finalNorm = normComponent(blockConfigOf(config).norm);
-    this.finalNormTensors = Object.fromEntries(this.finalNorm.weights.map(({ suffix }) => [suffix, this.params.value(`norm.${suffix}`)]));
+    this.weights = new GptWeights(this.params, config, this.finalNorm);
     const blockConfig = blockConfigOf(config);
     let attention = options.attention;
     if (attention === undefined) {
@@ -149,13 +165,11 @@ export class Gpt implements CausalLM<GptContext> {
     }
     this.blocks = [];
     for (let layer = 0; layer < config.layers; layer++) {
-      const weights: BlockWeights = {};
-      for (const spec of blockWeightSpecs(blockConfig)) weights[spec.name] = this.params.value(`blocks.${layer}.${spec.name}`);
       this.blocks.push(
         new TransformerBlock(blockConfig, {
           ops: options.ops,
           attention,
-          weights,
+          weights: this.weights.block(layer, blockConfig),
           checkpoint: options.activationCheckpointing ?? false,
           mlpTileRows: options.mlpTileRows,
           attentionHeadGroups: options.attentionHeadGroups,
@@ -166,52 +180,23 @@ export class Gpt implements CausalLM<GptContext> {
 
   /** The final norm's weights by suffix (gamma, beta), resolved once in the constructor. */
   private finalNormWeights(): NormTensors {
-    return this.finalNormTensors;
+    return this.weights.finalNorm;
+  }
+
+  /** Sharded weights: the elements of the gathered weights the model holds through a step (the staging buffers and the final norm's); else 0. */
+  get gatheredWeightElements(): number {
+    return this.weights.gatheredElements;
+  }
+
+  /** The token embedding of `ids` (sharded: from the table gathered for it alone, unreachable once this returns). */
+  private async lookUp(ids: I32): Promise<F32> {
+    return this.ops.embeddingForward(ids, await this.weights.table());
   }
 
   /** The LM head as one object for a run of tiles (see GptHead). */
   lmHead(options: GptHeadOptions = {}): GptHead {
-    const { hidden, vocab, tiedHead } = this.config;
-    // Tied, the embedding E [vocab, hidden] is the head as it lies, with no transposed copy [hidden, vocab]:
-    // logits = h E^T is the product a linear's input gradient computes (one Gemm with transB), dh = dLogits E a plain one.
-    const embedding = tiedHead ? this.params.value("embed.weight") : null;
-    const w = tiedHead ? null : this.params.value("head.w");
-    const logitsOf = (h: F32) => (embedding !== null ? this.ops.linearInputGradient(embedding, h) : this.ops.linearForward(h, w!));
-    const inputGradient = (dLogits: F32) => (embedding !== null ? this.ops.linearForward(dLogits, embedding) : this.ops.linearInputGradient(w!, dLogits));
-    const fixedColumns = validHeadColumns("Gpt.lmHead", "gradientColumns", options.gradientColumns) ?? this.headColumns;
-    const addGradient = (dw: F32, first: number) => {
-      if (tiedHead) this.params.accumulateTransposed("embed.weight", dw, first);
-      else this.params.accumulateColumns("head.w", dw, first);
-    };
-    // dLogits' columns of one block, reused by every block of every tile of this head (grown to the largest tile's)
-    let block = new Float32Array(0);
-    return {
-      forward: logitsOf,
-      backward: async (h, dLogits) => {
-        const rows = dLogits.size / vocab;
-        if (this.ops.linearWeightGradientInto !== undefined) {
-          // in place into the flat gradient: no [hidden, vocab] temporary, no blocks
-          const d = dLogits.reshape([rows, vocab]);
-          if (tiedHead) await this.ops.linearWeightGradientInto(d, h, this.params.grad("embed.weight"));
-          else await this.ops.linearWeightGradientInto(h, d, this.params.grad("head.w"));
-          return inputGradient(d);
-        }
-        const columns = Math.min(vocab, fixedColumns ?? headGradientColumns(hidden, vocab, rows));
-        const dx = await inputGradient(dLogits);
-        if (columns === vocab) {
-          addGradient(await this.ops.linearWeightGradient(h, dLogits), 0);
-          return dx;
-        }
-        if (block.length < rows * columns) block = new Float32Array(rows * columns);
-        const logits = dLogits.reshape([rows, vocab]);
-        for (let first = 0; first < vocab; first += columns) {
-          const width = Math.min(columns, vocab - first);
-          const part = narrowInto(logits, 1, first, width, new Tensor("float32", [rows, width], block.subarray(0, rows * width)));
-          addGradient(await this.ops.linearWeightGradient(h, part), first);
-        }
-        return dx;
-      },
-    };
+    const columns = validHeadColumns("Gpt.lmHead", "gradientColumns", options.gradientColumns) ?? this.headColumns;
+    return gptHead({ config: this.config, ops: this.ops, params: this.params, weight: () => this.weights.head(), columns });
   }
 
   /**
@@ -236,9 +221,16 @@ export class Gpt implements CausalLM<GptContext> {
     }
     const blocks: BlockContext[] = [];
     const final: { x?: F32; h?: F32; saved?: NormTensors } = {};
+    await this.weights.startForward();
     const math: GptMath<F32> = {
-      embed: () => this.ops.embeddingForward(ids, this.params.value("embed.weight")),
+      // sharded: the table gathered for the lookup only (a temporary, let go as the lookup returns)
+      embed: async () => {
+        const x = await this.lookUp(ids);
+        this.weights.collect();
+        return x;
+      },
       block: async (layer, x) => {
+        await this.weights.stageLayer(layer);
         // [rows, hidden] -> [b, s, hidden] -> [rows, hidden]
         const { y, context } = await this.blocks[layer]!.forward(x.reshape([batch, seqLength, hidden]), {
           positions,
@@ -265,7 +257,11 @@ export class Gpt implements CausalLM<GptContext> {
     };
     const context: GptContext = { ids, batch, seqLength, blocks };
     if (options.logits ?? true) context.logits = await gptForward(this.config, math);
-    else await gptHidden(this.config, math);
+    else {
+      await gptHidden(this.config, math);
+      // sharded: the head gathered here, where every rank is, not at a tile's first use (ranks may hold different numbers of tiles)
+      if (this.params.sharded) await this.weights.head();
+    }
     context.xFinal = final.x!;
     context.hFinal = final.h!;
     context.normSaved = final.saved!;
@@ -283,6 +279,7 @@ export class Gpt implements CausalLM<GptContext> {
   /** Gives the blocks' attention buffers back when backward will not run (evaluation). */
   release(context: GptContext): void {
     context.blocks.forEach((c, layer) => this.blocks[layer]!.release(c));
+    this.weights.letGoOfHead();
   }
 
   /**
@@ -344,6 +341,8 @@ export class Gpt implements CausalLM<GptContext> {
     context.normSaved = undefined;
     context.hFinal = undefined;
     context.logits = undefined;
+    // the loss is done with the head: a gathered one is not held through the blocks' backward
+    this.weights.letGoOfHead();
     const r = await this.finalNorm.backward(this.ops, xFinal, this.finalNormWeights(), normSaved, dhFinal);
     const grads = this.finalNorm.weights.map(({ suffix }) => {
       this.params.accumulate(`norm.${suffix}`, r.grads[suffix]!.data);
@@ -365,6 +364,7 @@ export class Gpt implements CausalLM<GptContext> {
     for (let layer = this.blocks.length - 1; layer >= 0; layer--) {
       // popped first: once the block's backward returns nothing holds its activations; dy is ours to overwrite (the block's dx2 reuses it)
       const blockContext = context.blocks.pop()!;
+      await this.weights.stageLayer(layer);
       const g = await this.blocks[layer]!.backward(blockContext, dy, { overwriteDy: true });
       await this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat, this.ops);
       // dy (the final norm's or the later block's dx) and the block's input (the embedding's or the earlier block's output) are spent

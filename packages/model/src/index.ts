@@ -65,4 +65,4 @@ export {
   type ExportedHf,
   type HfDType,
 } from "./families/export-hf.js";
-export { writeSafetensorsStreamed, writeSafetensorsStreamedAsync, tensorBytes, type StreamedTensor } from "./safetensors-stream.js";
+export { streamedOrder, writeSafetensorsStreamed, writeSafetensorsStreamedAsync, tensorBytes, type StreamedTensor } from "./safetensors-stream.js";

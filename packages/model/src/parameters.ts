@@ -11,8 +11,15 @@
  * gradient run goes to a sink as the backward makes it (ZeRO-2 reduce-scatters
  * it there), so the flat gradient holds only the parameters outside the
  * blocks (the embedding, the final norm, an untied head).
+ *
+ * Sharded (ZeRO-3, `shard`): the store holds only its rank's slice of the
+ * flat vector (`owned`, the slice evenSplitSizes gives rank r of R), and a
+ * parameter is read by gathering it from every rank's slice (`gather`,
+ * `gatherParameter`, through the collective the Trainer installs with
+ * `gatherWith`). `value` and `values` are then refused: nothing views weights
+ * that this rank does not hold.
  */
-import { Rng, Tensor } from "@ulysses/tensors";
+import { Rng, Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { addWith } from "@ulysses/block";
 import type { BlockOps } from "@ulysses/kernels";
 import { ModelError } from "./errors.js";
@@ -36,22 +43,30 @@ export interface HeldGradientRange {
   length: number;
 }
 
+/** Fills `into` with flat elements [at, at + into.length) of the weights, gathered from the ranks' slices (a collective: every rank calls it with the same range). */
+export type WeightGatherer = (at: number, into: Float32Array) => Promise<void>;
+
 export interface ParameterStoreOptions {
   /** Memory for the values (exactly `size` elements, e.g. a view of a SharedArrayBuffer every rank of the process reads); default: the store's own. */
   values?: Float32Array;
+  /** Hold only rank `rank`'s slice of `ranks` (evenSplitSizes of the flat vector): ZeRO-3's sharded weights. */
+  shard?: { rank: number; ranks: number };
 }
 
 export class ParameterStore {
   readonly specs: readonly ParamSpec[];
   readonly slots: ReadonlyMap<string, ParamSlot>;
   readonly size: number;
-  /** All parameters back to back. */
-  readonly values: Float32Array;
+  /** The flat elements this store holds, [offset, offset + length): everything, or (sharded) one rank's slice. */
+  readonly shard: { offset: number; length: number };
+  /** The values of `shard` (all parameters back to back when it is everything): what this rank updates. */
+  readonly owned: Float32Array;
   /** The blocks' run of the flat vector, [begin, end): the parameters named `blocks.*`, contiguous (empty when there are none). */
   readonly blockRange: { begin: number; end: number };
   /** Made on first use (grads): a store that only views weights (an export, generation) never allocates one. */
   private gradients: Float32Array | null = null;
   private sink: BlockGradientSink | null = null;
+  private gatherer: WeightGatherer | null = null;
 
   constructor(specs: readonly ParamSpec[], options: ParameterStoreOptions = {}) {
     this.specs = specs;
@@ -67,8 +82,75 @@ export class ParameterStore {
     this.size = offset;
     if (options.values !== undefined && options.values.length !== offset)
       throw new ModelError(`the values given to the parameter store hold ${options.values.length} elements, the ${specs.length} parameters ${offset}`);
-    this.values = options.values ?? new Float32Array(offset);
+    if (options.values !== undefined && options.shard !== undefined)
+      throw new ModelError("the parameter store takes memory for all the values or a shard of them, not both");
+    if (options.shard === undefined) this.shard = { offset: 0, length: offset };
+    else {
+      const { rank, ranks } = options.shard;
+      if (!Number.isSafeInteger(ranks) || ranks < 1 || !Number.isSafeInteger(rank) || rank < 0 || rank >= ranks)
+        throw new ModelError(`parameter shard: rank ${rank} of ${ranks} is not a rank (0 .. ranks - 1 of a positive count)`);
+      const sizes = evenSplitSizes(offset, ranks);
+      this.shard = { offset: sizes.slice(0, rank).reduce((a, b) => a + b, 0), length: sizes[rank]! };
+    }
+    this.owned = options.values ?? new Float32Array(this.shard.length);
     this.blockRange = blockRangeOf(this.slots);
+  }
+
+  /** Whether this store holds only a slice of the weights (ZeRO-3 over more than one rank). */
+  get sharded(): boolean {
+    return this.shard.length !== this.size;
+  }
+
+  /** All parameters back to back; refused when the store is sharded (read them with gather). */
+  get values(): Float32Array {
+    if (this.sharded)
+      throw new ModelError(
+        `the weights are sharded (ZeRO-3): this rank holds flat elements [${this.shard.offset}, ${this.shard.offset + this.shard.length}) of ${this.size}; gather what you read`,
+      );
+    return this.owned;
+  }
+
+  /** Installs the collective that gathers the ranks' slices (the Trainer's, under ZeRO-3). */
+  gatherWith(gatherer: WeightGatherer): void {
+    this.gatherer = gatherer;
+  }
+
+  /** Flat elements [at, at + into.length) into `into`: copied when the store holds them all, else gathered from every rank (collective). */
+  async gather(at: number, into: Float32Array): Promise<void> {
+    if (!Number.isSafeInteger(at) || at < 0 || at + into.length > this.size)
+      throw new ModelError(`gather: elements [${at}, ${at + into.length}) lie outside the ${this.size} parameters`);
+    if (!this.sharded) {
+      into.set(this.owned.subarray(at, at + into.length));
+      return;
+    }
+    if (this.gatherer === null) throw new ModelError("the weights are sharded (ZeRO-3) and no gatherer is installed (the Trainer installs it)");
+    await this.gatherer(at, into);
+  }
+
+  /** Parameter `name` whole: a view of the values, or (sharded) a new tensor gathered from every rank (collective). */
+  async gatherParameter(name: string): Promise<F32> {
+    if (!this.sharded) return this.value(name);
+    const { spec, offset, size } = this.slot(name);
+    const data = new Float32Array(size);
+    await this.gather(offset, data);
+    return new Tensor("float32", spec.shape, data);
+  }
+
+  /** Sets parameter `name` to `values` (all of its elements): the part this store holds. */
+  setParameter(name: string, values: Float32Array): void {
+    const { offset, size } = this.slot(name);
+    if (values.length !== size) throw new ModelError(`'${name}' has ${size} elements, the values given ${values.length}`);
+    const from = Math.max(offset, this.shard.offset);
+    const to = Math.min(offset + size, this.shard.offset + this.shard.length);
+    if (to > from) this.owned.set(values.subarray(from - offset, to - offset), from - this.shard.offset);
+  }
+
+  /** Where parameter `name` meets the shard: its elements [begin, end) that this store holds (empty when none). */
+  heldPart(name: string): { begin: number; end: number } {
+    const { offset, size } = this.slot(name);
+    const begin = Math.max(0, this.shard.offset - offset);
+    const end = Math.min(size, this.shard.offset + this.shard.length - offset);
+    return end > begin ? { begin, end } : { begin: 0, end: 0 };
   }
 
   /**
@@ -139,10 +221,11 @@ export class ParameterStore {
     return slot;
   }
 
-  /** The parameter as a tensor viewing the flat vector. */
+  /** The parameter as a tensor viewing the flat vector (refused when sharded: gatherParameter). */
   value(name: string): F32 {
     const { spec, offset, size } = this.slot(name);
-    return new Tensor("float32", spec.shape, this.values.subarray(offset, offset + size));
+    if (this.sharded) throw new ModelError(`'${name}': the weights are sharded (ZeRO-3), so no view of a whole parameter exists; gather it (gatherParameter)`);
+    return new Tensor("float32", spec.shape, this.owned.subarray(offset, offset + size));
   }
 
   /** The gradient as a tensor viewing the flat gradient. */
@@ -223,12 +306,21 @@ export class ParameterStore {
     addWith(ops, new Tensor("float32", [n], this.grads.subarray(offset, offset + n)), new Tensor("float32", [n], values));
   }
 
-  /** Seeded initialisation: parameter i draws from Rng(seed, i + 1). */
+  /** Seeded initialisation: parameter i draws from Rng(seed, i + 1) (sharded: the same values, the slice kept). */
   initialise(seed: number): void {
     this.specs.forEach((spec, index) => {
-      const view = this.value(spec.name).data;
-      if (spec.init === "normal") new Rng(seed, index + 1).fillNormal(view, 0, spec.std);
-      else view.fill(spec.init === "ones" ? 1 : 0);
+      const { begin, end } = this.heldPart(spec.name);
+      if (end === begin) return;
+      const { offset, size } = this.slot(spec.name);
+      const view = this.owned.subarray(offset + begin - this.shard.offset, offset + end - this.shard.offset);
+      if (spec.init !== "normal") view.fill(spec.init === "ones" ? 1 : 0);
+      else if (end - begin === size) new Rng(seed, index + 1).fillNormal(view, 0, spec.std);
+      else {
+        // the whole parameter's draws, so that every shard holds the unsharded values
+        const all = new Float32Array(size);
+        new Rng(seed, index + 1).fillNormal(all, 0, spec.std);
+        view.set(all.subarray(begin, end));
+      }
     });
   }
 

@@ -24,9 +24,14 @@ export function tensorBytes(t: StreamedTensor): number {
   return t.shape.reduce((a, b) => a * b, 1) * bytesPerElement(t.dtype);
 }
 
+/** Tensors in the order a streamed file holds them and asks for their bytes (by name). */
+export function streamedOrder<T extends { readonly name: string }>(tensors: readonly T[]): T[] {
+  return [...tensors].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
 /** The file's head (length and padded JSON header) and its tensors in file order (by name). */
 function streamedHead(target: string, tensors: readonly StreamedTensor[], metadata: Record<string, string>): { head: Uint8Array; sorted: StreamedTensor[] } {
-  const sorted = [...tensors].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const sorted = streamedOrder(tensors);
   const header: Record<string, unknown> = {};
   if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
   let offset = 0;

@@ -17,9 +17,9 @@ import type { Tensor } from "@ulysses/tensors";
 import { TrainingError } from "./errors.js";
 import {
   gptParamSpecs,
-  readSafetensorRanges,
   readSafetensors,
   readSafetensorsHeader,
+  streamedOrder,
   writeSafetensorsStreamedAsync,
   type GptConfig,
   type StreamedTensor,
@@ -72,19 +72,24 @@ export interface LoadedCheckpoint extends CheckpointInfo {
 }
 
 /**
- * Collective under ZeRO 1 and 2 (every rank of the trainer's group calls it);
+ * Collective under ZeRO 1 to 3 (every rank of the trainer's group calls it);
  * the rank with `write` writes `file`, atomically. The file is streamed: the
- * weights from the model's own storage, each moment in parts as the ranks
- * holding its slices broadcast them (Trainer.momentParts), so no rank
- * gathers a whole moment.
+ * weights from the model's own storage (ZeRO-3: in parts as the ranks
+ * holding them broadcast them, Trainer.weightParts), each moment in parts
+ * likewise (Trainer.momentParts), so no rank gathers a whole moment or,
+ * sharded, a whole model.
  */
 export async function saveCheckpoint(file: string, trainer: Trainer, extras: CheckpointExtras, write: boolean): Promise<void> {
+  const { params, config } = trainer.model;
+  const tensors: StreamedTensor[] = params.specs.map((spec) => ({ name: spec.name, dtype: "float32", shape: spec.shape }));
+  for (const name of MOMENTS) tensors.push({ name, dtype: "float32", shape: [params.size] });
+  const partsOf = (t: StreamedTensor) =>
+    t.name === "optimizer.m" ? trainer.momentParts("m") : t.name === "optimizer.v" ? trainer.momentParts("v") : trainer.weightParts(t.name);
   if (!write) {
-    // the writer draws m's parts, then v's (the file's order): the same collectives in the same order
-    for (const which of ["m", "v"] as const) for await (const _ of trainer.momentParts(which));
+    // the writer draws every tensor's parts in the file's order: the same collectives in the same order
+    for (const t of streamedOrder(tensors)) for await (const _ of partsOf(t));
     return;
   }
-  const { params, config } = trainer.model;
   const metadata: Record<string, string> = {
     format: CHECKPOINT_FORMAT,
     step: String(trainer.step),
@@ -96,15 +101,7 @@ export async function saveCheckpoint(file: string, trainer: Trainer, extras: Che
     checkSettings(file, extras.settings);
     metadata.settings = JSON.stringify(extras.settings);
   }
-  const tensors: StreamedTensor[] = params.specs.map((spec) => ({ name: spec.name, dtype: "float32", shape: spec.shape }));
-  for (const name of MOMENTS) tensors.push({ name, dtype: "float32", shape: [params.size] });
-  const bytes = (x: Float32Array) => new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
-  await writeSafetensorsStreamedAsync(
-    file,
-    tensors,
-    (t) => (t.name === "optimizer.m" ? trainer.momentParts("m") : t.name === "optimizer.v" ? trainer.momentParts("v") : [bytes(params.value(t.name).data)]),
-    metadata,
-  );
+  await writeSafetensorsStreamedAsync(file, tensors, partsOf, metadata);
 }
 
 function parseJson(file: string, key: string, text: string | undefined): unknown {
@@ -137,7 +134,7 @@ type CheckedHeader = Omit<CheckpointInfo, "file">;
  * parameter count. Nothing large is allocated: the parameter list is bounded
  * by the config's limits and the tensors are only described by the header.
  */
-function checkCheckpointHeader(file: string, header: SafetensorsHeader): CheckedHeader {
+export function checkCheckpointHeader(file: string, header: SafetensorsHeader): CheckedHeader {
   const { metadata } = header;
   if (metadata.format !== CHECKPOINT_FORMAT) {
     throw new TrainingError(`'${file}' is not a ulysses-ts checkpoint (format '${shortText(metadata.format ?? "missing")}', expected '${CHECKPOINT_FORMAT}')`);
@@ -211,7 +208,7 @@ function checkCheckpointHeader(file: string, header: SafetensorsHeader): Checked
   };
 }
 
-const MOMENTS = ["optimizer.m", "optimizer.v"] as const;
+export const MOMENTS = ["optimizer.m", "optimizer.v"] as const;
 
 /**
  * Longest JSON header of a checkpoint (bytes), checked on its 8-byte length
@@ -250,7 +247,7 @@ function shortText(text: string): string {
  * carry `attention` (the sequence-parallel kind, a run setting now kept in
  * the settings); it is dropped here.
  */
-function modelConfig(config: GptConfig): GptConfig {
+export function modelConfig(config: GptConfig): GptConfig {
   const { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead } = config;
   const model: GptConfig = { vocab, hidden, heads, kvHeads, layers, mlp, mlpRatio, maxSeq, tiedHead };
   // the optional fields that change the model, where the config has them (validated with the rest by gptParamSpecs)
@@ -314,7 +311,7 @@ export function loadCheckpoint(file: string, options: LoadCheckpointOptions = {}
 
 /** Copies the checkpoint's weights into a parameter store. */
 export function loadWeightsInto(params: ParameterStore, checkpoint: LoadedCheckpoint): void {
-  for (const spec of params.specs) params.value(spec.name).data.set(checkpoint.weights.get(spec.name)!.data as Float32Array);
+  for (const spec of params.specs) params.setParameter(spec.name, checkpoint.weights.get(spec.name)!.data as Float32Array);
 }
 
 /** Restores weights, moments and step into a trainer whose model has the checkpoint's config. */
@@ -330,41 +327,4 @@ export function restoreCheckpoint(trainer: Trainer, checkpoint: LoadedCheckpoint
   }
   loadWeightsInto(trainer.model.params, checkpoint);
   trainer.restoreMoments(checkpoint.m, checkpoint.v, checkpoint.step);
-}
-
-/**
- * Restores a checkpoint file into `trainer` reading only what this rank
- * holds: each parameter straight into the model's weights and this rank's
- * slice of each AdamW moment (the whole moment without ZeRO), with no copy of
- * the file in memory. The header is checked first, as loadCheckpoint's, then
- * against the trainer's model (`options.check` runs before that); a file
- * without moments is refused. Returns what the header says.
- */
-export function restoreCheckpointFile(trainer: Trainer, file: string, options: LoadCheckpointOptions = {}): CheckpointInfo {
-  const { params } = trainer.model;
-  const { optimizer } = trainer;
-  let info: CheckpointInfo | undefined;
-  const bytes = (x: Float32Array) => new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
-  readSafetensorRanges(
-    file,
-    (entry) => {
-      if (entry.name === "optimizer.m" || entry.name === "optimizer.v")
-        return { target: bytes(entry.name === "optimizer.m" ? optimizer.m : optimizer.v), offset: 4 * optimizer.offset };
-      return { target: bytes(params.value(entry.name).data), offset: 0 };
-    },
-    {
-      maxHeaderBytes: CHECKPOINT_MAX_HEADER_BYTES,
-      check: (header) => {
-        info = { file, ...checkCheckpointHeader(file, header) };
-        options.check?.(info);
-        const want = JSON.stringify(modelConfig(trainer.model.config));
-        const got = JSON.stringify(info.config);
-        if (want !== got) throw new TrainingError(`checkpoint '${file}' was written for model ${got}, not ${want}`);
-        if (!header.entries.some((e) => e.name === "optimizer.m"))
-          throw new TrainingError(`checkpoint '${file}' has no optimizer state; it cannot resume training`);
-      },
-    },
-  );
-  optimizer.step = info!.step;
-  return info!;
 }

@@ -47,7 +47,6 @@ export {
   loadCheckpoint,
   inspectCheckpoint,
   restoreCheckpoint,
-  restoreCheckpointFile,
   loadWeightsInto,
   CHECKPOINT_FORMAT,
   type CheckpointExtras,
@@ -55,6 +54,7 @@ export {
   type CheckpointInfo,
   type CheckpointSettings,
 } from "./checkpoint.js";
+export { checkpointWeights, restoreCheckpointFile } from "./checkpoint-files.js";
 export { adamwMomentBytes, rankStateFloats, type RankStateFloats, type RankStateInput } from "./memory-terms.js";
 export { estimateTrainingMemory, type TrainingMemoryInput, type MemoryEstimate, type MemoryTerm } from "./memory-account.js";
 export { MetricsLog, readMetrics, readMetricsFile, type MetricsFile, type StepMetrics } from "./report/metrics-log.js";

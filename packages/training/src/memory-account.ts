@@ -13,11 +13,12 @@
  *
  * - a measured baseline: the process (Node, the loader, ONNX Runtime and its
  *   first sessions) and, on the threads backend, each rank's worker thread;
- * - weights (one copy per process with shared weights), the gradients each
- *   rank holds at its ZeRO stage and one layer's (ZeRO-2's gradients outside
- *   the blocks only in the loss phase below), AdamW moments m and v
- *   (rankStateFloats: sharded under ZeRO 1 and 2; a checkpoint streams the
- *   slices, gathering nothing);
+ * - weights (one copy per process with shared weights; under ZeRO-3 each
+ *   rank's slice and what it gathers), the gradients each rank holds at its
+ *   ZeRO stage and one layer's (ZeRO 2 and 3's gradients outside the blocks,
+ *   and ZeRO-3's gathered head, only in the loss phase below), AdamW moments
+ *   m and v (rankStateFloats: sharded under ZeRO 1 to 3; a checkpoint
+ *   streams the slices, gathering nothing);
  * - saved activations, per token and layer (TransformerBlock's savedBytes):
  *   the block input, norm1's output and statistics, the attention's q, k, v,
  *   out and log-sum-exp in the local kernel's layout (and the output in the
@@ -51,6 +52,7 @@
  * the per-token terms counts what the arenas and glibc's heap keep. The
  * account is meant to be within 15% of the measured peak.
  */
+import { normComponent } from "@ulysses/block";
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
 import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
@@ -106,7 +108,7 @@ export interface TrainingMemoryInput {
   activationCheckpointing: boolean;
   /** Data-parallel degree: the gradient group is sp x dp ranks. */
   dp: number;
-  /** The ZeRO stage (0, 1, 2). */
+  /** The ZeRO stage (0 to 3). */
   zero: number;
   /** One copy of the weights per process, read by all of its ranks (--shared-weights). */
   sharedWeights: boolean;
@@ -132,11 +134,26 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   // the ranks on this machine: their held gradients at the stage (the world's first `ranks`: under mpirun on several hosts the largest slices)
   const groupSize = input.sp * input.dp;
   const edgeParameters = params - replica.blockParameters;
+  const gathered = {
+    layer: replica.layerParameters,
+    layers: model.layers,
+    finalNorm: normComponent(blockConfigOf(model).norm).weights.length * model.hidden,
+    head: model.vocab * model.hidden,
+  };
+  const stateOf = (rank: number) => rankStateFloats({ parameters: params, edgeParameters, groupSize, rank, zero, gathered });
   let heldGradientFloats = 0;
-  for (let rank = 0; rank < ranks; rank++) heldGradientFloats += rankStateFloats({ parameters: params, edgeParameters, groupSize, rank, zero }).gradients;
-  // ZeRO-2: the gradients outside the blocks, held by each rank through the loss (the same on every rank)
-  const lossPhaseGradientFloats = rankStateFloats({ parameters: params, edgeParameters, groupSize, rank: 0, zero }).lossPhaseGradients;
-  const streamed = zero === 2 && groupSize > 1;
+  let weightFloats = 0;
+  for (let rank = 0; rank < ranks; rank++) {
+    const state = stateOf(rank);
+    heldGradientFloats += state.gradients;
+    weightFloats += state.weights + state.gatheredWeights;
+  }
+  // ZeRO 2 and 3: the gradients outside the blocks, held by each rank through the loss (the same on every rank); ZeRO-3 the gathered head
+  const lossPhaseGradientFloats = stateOf(0).lossPhaseGradients;
+  const lossPhaseWeightFloats = stateOf(0).lossPhaseWeights;
+  const lossPhaseHeld = lossPhaseGradientFloats + lossPhaseWeightFloats;
+  const streamed = zero >= 2 && groupSize > 1;
+  const sharded = zero === 3 && groupSize > 1;
   const block = blockConfigOf(model);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
@@ -177,15 +194,17 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const headBlock = headColumns === model.vocab ? "[hidden, vocab]" : `[hidden, ${headColumns} of vocab ${model.vocab}] and its dLogits columns`;
   // With native ops the cross-entropy writes dLogits over the logits (crossEntropyInPlace): one [tile, vocab] buffer, not two
   const tileLogits = nativeOps ? 1 : 2;
-  const heldEdge = lossPhaseGradientFloats > 0 ? `, the ${lossPhaseGradientFloats} gradients outside the blocks (ZeRO-2)` : "";
+  const heldEdge =
+    (lossPhaseGradientFloats > 0 ? `, the ${lossPhaseGradientFloats} gradients outside the blocks (ZeRO-${zero})` : "") +
+    (lossPhaseWeightFloats > 0 ? `, the head's ${lossPhaseWeightFloats} weights gathered (ZeRO-3)` : "");
   const lossPhase = tiledLoss
     ? {
         name: `one loss tile: ${nativeOps ? "logits, overwritten by their gradient," : "logits and dLogits"} of ${lossTileRows} tokens x vocab ${model.vocab}, ${headGradients === 1 ? "one block of a tile's head weight gradient" : "two blocks of a tile's head weight gradient"} ${headBlock}, the final norm's input, output and gradient${heldEdge}`,
-        bytes: F32 * (tileLogits * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank + lossPhaseGradientFloats),
+        bytes: F32 * (tileLogits * model.vocab * lossTileRows + headGradients * headBlockFloats + finalNormFloats * tokensPerRank + lossPhaseHeld),
       }
     : {
         name: `logits, softmax and their gradient [tokens, vocab ${model.vocab}], the final norm's input, output and gradient${heldEdge}`,
-        bytes: F32 * ((3 * model.vocab + finalNormFloats) * tokensPerRank + lossPhaseGradientFloats),
+        bytes: F32 * ((3 * model.vocab + finalNormFloats) * tokensPerRank + lossPhaseHeld),
       };
   const blockPhase = {
     name: tiledMlp
@@ -200,10 +219,15 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
     },
     sharedWeights
       ? { name: `weights (${params} fp32 parameters, one copy per process shared by its ranks)`, bytes: processes * replica.weightBytes }
-      : { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
+      : sharded
+        ? {
+            name: `weights (ZeRO-3: each rank's slice of ${params} fp32 parameters, two gathered layers of ${gathered.layer} and the final norm's ${gathered.finalNorm}; the head's in the loss phase)`,
+            bytes: F32 * weightFloats,
+          }
+        : { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
     {
       name: streamed
-        ? `gradients (ZeRO-2: each rank's slice${input.sliceGradientBytes === 2 ? " in bf16" : ""}, one layer's and the exchange scratch; the ${edgeParameters} outside the blocks are in the loss phase)`
+        ? `gradients (ZeRO-${zero}: each rank's slice${input.sliceGradientBytes === 2 ? " in bf16" : ""}, one layer's and the exchange scratch; the ${edgeParameters} outside the blocks are in the loss phase)`
         : "gradients (flat vector and one layer's)",
       bytes:
         (streamed ? (input.sliceGradientBytes ?? F32) : F32) * heldGradientFloats + all(F32 * replica.layerParameters + (streamed ? EXCHANGE_CHUNK_BYTES : 0)),
@@ -239,8 +263,8 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
     });
   } else {
     // the terms after the baseline, weights, gradients and moments, less the fixed attention scratch and the share of the
-    // working set that is ZeRO-2's held gradients (a plain buffer made once a step, not op outputs)
-    const edgeShare = Math.max(lossPhase.bytes, blockPhase.bytes) - Math.max(lossPhase.bytes - F32 * lossPhaseGradientFloats, blockPhase.bytes);
+    // working set that is ZeRO-2's held gradients and ZeRO-3's gathered head (plain buffers made once a step, not op outputs)
+    const edgeShare = Math.max(lossPhase.bytes, blockPhase.bytes) - Math.max(lossPhase.bytes - F32 * lossPhaseHeld, blockPhase.bytes);
     const perToken = terms.slice(4).reduce((n, t) => n + t.bytes, 0) - all(ATTENTION_SCRATCH_BYTES) - all(edgeShare);
     const slack = nativeOps ? NATIVE_OPS_ARENA_SLACK : ARENA_SLACK;
     const floor = nativeOps ? NATIVE_OPS_ARENA_FLOOR_BYTES : ARENA_FLOOR_BYTES;

@@ -13,18 +13,31 @@ describe("adamwMomentBytes", () => {
 
 describe("rankStateFloats: the fp32 state a rank holds at each ZeRO stage", () => {
   // 10 parameters, 3 outside the blocks, 4 ranks: slices of 3, 3, 2, 2
-  const at = (zero: number, rank: number, groupSize = 4) => rankStateFloats({ parameters: 10, edgeParameters: 3, groupSize, rank, zero });
+  // ZeRO-3 gathers: layers of 2 parameters (3 layers), a final norm of 1, a head of 2
+  const gathered = { layer: 2, layers: 3, finalNorm: 1, head: 2 };
+  const at = (zero: number, rank: number, groupSize = 4) => rankStateFloats({ parameters: 10, edgeParameters: 3, groupSize, rank, zero, gathered });
+  const none = { gatheredWeights: 0, lossPhaseWeights: 0 };
   it("stage 0: everything on every rank", () => {
-    expect(at(0, 3)).toEqual({ weights: 10, gradients: 10, lossPhaseGradients: 0, moments: 20 });
+    expect(at(0, 3)).toEqual({ weights: 10, ...none, gradients: 10, lossPhaseGradients: 0, moments: 20 });
   });
   it("stage 1: the moments of the rank's slice only", () => {
     expect([0, 1, 2, 3].map((rank) => at(1, rank).moments)).toEqual([6, 6, 4, 4]);
-    expect(at(1, 2)).toEqual({ weights: 10, gradients: 10, lossPhaseGradients: 0, moments: 4 });
+    expect(at(1, 2)).toEqual({ weights: 10, ...none, gradients: 10, lossPhaseGradients: 0, moments: 4 });
   });
   it("stage 2: the gradients of the rank's slice, and those outside the blocks through the loss only; alone, everything", () => {
     expect([0, 1, 2, 3].map((rank) => at(2, rank).gradients)).toEqual([3, 3, 2, 2]);
     expect([0, 1, 2, 3].map((rank) => at(2, rank).lossPhaseGradients)).toEqual([3, 3, 3, 3]);
-    expect(at(2, 0, 1)).toEqual({ weights: 10, gradients: 10, lossPhaseGradients: 0, moments: 20 });
+    expect(at(2, 0, 1)).toEqual({ weights: 10, ...none, gradients: 10, lossPhaseGradients: 0, moments: 20 });
+  });
+  it("stage 3: the slice of the weights, two gathered layers and the final norm through the step, the head through the loss; alone, everything", () => {
+    expect([0, 1, 2, 3].map((rank) => at(3, rank).weights)).toEqual([3, 3, 2, 2]);
+    expect(at(3, 2)).toEqual({ weights: 2, gatheredWeights: 2 * 2 + 1, lossPhaseWeights: 2, gradients: 2, lossPhaseGradients: 3, moments: 4 });
+    expect(at(3, 0, 1)).toEqual({ weights: 10, ...none, gradients: 10, lossPhaseGradients: 0, moments: 20 });
+    // one layer: one staging buffer
+    expect(rankStateFloats({ parameters: 10, edgeParameters: 3, groupSize: 2, rank: 0, zero: 3, gathered: { ...gathered, layers: 1 } }).gatheredWeights).toBe(
+      3,
+    );
+    expect(() => rankStateFloats({ parameters: 10, edgeParameters: 3, groupSize: 2, rank: 0, zero: 3 })).toThrow(/needs what it gathers/);
   });
 });
 
@@ -78,6 +91,12 @@ describe("the memory account's model state per ZeRO stage and with shared weight
     const saved = (bfloat16Checkpoints: boolean) => term({ model: model3, activationCheckpointing: true, bfloat16Checkpoints }, "saved activations");
     // 3 layers of hidden 4, 4 tokens per rank, 2 ranks: two inputs in bf16 and one in float32 instead of three in float32
     expect(saved(false) - saved(true)).toBe(2 * 4 * (3 * 4 * 4 - (2 * 2 * 4 + 4 * 4)));
+  });
+  it("ZeRO-3: each rank's slice of the 192 weights, one gathered layer of 144 and the final norm's 8; the head's 40 in the loss phase", () => {
+    expect(term({ zero: 3 }, "weights")).toBe(4 * (96 + 96 + 2 * (144 + 8)));
+    expect(term({ zero: 3 }, "gradients")).toBe(term({ zero: 2 }, "gradients"));
+    const working = (zero: number) => term({ zero }, "backward working set");
+    expect(working(3) - working(2)).toBe(2 * 4 * 40);
   });
   it("moments: a pair per rank, or one pair sharded over the ranks", () => {
     expect(term({}, "AdamW moments")).toBe(2 * 2 * 4 * 192);

@@ -4,7 +4,8 @@
  * restoreCheckpointFile reads into each rank only its slice. The file's
  * moments are the ranks' slices back to back, bit for bit; a file written at
  * one stage and SP degree restores at another with every rank holding
- * exactly its part of the file.
+ * exactly its part of the file. Under ZeRO-3 the weights too are streamed
+ * from the ranks holding them, and a rank restores only its slice of them.
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -15,7 +16,8 @@ import { Gpt, readSafetensors, writeSafetensors, type GptConfig } from "@ulysses
 import { ParallelDims, parallelize } from "@ulysses/parallel";
 import { Rng, type Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
-import { inspectCheckpoint, restoreCheckpointFile, saveCheckpoint } from "./checkpoint.js";
+import { inspectCheckpoint, saveCheckpoint } from "./checkpoint.js";
+import { restoreCheckpointFile } from "./checkpoint-files.js";
 import { recallBatch } from "./data/recall-task.js";
 import { Trainer, type ZeroStage } from "./train-step.js";
 
@@ -28,7 +30,8 @@ async function trainers(sp: number, zero: ZeroStage, steps: number): Promise<Tra
   return Promise.all(
     createLocalGroups(sp).map(async (world) => {
       const dims = await ParallelDims.create(world, { sp, attention: "ulysses" }, { heads: config.heads, kvHeads: config.kvHeads, seqLength: task.seq });
-      const model = new Gpt(config, { ops, localAttention: new ReferenceAttention(), seed: 7 });
+      const shard = zero === 3 ? { shardOver: { rank: world.rank, ranks: world.size } } : {};
+      const model = new Gpt(config, { ops, localAttention: new ReferenceAttention(), seed: 7, ...shard });
       const trainer = new Trainer(parallelize(model, dims), { ops, gradClip: 1, adamw: { weightDecay: 0.1 }, zero });
       const data = new Rng(99, 1);
       for (let step = 0; step < steps; step++)
@@ -82,6 +85,8 @@ describe("checkpoints shard by shard", () => {
       [2, 1],
       [1, 0],
       [4, 2],
+      [4, 3],
+      [2, 3],
     ] as const) {
       const fresh = await trainers(sp, zero, 0);
       for (const t of fresh) {
@@ -92,9 +97,28 @@ describe("checkpoints shard by shard", () => {
         expect(length).toBe(zero === 0 ? m.length : t.sliceSizes[t.group!.rank]);
         expect([...t.optimizer.m]).toEqual([...m.subarray(offset, offset + length)]);
         expect([...t.optimizer.v]).toEqual([...v.subarray(offset, offset + length)]);
-        for (const [name, tensor] of weights) expect([...t.model.params.value(name).data], name).toEqual([...(tensor.data as Float32Array)]);
+        const { params } = t.model;
+        if (!params.sharded) {
+          for (const [name, tensor] of weights) expect([...params.value(name).data], name).toEqual([...(tensor.data as Float32Array)]);
+          continue;
+        }
+        // ZeRO-3: the slice of the file's flat weights, and nothing else
+        const flat = new Float32Array(params.size);
+        for (const [name, tensor] of weights) flat.set(tensor.data as Float32Array, params.slots.get(name)!.offset);
+        expect(params.owned.length).toBe(t.sliceSizes[t.group!.rank]);
+        expect([...params.owned]).toEqual([...flat.subarray(offset, offset + length)]);
       }
     }
+  });
+
+  it("under ZeRO-3 at SP 4 the file, weights streamed from the ranks holding them, is ZeRO-2's bit for bit", async () => {
+    const zero2 = path.join(dir, "zero2-for-3.safetensors");
+    const zero3 = path.join(dir, "zero3.safetensors");
+    await save(await trainers(4, 2, 3), zero2);
+    const sharded = await trainers(4, 3, 3);
+    expect(sharded[1]!.model.params.sharded).toBe(true);
+    await save(sharded, zero3);
+    expect(fs.readFileSync(zero3).equals(fs.readFileSync(zero2))).toBe(true);
   });
 
   it("refuses a file of another model or without moments before reading a tensor, naming the file", async () => {

@@ -13,7 +13,7 @@ import { ReferenceAttention, ReferenceOps, StatsReferenceAttention, type LocalAt
 import { PoisoningOps } from "@ulysses/kernels/testing";
 import { Gpt, parameterCount, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type ParallelDimsOptions, type SequenceParallelKind, type SequenceRun } from "@ulysses/parallel";
-import { Rng, Tensor } from "@ulysses/tensors";
+import { Rng, Tensor, evenSplitSizes } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
 import { recallBatch } from "./data/recall-task.js";
 import { learningRateAt } from "./lr-schedule.js";
@@ -59,6 +59,8 @@ interface Run {
   logits: Float32Array | null;
   runs: SequenceRun[] | null;
   held: RankStateFloats;
+  /** Elements the model gathered in each step (ZeRO-3). */
+  gatheredPerStep: number[];
   ranksHeld?: RankStateFloats[];
 }
 
@@ -67,13 +69,26 @@ async function train(sp: number | null, options: Options = {}): Promise<Run> {
   const steps = options.steps ?? 20;
   const ops = options.ops ?? new ReferenceOps();
   const modelConfig = { ...config, tiedHead: options.tiedHead ?? false, kvHeads: options.kvHeads ?? config.kvHeads, ...options.model };
-  const loop = async (trainer: Trainer, runs: SequenceRun[] = [{ start: 0, length: task.seq }]): Promise<Run> => {
+  const loop = async (trainer: Trainer, gpt: Gpt, runs: SequenceRun[] = [{ start: 0, length: task.seq }]): Promise<Run> => {
     const data = new Rng(99, 1);
     const losses: number[] = [];
     const grads: Float32Array[] = [];
     // the held gradient buffer's elements as each block's gradient run arrives (before) and is taken (after)
     const params = trainer.model.params;
-    const seen = { before: 0, after: 0 };
+    const seen = { before: 0, after: 0, gatheredParameter: 0, gathered: 0 };
+    // ZeRO-3: the largest parameter gathered whole (the head's, or the table for its lookup), and the elements gathered per step
+    const gatherParameter = params.gatherParameter.bind(params);
+    params.gatherParameter = async (name) => {
+      const t = await gatherParameter(name);
+      if (params.sharded) seen.gatheredParameter = Math.max(seen.gatheredParameter, t.size);
+      return t;
+    };
+    const gather = params.gather.bind(params);
+    params.gather = async (at, into) => {
+      seen.gathered += into.length;
+      await gather(at, into);
+    };
+    const gatheredPerStep: number[] = [];
     const accumulateRun = params.accumulateRun.bind(params);
     params.accumulateRun = async (first, values, ops) => {
       seen.before = Math.max(seen.before, params.heldGradientElements);
@@ -82,7 +97,9 @@ async function train(sp: number | null, options: Options = {}): Promise<Run> {
     };
     for (let step = 0; step < steps; step++) {
       const batch = recallBatch(task, 2, () => data.uniform());
+      const before = seen.gathered;
       losses.push((await trainer.trainStep(batch, learningRateAt(step, { peak: 1e-2, warmupSteps: 3, totalSteps: steps }))).loss);
+      gatheredPerStep.push(seen.gathered - before);
       if (options.record) grads.push(trainer.model.params.grads.slice());
     }
     const final = options.record ? await finalLogits(trainer, recallBatch(task, 2, () => data.uniform()).tokens, runs) : null;
@@ -90,12 +107,17 @@ async function train(sp: number | null, options: Options = {}): Promise<Run> {
     // between steps, and besides those from the loss until the blocks' backward), AdamW's moments
     const through = Math.max(seen.after, params.heldGradientElements);
     const held = {
-      weights: params.values.length,
+      weights: params.owned.length,
+      gatheredWeights: gpt.gatheredWeightElements,
+      lossPhaseWeights: seen.gatheredParameter,
       gradients: through + (trainer.sliceGradients?.length ?? 0),
       lossPhaseGradients: seen.before - through,
       moments: trainer.optimizer.m.length + trainer.optimizer.v.length,
     };
-    return { losses, weights: trainer.model.params.values, grads, logits: final?.logits ?? null, runs: final?.runs ?? null, held };
+    // sharded (ZeRO-3): every rank gathers the whole vector to compare it
+    const weights = params.sharded ? new Float32Array(params.size) : params.values;
+    if (params.sharded) await params.gather(0, weights);
+    return { losses, weights, grads, logits: final?.logits ?? null, runs: final?.runs ?? null, held, gatheredPerStep };
   };
   const stepOptions = {
     ops,
@@ -108,8 +130,9 @@ async function train(sp: number | null, options: Options = {}): Promise<Run> {
   };
   const sharedValues = options.shared ? new Float32Array(parameterCount(modelConfig)) : undefined;
   const local = options.local ?? (() => new ReferenceAttention());
-  const model = () =>
+  const model = (shardOver?: { rank: number; ranks: number }) =>
     new Gpt(modelConfig, {
+      ...(shardOver !== undefined ? { shardOver } : {}),
       ops,
       localAttention: local(),
       seed: 7,
@@ -117,7 +140,10 @@ async function train(sp: number | null, options: Options = {}): Promise<Run> {
       mlpTileRows: options.mlpTileRows ?? 0,
       ...(sharedValues !== undefined ? { parameterValues: sharedValues } : {}),
     });
-  if (sp === null) return loop(new Trainer(model(), stepOptions));
+  if (sp === null) {
+    const gpt = model();
+    return loop(new Trainer(gpt, stepOptions), gpt);
+  }
   const results = await Promise.all(
     createLocalGroups(sp).map(async (world) => {
       const dims = await ParallelDims.create(
@@ -125,7 +151,8 @@ async function train(sp: number | null, options: Options = {}): Promise<Run> {
         { sp, attention: options.attention ?? "ulysses", ...options.dims },
         { heads: config.heads, kvHeads: modelConfig.kvHeads, seqLength: task.seq },
       );
-      return loop(new Trainer(parallelize(model(), dims), stepOptions), dims.runs(task.seq)[dims.spGroup.rank]!);
+      const gpt = model(options.zero === 3 ? { rank: world.rank, ranks: world.size } : undefined);
+      return loop(new Trainer(parallelize(gpt, dims), stepOptions), gpt, dims.runs(task.seq)[dims.spGroup.rank]!);
     }),
   );
   for (const r of results.slice(1)) expect([...r.weights]).toEqual([...results[0]!.weights]);
@@ -238,6 +265,11 @@ describe("releases under sequence parallelism: PoisoningOps train as ReferenceOp
     { name: "Ulysses SP 2", sp: 2, options: {} },
     { name: "Ulysses SP 2, checkpointing, ZeRO-1, tied head", sp: 2, options: { checkpointing: true, zero: 1, tiedHead: true } },
     { name: "Ulysses SP 2, ZeRO-2 and shared weights, tied head", sp: 2, options: { zero: 2, shared: true, tiedHead: true } },
+    {
+      name: "Ulysses SP 2, ZeRO-3, checkpointing, loss tiles of 5 rows, tied head",
+      sp: 2,
+      options: { zero: 3, checkpointing: true, lossTileRows: 5, tiedHead: true },
+    },
     { name: "Ulysses SP 2, loss tiles of 5 rows, MLP tiles of 4 rows", sp: 2, options: { lossTileRows: 5, mlpTileRows: 4 } },
     { name: "Ulysses SP 1 (its context keeps the block's q, k, v), loss and MLP tiles", sp: 1, options: { lossTileRows: 5, mlpTileRows: 4 } },
     { name: "all-gather SP 2", sp: 2, options: { attention: "allgather" } },
@@ -275,7 +307,7 @@ describe("releases under sequence parallelism: PoisoningOps train as ReferenceOp
 // ZeRO changes where the sums are made and who updates which weights, not what they are: every stage trains as ZeRO-0 over 20
 // steps. The blocks' gradients under ZeRO-2 are reduce-scattered as the backward makes them, the others' in two flushes (before
 // the blocks' backward and after it), and the held buffer is gone while the blocks run backward (lossPhaseGradients).
-describe("ZeRO 1 and 2, with and without one shared copy of the weights, train as ZeRO-0 (20 steps)", () => {
+describe("ZeRO 1 to 3, with and without one shared copy of the weights, train as ZeRO-0 (20 steps)", () => {
   const stats = () => new StatsReferenceAttention();
   const cases: { name: string; sp: number; options: Options; edges: number }[] = [
     // outside the blocks: embedding 32 x 16, head 16 x 32 (untied), final LayerNorm 2 x 16
@@ -289,7 +321,10 @@ describe("ZeRO 1 and 2, with and without one shared copy of the weights, train a
       edges: 544,
     },
   ];
-  const stages: { zero: ZeroStage; shared?: boolean }[] = [{ zero: 1 }, { zero: 2 }, { zero: 1, shared: true }, { zero: 2, shared: true }];
+  const stages: { zero: ZeroStage; shared?: boolean }[] = [{ zero: 1 }, { zero: 2 }, { zero: 3 }, { zero: 1, shared: true }, { zero: 2, shared: true }];
+  // what ZeRO-3 gathers, of the test model (2 layers, hidden 16, vocab 32): the final LayerNorm's 2 x 16, the head's (or tied, the embedding's) 32 x 16
+  const finalNorm = 32;
+  const head = 512;
   for (const c of cases) {
     it(`${c.name}: losses and weights within 1e-5 at ${stages.map((s) => `ZeRO-${s.zero}${s.shared ? " shared" : ""}`).join(", ")}`, async () => {
       const want = await train(c.sp, c.options);
@@ -301,14 +336,44 @@ describe("ZeRO 1 and 2, with and without one shared copy of the weights, train a
         want.losses.forEach((loss, step) => expect(Math.abs(got.losses[step]! - loss) / loss, `${what} loss ${step}`).toBeLessThanOrEqual(1e-5));
         expect(maxRelative(got.weights, want.weights), `${what} weights`).toBeLessThanOrEqual(1e-5);
         // what each rank allocated is the stage's formula
+        const layer = (parameters - c.edges) / 2;
+        const gathered = { layer, layers: 2, finalNorm, head };
         got.ranksHeld!.forEach((held, rank) =>
-          expect(held, `${what} rank ${rank}`).toEqual(rankStateFloats({ parameters, edgeParameters: c.edges, groupSize: c.sp, rank, zero: stage.zero })),
+          expect(held, `${what} rank ${rank}`).toEqual(
+            rankStateFloats({ parameters, edgeParameters: c.edges, groupSize: c.sp, rank, zero: stage.zero, gathered }),
+          ),
         );
+        // ZeRO-3 gathers per step the final norm, the table for the lookup, the head, and the two layers once (both still staged for the backward)
+        expect(got.gatheredPerStep).toEqual(Array(20).fill(stage.zero === 3 ? finalNorm + 2 * head + 2 * layer : 0));
       }
       // ZeRO-0 holds everything on every rank
-      want.ranksHeld!.forEach((held) => expect(held).toEqual({ weights: parameters, gradients: parameters, lossPhaseGradients: 0, moments: 2 * parameters }));
+      want.ranksHeld!.forEach((held) =>
+        expect(held).toEqual({
+          weights: parameters,
+          gatheredWeights: 0,
+          lossPhaseWeights: 0,
+          gradients: parameters,
+          lossPhaseGradients: 0,
+          moments: 2 * parameters,
+        }),
+      );
     });
   }
+
+  it("ZeRO-3 with 5 layers (Ulysses SP 2, checkpointing, tied head): ZeRO-0's losses and weights within 1e-5; layers 0 .. 2 gathered again for the backward", async () => {
+    const options: Options = { model: { layers: 5 }, checkpointing: true, tiedHead: true };
+    const want = await train(2, options);
+    const got = await train(2, { ...options, zero: 3 });
+    want.losses.forEach((loss, step) => expect(Math.abs(got.losses[step]! - loss) / loss, `loss ${step}`).toBeLessThanOrEqual(1e-5));
+    expect(maxRelative(got.weights, want.weights)).toBeLessThanOrEqual(1e-5);
+    const layer = (want.weights.length - head - finalNorm) / 5;
+    expect(got.gatheredPerStep).toEqual(Array(20).fill(finalNorm + 2 * head + (5 + 3) * layer));
+    // between layers a rank holds its half of the weights, two layers and the final norm
+    got.ranksHeld!.forEach((held, rank) => {
+      expect(held.weights).toBe(evenSplitSizes(want.weights.length, 2)[rank]);
+      expect(held.gatheredWeights).toBe(2 * layer + finalNorm);
+    });
+  });
 
   // bf16 slices round each element's summed gradient to 8 significant bits: not ZeRO-0's bits, but its curve within the tolerance
   it("ZeRO-2 with the slice gradients stored in bf16 (Ulysses SP 4 and hybrid 2x2, shared weights, tied head): ZeRO-0's losses within 1e-3, weights within 3e-3, and not its bits", async () => {

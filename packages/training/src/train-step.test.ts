@@ -1,7 +1,7 @@
 import { createLocalGroups } from "@ulysses/collectives";
 import { seededRandom } from "@ulysses/kernels/testing";
 import { describe, expect, it } from "vitest";
-import { allGatherInChunks, allReduceInChunks, reduceScatterInChunks } from "./train-step.js";
+import { allGatherInChunks, allReduceInChunks, reduceScatterInChunks } from "./zero-collectives.js";
 
 describe("allReduceInChunks", () => {
   it("sums in place over 3 ranks, in calls of at most the chunk, equal to the float64 sum of the ranks' vectors", async () => {

@@ -16,6 +16,11 @@
  *   slice and dropped at the first block's gradient (so it is not resident
  *   through the blocks' backward) and again after the backward; the second
  *   buffer is new, and only the rows of this rank's tokens are ever written.
+ * - 3: as 2, and the weights are sharded too: the model's parameter store
+ *   holds this rank's slice only (GptOptions.shardOver, the same slices), the
+ *   Trainer installs the collective that gathers a range of them
+ *   (allGatherRangeInto), the model gathers each layer's weights just before
+ *   it runs, and after the update nothing is gathered back.
  *
  * With shared weights (one copy of the values that every rank of the group
  * reads, on the threads and local backends) each rank updates its slice in
@@ -32,6 +37,7 @@ import { AdamW, type AdamWOptions } from "./adamw.js";
 import { clipGradNorm, clipScaleOf, normOfSums } from "./grad-clip.js";
 import { sliceGradients, type GradientDtype, type SliceGradients } from "./slice-gradients.js";
 import { TrainingError } from "./errors.js";
+import { allGatherInChunks, allGatherRangeInto, allReduceInChunks, reduceScatterInChunks, reduceScatterRangeInto } from "./zero-collectives.js";
 import { lossAndGradients, validateLossTileRows, type LossResult, type TrainModel } from "./loss.js";
 
 export interface TrainStepOptions {
@@ -39,7 +45,7 @@ export interface TrainStepOptions {
   /** Global gradient-norm clip (0: off). */
   gradClip: number;
   adamw: AdamWOptions;
-  /** The ZeRO stage over the gradient group: 0 (none), 1 (AdamW state sharded), 2 (gradients too). */
+  /** The ZeRO stage over the gradient group: 0 (none), 1 (AdamW state sharded), 2 (gradients too), 3 (weights too). */
   zero: ZeroStage;
   /**
    * The model's weights are one copy that every rank of the gradient group
@@ -52,13 +58,13 @@ export interface TrainStepOptions {
   /**
    * How ZeRO-2's slice gradients are stored (default float32): bfloat16
    * halves them (rounded to nearest even as each summed part is added; the
-   * master weights and AdamW's moments stay float32). Needs zero 2.
+   * master weights and AdamW's moments stay float32). Needs zero 2 or 3.
    */
   sliceGradientDtype?: GradientDtype;
 }
 
-/** ZeRO stages: 0 none, 1 optimizer state sharded, 2 gradients sharded too. */
-export const ZERO_STAGES = [0, 1, 2] as const;
+/** ZeRO stages: 0 none, 1 optimizer state sharded, 2 gradients sharded too, 3 weights sharded too. */
+export const ZERO_STAGES = [0, 1, 2, 3] as const;
 export type ZeroStage = (typeof ZERO_STAGES)[number];
 
 /** Held gradient buffers at least this large are collected as soon as they are dropped (ZeRO-2), not when V8 next decides. */
@@ -76,7 +82,7 @@ export class Trainer {
   readonly group: ProcessGroup | null;
   /** Flat-vector elements owned by each rank (ZeRO 1 and 2), else one slice of everything. */
   readonly sliceSizes: number[];
-  /** ZeRO-2 over more than one rank: the summed gradient of this rank's slice, filled during the backward (else null). */
+  /** ZeRO 2 and 3 over more than one rank: the summed gradient of this rank's slice, filled during the backward (else null). */
   readonly sliceGradients: SliceGradients | null;
   /** The ops' native AdamW loop, when they have one. */
   private readonly adamwKernel: ((update: AdamWUpdate) => void) | undefined;
@@ -86,11 +92,13 @@ export class Trainer {
     validateLossTileRows(options.lossTileRows);
     if (!(ZERO_STAGES as readonly number[]).includes(options.zero))
       throw new TrainingError(`zero must be one of ${ZERO_STAGES.join(", ")} (the ZeRO stage), got ${String(options.zero)}`);
-    if (options.sharedWeights === true && options.zero === 0)
-      throw new TrainingError("shared weights are updated a slice per rank, in place: they need ZeRO stage 1 or 2, got zero 0");
+    if (options.sharedWeights === true && (options.zero === 0 || options.zero === 3))
+      throw new TrainingError(`shared weights are one whole copy updated a slice per rank, in place: they need ZeRO stage 1 or 2, got zero ${options.zero}`);
     const gradientDtype = options.sliceGradientDtype ?? "float32";
-    if (gradientDtype !== "float32" && options.zero !== 2)
-      throw new TrainingError(`${gradientDtype} gradients are ZeRO-2's slices stored in ${gradientDtype}: they need ZeRO stage 2, got zero ${options.zero}`);
+    if (gradientDtype !== "float32" && options.zero < 2)
+      throw new TrainingError(
+        `${gradientDtype} gradients are ZeRO-2's slices stored in ${gradientDtype}: they need ZeRO stage 2 or 3, got zero ${options.zero}`,
+      );
     this.options = options;
     this.group = model.gradientGroup;
     const total = model.params.size;
@@ -100,11 +108,16 @@ export class Trainer {
     const rank = sharded ? (this.group?.rank ?? 0) : 0;
     const offset = this.sliceSizes.slice(0, rank).reduce((a, b) => a + b, 0);
     const length = this.sliceSizes[rank]!;
+    checkShard(model.params, options.zero, offset, length, ranks);
     this.optimizer = new AdamW({ offset, length, decayMask: model.params.decayMask(offset, length) }, options.adamw);
     this.adamwKernel = options.ops.adamwUpdate?.bind(options.ops);
     const group = this.group;
     this.sliceGradients = null;
-    if (options.zero === 2 && group !== null && group.size > 1) {
+    if (options.zero === 3 && group !== null && group.size > 1) {
+      const { params } = model;
+      params.gatherWith((at, into) => allGatherRangeInto(group, params.owned, this.sliceSizes, at, into));
+    }
+    if (options.zero >= 2 && group !== null && group.size > 1) {
       const mine = sliceGradients(length, gradientDtype);
       this.sliceGradients = mine;
       model.params.streamBlockGradients(async (at, values) => {
@@ -161,7 +174,8 @@ export class Trainer {
     const result = await lossAndGradients(this.model, this.options.ops, batch, { lossTileRows: this.options.lossTileRows });
     const { offset, length } = this.optimizer;
     let gradNorm: number;
-    const slice = params.values.subarray(offset, offset + length);
+    // this rank's slice of the weights: within the whole vector, or (ZeRO-3) all the store holds
+    const slice = params.owned.subarray(offset - params.shard.offset, offset - params.shard.offset + length);
     if (this.sliceGradients !== null && group !== null) {
       // the embedding lookup's (and, with no block, all of them)
       const mine = this.sliceGradients;
@@ -179,13 +193,14 @@ export class Trainer {
     } else {
       if (group !== null && group.size > 1) await allReduceInChunks(group, params.grads);
       gradNorm = await clipGradNorm(params.grads, gradClip);
-      this.optimizer.update(params.values, params.grads, lr, false, this.adamwKernel);
+      this.optimizer.update(params.owned, params.grads, lr, false, this.adamwKernel);
     }
     return { ...result, gradNorm };
   }
 
-  /** Every rank's updated slice into every rank's weights: one shared copy needs only every rank past its update. */
+  /** Every rank's updated slice into every rank's weights: one shared copy needs only every rank past its update, sharded ones (ZeRO-3) nothing. */
   private async afterSliceUpdate(group: ProcessGroup, slice: Float32Array): Promise<void> {
+    if (this.model.params.sharded) return;
     if (this.options.sharedWeights === true) await group.barrier();
     else await allGatherInChunks(group, slice, this.model.params.values, this.sliceSizes);
   }
@@ -193,28 +208,45 @@ export class Trainer {
   /**
    * One of AdamW's moments over the whole flat vector, as a run of byte parts
    * in flat order (a checkpoint writes them as they come). Sharded (ZeRO 1
-   * and 2 over more than one rank), each rank's slice is broadcast from it in
+   * to 3 over more than one rank), each rank's slice is broadcast from it in
    * parts of at most EXCHANGE_CHUNK_BYTES: collective, every rank of the group
    * draws the parts in the same order, and each part is one buffer refilled
    * (use it before drawing the next). Otherwise this rank's own moment.
    */
-  async *momentParts(which: "m" | "v"): AsyncGenerator<Uint8Array> {
+  momentParts(which: "m" | "v"): AsyncGenerator<Uint8Array> {
     const mine = this.optimizer[which];
-    const group = this.group;
-    const bytes = (x: Float32Array) => new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
-    if (this.options.zero === 0 || group === null || group.size === 1) {
-      yield bytes(mine);
-      return;
-    }
-    const buffer = new Float32Array(Math.max(1, Math.floor(EXCHANGE_CHUNK_BYTES / Float32Array.BYTES_PER_ELEMENT)));
+    if (this.options.zero === 0 || this.group === null || this.group.size === 1) return wholeParts(mine);
+    return this.flatParts(mine, 0, this.model.params.size);
+  }
+
+  /**
+   * Parameter `name`'s weights as a run of byte parts: a view of them, or
+   * (ZeRO-3 over more than one rank) broadcast from the ranks holding them,
+   * as momentParts' (collective, one buffer refilled).
+   */
+  weightParts(name: string): AsyncGenerator<Uint8Array> {
+    const { params } = this.model;
+    if (!params.sharded) return wholeParts(params.value(name).data);
+    const { offset, size } = params.slots.get(name)!;
+    return this.flatParts(params.owned, offset, offset + size);
+  }
+
+  /** Flat elements [begin, end) of a vector sharded like the slices (`mine`: this rank's slice), each rank's part broadcast from it. */
+  private async *flatParts(mine: Float32Array, begin: number, end: number): AsyncGenerator<Uint8Array> {
+    const group = this.group!;
+    const buffer = new Float32Array(Math.max(1, Math.min(end - begin, Math.floor(EXCHANGE_CHUNK_BYTES / Float32Array.BYTES_PER_ELEMENT))));
+    let start = 0;
     for (let root = 0; root < group.size; root++) {
       const n = this.sliceSizes[root]!;
-      for (let at = 0; at < n; at += buffer.length) {
-        const part = buffer.subarray(0, Math.min(buffer.length, n - at));
-        if (group.rank === root) part.set(mine.subarray(at, at + part.length));
+      const from = Math.max(begin, start);
+      const to = Math.min(end, start + n);
+      for (let at = from; at < to; at += buffer.length) {
+        const part = buffer.subarray(0, Math.min(buffer.length, to - at));
+        if (group.rank === root) part.set(mine.subarray(at - start, at - start + part.length));
         const got = await group.broadcast(new Tensor("float32", [part.length], part), { root });
-        yield bytes(got.data as Float32Array);
+        yield bytesOf(got.data as Float32Array);
       }
+      start += n;
     }
   }
 
@@ -227,135 +259,26 @@ export class Trainer {
   }
 }
 
-/**
- * Sums `values` over `group` in place, in allReduces of at most
- * EXCHANGE_CHUNK_BYTES: a backend may stage a whole message (the threads
- * backend keeps its outboxes as large as the largest message it has carried,
- * in two sets), so one call for the whole gradient would keep up to twice the
- * gradient's size per rank resident for the rest of the run (284 MiB at
- * SP 2 for a 17.7M-parameter model). Elementwise sums: the same result as one
- * call.
- */
-export async function allReduceInChunks(group: ProcessGroup, values: Float32Array, chunkBytes = EXCHANGE_CHUNK_BYTES): Promise<void> {
-  const step = Math.max(1, Math.floor(chunkBytes / Float32Array.BYTES_PER_ELEMENT));
-  for (let begin = 0; begin < values.length; begin += step) {
-    const part = values.subarray(begin, Math.min(values.length, begin + step));
-    await group.allReduce(new Tensor("float32", [part.length], part), { op: "sum" });
-  }
+function bytesOf(x: Float32Array): Uint8Array {
+  return new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
 }
 
-/** One window of ZeRO-1's chunked collectives: each rank's piece, where it lies in the flat vector and in the packed window. */
-interface Window {
-  /** The window starts this many elements into every rank's slice. */
-  at: number;
-  /** Elements of each rank's slice in the window. */
-  pieces: number[];
-  total: number;
-  /** Rank j's piece: at `flat` in the flat vector, at `packed` in the window (ranks in order). */
-  parts: { flat: number; packed: number; length: number }[];
+/** A vector as one part. */
+async function* wholeParts(values: Float32Array): AsyncGenerator<Uint8Array> {
+  yield bytesOf(values);
 }
 
-/**
- * The windows of ZeRO-1's chunked collectives over slices of `sliceSizes`
- * elements (rank j's after those of ranks before it): window k carries
- * elements [k q, k q + pieces[j]) of every rank j's slice, q = floor(chunk
- * elements / ranks), so a window moves at most the chunk. Every rank computes
- * the same windows from the same sizes.
- */
-function windowsOf(sliceSizes: readonly number[], chunkBytes: number): Window[] {
-  const q = Math.max(1, Math.floor(chunkBytes / Float32Array.BYTES_PER_ELEMENT / sliceSizes.length));
-  const offsets = sliceSizes.map((_, j) => sliceSizes.slice(0, j).reduce((a, b) => a + b, 0));
-  const longest = Math.max(0, ...sliceSizes);
-  const windows: Window[] = [];
-  for (let at = 0; at < longest; at += q) {
-    const pieces = sliceSizes.map((n) => Math.max(0, Math.min(q, n - at)));
-    let packed = 0;
-    const parts = pieces.map((length, j) => {
-      const part = { flat: offsets[j]! + at, packed, length };
-      packed += length;
-      return part;
-    });
-    windows.push({ at, pieces, total: packed, parts });
-  }
-  return windows;
-}
-
-/** One buffer for every window's packed elements (the first window is the largest): a collective per window, not an allocation. */
-function packedBuffer(windows: readonly Window[]): Float32Array {
-  return new Float32Array(windows[0]?.total ?? 0);
-}
-
-/**
- * ZeRO-1's reduce-scatter of the flat vector `values` (rank j owns
- * sliceSizes[j] elements), in windows of at most chunkBytes (windowsOf):
- * returns this rank's summed slice. Like allReduceInChunks, no call stages
- * the whole vector.
- */
-export async function reduceScatterInChunks(
-  group: ProcessGroup,
-  values: Float32Array,
-  sliceSizes: readonly number[],
-  chunkBytes = EXCHANGE_CHUNK_BYTES,
-): Promise<Float32Array> {
-  const mine = new Float32Array(sliceSizes[group.rank]!);
-  const windows = windowsOf(sliceSizes, chunkBytes);
-  const buffer = packedBuffer(windows);
-  for (const { at, pieces, total, parts } of windows) {
-    for (const p of parts) if (p.length > 0) buffer.set(values.subarray(p.flat, p.flat + p.length), p.packed);
-    const n = pieces[group.rank]!;
-    const output = new Tensor("float32", [n], mine.subarray(at, at + n));
-    await group.reduceScatter(new Tensor("float32", [total], buffer.subarray(0, total)), { op: "sum", sizes: pieces, output });
-  }
-  return mine;
-}
-
-/**
- * ZeRO-2's reduce-scatter of one run of the flat vector: `values` are this
- * rank's gradients of flat elements [at, at + values.length), which cross
- * the slices of one or more ranks (rank j's: sliceSizes[j] elements after
- * those of ranks before it). In chunks of at most `scratch.length` elements,
- * each rank's part of a chunk is summed over `group` and added into `mine`
- * (this rank's slice gradient) where it belongs. The values of a chunk are
- * already in rank order, so they are sent as they lie.
- */
-export async function reduceScatterRangeInto(
-  group: ProcessGroup,
-  values: Float32Array,
-  at: number,
-  sliceSizes: readonly number[],
-  mine: SliceGradients,
-  scratch: Float32Array,
-): Promise<void> {
-  const starts = sliceSizes.map((_, j) => sliceSizes.slice(0, j).reduce((a, b) => a + b, 0));
-  const myStart = starts[group.rank]!;
-  const chunk = scratch.length;
-  for (let begin = 0; begin < values.length; begin += chunk) {
-    const end = Math.min(values.length, begin + chunk);
-    const from = at + begin;
-    const to = at + end;
-    const pieces = sliceSizes.map((n, j) => Math.max(0, Math.min(to, starts[j]! + n) - Math.max(from, starts[j]!)));
-    const n = pieces[group.rank]!;
-    const output = new Tensor("float32", [n], scratch.subarray(0, n));
-    await group.reduceScatter(new Tensor("float32", [end - begin], values.subarray(begin, end)), { op: "sum", sizes: pieces, output });
-    if (n === 0) continue;
-    mine.addInto(Math.max(from, myStart) - myStart, scratch.subarray(0, n));
-  }
-}
-
-/** ZeRO's all-gather: every rank's `slice` into its place in `into` (the flat vector), in windows of at most chunkBytes. */
-export async function allGatherInChunks(
-  group: ProcessGroup,
-  slice: Float32Array,
-  into: Float32Array,
-  sliceSizes: readonly number[],
-  chunkBytes = EXCHANGE_CHUNK_BYTES,
-): Promise<void> {
-  const windows = windowsOf(sliceSizes, chunkBytes);
-  const buffer = packedBuffer(windows);
-  for (const { at, pieces, total, parts } of windows) {
-    const n = pieces[group.rank]!;
-    const output = new Tensor("float32", [total], buffer.subarray(0, total));
-    await group.allGather(new Tensor("float32", [n], slice.subarray(at, at + n)), { sizes: pieces, output });
-    for (const p of parts) if (p.length > 0) into.set(buffer.subarray(p.packed, p.packed + p.length), p.flat);
+/** Throws unless the model's weights are held as ZeRO stage `zero` needs: sharded like the slices under ZeRO-3 over more than one rank, whole otherwise. */
+function checkShard(params: TrainModel["params"], zero: ZeroStage, offset: number, length: number, ranks: number): void {
+  const { shard } = params;
+  if (zero === 3 && ranks > 1) {
+    if (shard.offset !== offset || shard.length !== length)
+      throw new TrainingError(
+        `ZeRO-3 needs the model's weights sharded like the slices (GptOptions.shardOver with this rank of ${ranks}): it holds elements [${shard.offset}, ${shard.offset + shard.length}), this rank's slice is [${offset}, ${offset + length})`,
+      );
+  } else if (params.sharded) {
+    throw new TrainingError(
+      `the model's weights are sharded (a slice per rank): they need ZeRO stage 3 over more than one rank, got zero ${zero} over ${ranks}`,
+    );
   }
 }

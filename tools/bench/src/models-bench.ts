@@ -109,6 +109,7 @@ const STATES = {
   zero0: { flags: [], text: "ZeRO-0" },
   zero1: { flags: ["--zero", "1"], text: "ZeRO-1" },
   zero2: { flags: ["--zero", "2"], text: "ZeRO-2" },
+  zero3: { flags: ["--zero", "3"], text: "ZeRO-3" },
   shared: { flags: ["--zero", "2", "--shared-weights"], text: "ZeRO-2, shared weights" },
   bf16: { flags: ["--zero", "2", "--shared-weights", "--precision", "bf16"], text: "ZeRO-2, shared weights, --precision bf16" },
 } as const;
@@ -118,7 +119,7 @@ const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq
   --models  which model shapes: smollm2-135m, qwen3-0.6b (the default: both), llama3.2-1b
   --seq     sequence lengths N (default 4096,16384)
   --modes   default (the trainer's defaults) and/or lean (+ activation checkpointing, attention in head groups)
-  --states  where the model state lives: zero0 (the default), zero1, zero2, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16)
+  --states  where the model state lives: zero0 (the default), zero1, zero2, zero3, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16)
   --steps   steps per row, the first untimed (default 3, at least 2)
 Writes bench-results/models/models.json and models.md.`;
 

@@ -57,13 +57,17 @@ export function importWeights(dir: string, config: GptConfig, family: ModelFamil
       (entry, tensor) => {
         const { parameter, transposed, shape } = wanted.get(entry.name)!;
         const values = (tensor.dtype === "float32" ? tensor : toDType(tensor, "float32")) as Tensor<"float32">;
-        const target = params.value(parameter).data;
+        // sharded (ZeRO-3): the whole tensor made, the store keeps its slice
+        const sharded = params.sharded;
+        if (sharded && !transposed) return params.setParameter(parameter, values.data);
+        const target = sharded ? new Float32Array(values.size) : params.value(parameter).data;
         if (!transposed) target.set(values.data);
         else {
           // [out, in] -> [in, out]
           const [rows, cols] = shape as [number, number];
           for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) target[c * rows + r] = values.data[r * cols + c]!;
         }
+        if (sharded) params.setParameter(parameter, target);
       },
     );
   }

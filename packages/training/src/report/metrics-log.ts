@@ -38,6 +38,9 @@ export interface StepMetrics {
   padding?: number;
   /** --skip-bad-documents: bad documents skipped so far in the run's data stream (cumulative, kept across a resume). */
   skippedDocuments?: number;
+  /** ZeRO-3: the fp32 weights world rank 0 holds between steps (its slice), and those it gathers and holds through a step (two layers' and the final norm's), in elements. */
+  weightSlice?: number;
+  gatheredWeights?: number;
 }
 
 export interface MetricsFile {
