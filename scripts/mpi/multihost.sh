@@ -15,7 +15,7 @@
 # failing step.
 #
 # Usage: scripts/mpi/multihost.sh [--no-train]
-# ULYSSES_MH_TRAIN_ARGS replaces the trainer flags (default: --sp 4 --zero 3
+# ULYSSES_MH_TRAIN_ARGS replaces the trainer flags (default: --sp 4 --zero 3 --layers 8
 # --steps 4 --seq 64 --threads 1 --no-export --log-every 1, then the same on
 # the threads backend and scripts/mpi/zero3-check.mjs comparing the two).
 set -euo pipefail
@@ -115,7 +115,7 @@ if [[ $train == 1 ]]; then
   # weights and gathers each layer's from all four, across the hosts; the same flags on the threads backend give the same losses.
   out="$(mktemp -d)"
   threads_out="$(mktemp -d)"
-  train_args="${ULYSSES_MH_TRAIN_ARGS:---sp 4 --zero 3 --steps 4 --seq 64 --threads 1 --no-export --log-every 1}"
+  train_args="${ULYSSES_MH_TRAIN_ARGS:---sp 4 --zero 3 --layers 8 --steps 4 --seq 64 --threads 1 --no-export --log-every 1}"
   step "training" "mpirun ${mpi_flags[*]} ${node_flags[*]} apps/trainer/src/cli.ts --backend packages/collectives-mpi/src/module.ts --out '$out' $train_args"
   if [[ -z "${ULYSSES_MH_TRAIN_ARGS:-}" ]]; then
     step "training on threads" "${node_flags[*]} apps/trainer/src/cli.ts --backend threads --out '$threads_out' $train_args"

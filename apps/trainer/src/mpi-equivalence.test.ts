@@ -2,7 +2,7 @@
  * The MPI backend trains exactly like the threads backend: the same flags
  * under `mpirun -np 2 ... --backend mpi` give the same loss curve (to 1e-5
  * relative) as the default worker-threads run, and so do ring attention
- * with ZeRO-2 (np 2), hybrid Ulysses x ring attention with ZeRO-2 (np 4) and a qwen3-shaped Hugging
+ * with ZeRO-2 (np 2), hybrid Ulysses x ring attention with ZeRO-3 (np 4) and a qwen3-shaped Hugging
  * Face model with the real tokenizer on chat data (np 2). Skipped, outside CI, where
  * OpenMPI is not installed or the MPI addon is not built or does not load (the
  * note printed says what to install or which command builds it); in CI (which
@@ -129,9 +129,9 @@ describe.skipIf(skipNote !== null)(`threads vs mpi backend${skipNote ? ` (${skip
     expectSameCurve(threads, mpi, "threads ulysses vs mpi ring");
   }, 180_000);
 
-  it("hybrid Ulysses 2 x ring 2 with ZeRO-2 under mpirun -np 4 (its subgroups' all-to-all and send/recv) gives the threads backend's SP 2 Ulysses ZeRO-0 loss curve to 1e-5", async () => {
-    const { threads, mpi, mpiOutput } = await threadsAndMpi(["--sp", "4", "--attention", "hybrid", "--ulysses-degree", "2", "--zero", "2"], 4);
-    expect(mpiOutput).toMatch(/ZeRO-2 over 4 ranks/);
+  it("hybrid Ulysses 2 x ring 2 with ZeRO-3 under mpirun -np 4 (its subgroups' all-to-all and send/recv, each layer's weights gathered from the four ranks' slices) gives the threads backend's SP 2 Ulysses ZeRO-0 loss curve to 1e-5", async () => {
+    const { threads, mpi, mpiOutput } = await threadsAndMpi(["--sp", "4", "--attention", "hybrid", "--ulysses-degree", "2", "--zero", "3"], 4);
+    expect(mpiOutput).toMatch(/ZeRO-3 over 4 ranks \(weights, gradients and AdamW moments sharded\)/);
     expect(mpiOutput).toMatch(/sp 4 x dp 1 on mpi.*hybrid attention \(Ulysses 2 x ring 2, zigzag layout\)/);
     expectSameCurve(threads, mpi, "threads ulysses vs mpi hybrid");
   }, 240_000);
