@@ -55,6 +55,28 @@ describe.skipIf(!available)("processSharedFloats (the native addon's process-wid
     expect([...shared.data]).toEqual([...own.data]);
   });
 
+  it("past 4 GiB (a 1.2B-parameter model's weights): one view of 5 GB, the same memory in a worker thread at its far end", async () => {
+    // mapped, not touched: only the pages written below become resident
+    const length = 1_250_000_000;
+    const name = `test-${randomUUID()}`;
+    const view = processSharedFloats(name, length);
+    expect(view.length).toBe(length);
+    view[length - 1] = 2.5;
+    const far = `
+const { workerData, parentPort } = require("node:worker_threads");
+const view = new Float32Array(require(workerData.addon).sharedMemory(workerData.name, 4 * workerData.length));
+view[workerData.length - 2] = -1;
+parentPort.postMessage(view[workerData.length - 1]);
+`;
+    const seen = await new Promise<number>((resolve, reject) => {
+      const w = new Worker(far, { eval: true, workerData: { addon: addonPath(), name, length } });
+      w.once("message", resolve);
+      w.once("error", reject);
+    });
+    expect(seen).toBe(2.5);
+    expect(view[length - 2]).toBe(-1);
+  });
+
   it("another size under a taken name is refused, naming both", () => {
     const name = `test-${randomUUID()}`;
     const view = processSharedFloats(name, 4);

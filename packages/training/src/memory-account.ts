@@ -43,7 +43,9 @@
  *   each for Ulysses and hybrid (their all-to-alls run in chunks), except
  *   Ulysses pipelined in chunks of heads (--ulysses-head-groups), whose
  *   concurrent exchanges are whole;
- * - the local kernel's score tiles (bounded per call).
+ * - the local kernel's score tiles (bounded per call);
+ * - ZeRO-1's summed gradient slice, made at the optimizer step beside each
+ *   rank's whole gradient while the arenas still hold what the backward freed.
  *
  * Without arenas (`memoryArena: false`), ONNX Runtime's CPU arenas are off
  * (session-cache.ts) and glibc returns freed large buffers
@@ -276,6 +278,13 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
       name: `freed tensors awaiting V8's full collection (--memory-arena: V8's heap grows ${1 + ARENA_HEAP_GROWING_PERCENT / 100}x between them, ${V8_DEFERRED_BYTES / MiB} MiB per rank, measured)`,
       bytes: all(V8_DEFERRED_BYTES),
     });
+  }
+  if (zero === 1 && groupSize > 1) {
+    // the reduce-scatter's result, made after the backward: the whole gradient is still held, and what the backward freed is
+    // either still in the arenas or back with the OS (then the working set above over-counts by more than this)
+    let sliceFloats = 0;
+    for (let rank = 0; rank < ranks; rank++) sliceFloats += stateOf(rank).moments / 2;
+    terms.push({ name: "ZeRO-1's summed gradient slice at the optimizer step (each rank's, beside its whole gradient)", bytes: F32 * sliceFloats });
   }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
 }

@@ -98,6 +98,12 @@ describe("the memory account's model state per ZeRO stage and with shared weight
     const working = (zero: number) => term({ zero }, "backward working set");
     expect(working(3) - working(2)).toBe(2 * 4 * 40);
   });
+  it("ZeRO-1: each rank's summed slice of 96 at the step, beside its whole gradient; none at the other stages or alone", () => {
+    expect(term({ zero: 1 }, "ZeRO-1's summed gradient slice")).toBe(2 * 4 * 96);
+    for (const zero of [0, 2, 3]) expect(estimateTrainingMemory({ ...input, zero }).terms.some((t) => t.name.startsWith("ZeRO-1's"))).toBe(false);
+    const alone = { ...input, zero: 1, sp: 1, ulyssesDegree: 1, placement: { ranks: 1, processes: 1, workers: 1 } };
+    expect(estimateTrainingMemory(alone).terms.some((t) => t.name.startsWith("ZeRO-1's"))).toBe(false);
+  });
   it("moments: a pair per rank, or one pair sharded over the ranks", () => {
     expect(term({}, "AdamW moments")).toBe(2 * 2 * 4 * 192);
     expect(term({ zero: 2 }, "AdamW moments")).toBe(2 * 4 * 192);

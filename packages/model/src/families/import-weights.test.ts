@@ -105,6 +105,22 @@ describe("importWeights (llama family)", () => {
     expectImported(fromOne);
   });
 
+  it("into sharded stores (ZeRO-3): each of 3 ranks holds its slice of the whole import, transposed matrices included", () => {
+    const dir = tmp();
+    writeSharded(dir, hfTensors("bfloat16"));
+    const whole = fresh();
+    importWeights(dir, config, llamaFamily, whole);
+    let covered = 0;
+    for (let rank = 0; rank < 3; rank++) {
+      const shard = new ParameterStore(gptParamSpecs(config), { shard: { rank, ranks: 3 } });
+      importWeights(dir, config, llamaFamily, shard);
+      const { offset, length } = shard.shard;
+      expect([...shard.owned]).toEqual([...whole.values.subarray(offset, offset + length)]);
+      covered += length;
+    }
+    expect(covered).toBe(whole.size);
+  });
+
   it("names the file and the key of a missing, extra or wrongly shaped tensor, and refuses shard names outside the directory", () => {
     const base = hfTensors("bfloat16");
     const run = (tensors: Map<string, Tensor>, shardOf?: (i: number) => string) => {

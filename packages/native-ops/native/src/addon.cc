@@ -56,6 +56,7 @@
 // (referenced) until the run settles. Sessions keep their runtime (and so the
 // custom-op domain they were created with) alive; a run keeps its session.
 #include <napi.h>
+#include <v8.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -511,8 +512,9 @@ struct SharedRegion {
 std::mutex shared_regions_mutex;
 std::unordered_map<std::string, SharedRegion> shared_regions;
 
-void release_shared_region(Napi::Env, void*, std::string* name) {
-  std::unique_ptr<std::string> owned(name);
+// The backing store's deleter (V8 may call it on any thread, after the thread that made the view is gone).
+void release_shared_region(void*, size_t, void* hint) {
+  std::unique_ptr<std::string> owned(static_cast<std::string*>(hint));
   std::lock_guard<std::mutex> lock(shared_regions_mutex);
   auto found = shared_regions.find(*owned);
   if (found == shared_regions.end()) return;
@@ -549,7 +551,14 @@ Napi::Value SharedMemory(const Napi::CallbackInfo& info) {
       shared_regions.emplace(name, SharedRegion{data, bytes, 1});
     }
   }
-  return Napi::ArrayBuffer::New(env, data, bytes, release_shared_region, new std::string(name));
+  // Not Napi::ArrayBuffer::New: napi_create_external_arraybuffer goes through node::Buffer, which refuses more than
+  // 4 GiB (buffer.constants.MAX_LENGTH) and runs the finalizer on its way out, where a 1.2B-parameter model's weights
+  // are 4.9 GB. V8's own external backing store has no such limit (as a plain `new ArrayBuffer(5e9)` has none). A
+  // napi_value is V8's Local handle (Node's js_native_api_v8.h, JsValueFromV8LocalValue): this one lives in the
+  // callback's handle scope, as any value N-API makes there.
+  std::shared_ptr<v8::BackingStore> store = v8::ArrayBuffer::NewBackingStore(data, bytes, release_shared_region, new std::string(name));
+  v8::Local<v8::ArrayBuffer> buffer = v8::ArrayBuffer::New(v8::Isolate::GetCurrent(), std::move(store));
+  return Napi::Value(env, reinterpret_cast<napi_value>(*buffer));
 }
 
 Napi::Value SetMmapThreshold(const Napi::CallbackInfo& info) {
