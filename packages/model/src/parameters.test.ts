@@ -23,10 +23,10 @@ describe("ParameterStore sharded (ZeRO-3): a rank holds its slice only", () => {
       { offset: 12, length: 3 },
     ]);
     for (const s of shards) expect([...s.owned]).toEqual([...whole.values.subarray(s.shard.offset, s.shard.offset + s.shard.length)]);
-    expect(shards[1]!.heldPart("a")).toEqual({ begin: 0, end: 0 });
-    expect(shards[0]!.heldPart("b")).toEqual({ begin: 0, end: 1 });
-    expect(shards[1]!.heldPart("b")).toEqual({ begin: 1, end: 5 });
-    expect(shards[3]!.heldPart("b")).toEqual({ begin: 0, end: 0 });
+    expect(shards[1]!.heldPart("a")).toMatchObject({ begin: 0, end: 0 });
+    expect(shards[0]!.heldPart("b")).toMatchObject({ begin: 0, end: 1 });
+    expect(shards[1]!.heldPart("b")).toMatchObject({ begin: 1, end: 5 });
+    expect(shards[3]!.heldPart("b")).toMatchObject({ begin: 0, end: 0 });
   });
 
   it("refuses whole views (value, values) naming the slice, and a gather without a gatherer", async () => {

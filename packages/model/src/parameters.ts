@@ -138,19 +138,20 @@ export class ParameterStore {
 
   /** Sets parameter `name` to `values` (all of its elements): the part this store holds. */
   setParameter(name: string, values: Float32Array): void {
-    const { offset, size } = this.slot(name);
+    const { size } = this.slot(name);
     if (values.length !== size) throw new ModelError(`'${name}' has ${size} elements, the values given ${values.length}`);
-    const from = Math.max(offset, this.shard.offset);
-    const to = Math.min(offset + size, this.shard.offset + this.shard.length);
-    if (to > from) this.owned.set(values.subarray(from - offset, to - offset), from - this.shard.offset);
+    const { begin, end, view } = this.heldPart(name);
+    view.set(values.subarray(begin, end));
   }
 
-  /** Where parameter `name` meets the shard: its elements [begin, end) that this store holds (empty when none). */
-  heldPart(name: string): { begin: number; end: number } {
+  /** Where parameter `name` meets the shard: its elements [begin, end) that this store holds (empty when none), and their values (a view of `owned`). */
+  heldPart(name: string): { begin: number; end: number; view: Float32Array } {
     const { offset, size } = this.slot(name);
     const begin = Math.max(0, this.shard.offset - offset);
     const end = Math.min(size, this.shard.offset + this.shard.length - offset);
-    return end > begin ? { begin, end } : { begin: 0, end: 0 };
+    if (end <= begin) return { begin: 0, end: 0, view: this.owned.subarray(0, 0) };
+    const at = offset + begin - this.shard.offset;
+    return { begin, end, view: this.owned.subarray(at, at + end - begin) };
   }
 
   /**
@@ -309,10 +310,9 @@ export class ParameterStore {
   /** Seeded initialisation: parameter i draws from Rng(seed, i + 1) (sharded: the same values, the slice kept). */
   initialise(seed: number): void {
     this.specs.forEach((spec, index) => {
-      const { begin, end } = this.heldPart(spec.name);
+      const { begin, end, view } = this.heldPart(spec.name);
       if (end === begin) return;
-      const { offset, size } = this.slot(spec.name);
-      const view = this.owned.subarray(offset + begin - this.shard.offset, offset + end - this.shard.offset);
+      const { size } = this.slot(spec.name);
       if (spec.init !== "normal") view.fill(spec.init === "ones" ? 1 : 0);
       else if (end - begin === size) new Rng(seed, index + 1).fillNormal(view, 0, spec.std);
       else {

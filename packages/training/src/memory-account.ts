@@ -58,6 +58,7 @@ import { normComponent } from "@ulysses/block";
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
 import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
+import { evenSplitSizes } from "@ulysses/tensors";
 import { adamwMomentBytes, rankStateFloats } from "./memory-terms.js";
 
 const MiB = 1024 * 1024;
@@ -282,8 +283,9 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   if (zero === 1 && groupSize > 1) {
     // the reduce-scatter's result, made after the backward: the whole gradient is still held, and what the backward freed is
     // either still in the arenas or back with the OS (then the working set above over-counts by more than this)
-    let sliceFloats = 0;
-    for (let rank = 0; rank < ranks; rank++) sliceFloats += stateOf(rank).moments / 2;
+    const sliceFloats = evenSplitSizes(params, groupSize)
+      .slice(0, ranks)
+      .reduce((a, b) => a + b, 0);
     terms.push({ name: "ZeRO-1's summed gradient slice at the optimizer step (each rank's, beside its whole gradient)", bytes: F32 * sliceFloats });
   }
   return { bytes: terms.reduce((n, t) => n + t.bytes, 0), terms, ranks, tokensPerRank };
