@@ -6,8 +6,12 @@
  * backward unless still there (the last two layers' are); the final norm's
  * at the forward's start; the embedding for its lookup only; the head (the
  * embedding when tied) once for the loss, let go when the final norm runs
- * backward. Every gather is a collective: every rank makes the same calls in
- * the same order, at points of the step every rank reaches.
+ * backward. The next layer's gather is started as a layer begins (the layer
+ * after it in the forward, the one before it in the backward), into the
+ * buffer whose layer is done, so it runs while the layer computes. Every
+ * gather is a collective: every rank makes the same calls in the same order,
+ * at points of the step every rank reaches (ParameterStore.gather runs them
+ * one at a time in call order).
  */
 import { blockWeightSpecs, type BlockWeights, type NormComponent, type NormTensors, type ResolvedBlockConfig } from "@ulysses/block";
 import { collectGarbageNow } from "@ulysses/kernels";
@@ -23,9 +27,9 @@ const COLLECT_GATHERED_BYTES = 64 * 1024 * 1024;
 export class GptWeights {
   /** The final norm's weights by suffix: views of the parameters (updated in place), or (sharded) buffers gathered at each forward's start. */
   readonly finalNorm: NormTensors;
-  /** Sharded: the two staging buffers of the blocks' weights, and the layer each holds now (-1: none). */
+  /** Sharded: the two staging buffers of the blocks' weights, and the gather of the layer each holds or is being filled with (null: none). */
   private readonly staging: Float32Array[] = [];
-  private readonly staged: number[] = [];
+  private readonly filling: ({ layer: number; done: Promise<void> } | null)[] = [];
   /** Sharded: the head's weight gathered for this forward's loss (null: not yet, or let go). */
   private gatheredHead: Promise<F32> | null = null;
   private readonly headName: string;
@@ -49,7 +53,7 @@ export class GptWeights {
     const layerSize = config.layers === 0 ? 0 : (params.blockRange.end - params.blockRange.begin) / config.layers;
     for (let i = 0; i < Math.min(2, config.layers); i++) {
       this.staging.push(new Float32Array(layerSize));
-      this.staged.push(-1);
+      this.filling.push(null);
     }
   }
 
@@ -80,21 +84,37 @@ export class GptWeights {
     return begin + (layer * (end - begin)) / this.config.layers;
   }
 
-  /** Sharded: layer `layer`'s weights into its staging buffer, unless they are there already (collective). */
-  async stageLayer(layer: number): Promise<void> {
-    if (!this.params.sharded) return;
+  /** Sharded: layer `layer`'s weights into its staging buffer, unless they are there or on their way (collective); resolves once they are there. */
+  stageLayer(layer: number): Promise<void> {
+    if (!this.params.sharded) return Promise.resolve();
     const buffer = layer % 2;
-    if (this.staged[buffer] === layer) return;
-    // marked only once filled: a failed gather leaves nothing marked
-    this.staged[buffer] = -1;
-    await this.params.gather(this.layerStart(layer), this.staging[buffer]!);
-    this.staged[buffer] = layer;
+    const current = this.filling[buffer];
+    if (current?.layer === layer) return current.done;
+    const done = this.params.gather(this.layerStart(layer), this.staging[buffer]!);
+    this.filling[buffer] = { layer, done };
+    // a failed gather leaves nothing marked; handled here, so a prefetch nobody awaits yet is no unhandled rejection (whoever awaits it gets the error)
+    done.catch(() => {
+      if (this.filling[buffer]?.done === done) this.filling[buffer] = null;
+    });
+    return done;
+  }
+
+  /**
+   * Sharded: starts gathering layer `layer`'s weights (when it is a layer)
+   * without waiting for them. The caller is done with the layer its buffer
+   * holds (layer ± 2): the forward calls it for layer l + 1 as layer l
+   * begins, the backward for layer l - 1.
+   */
+  prefetch(layer: number): void {
+    if (layer >= 0 && layer < this.config.layers) void this.stageLayer(layer);
   }
 
   /** A forward's start. Sharded: what was gathered for an earlier step is stale; the final norm's weights gathered for this one (collective). */
   async startForward(): Promise<void> {
     if (!this.params.sharded) return;
-    this.staged.fill(-1);
+    // a forward that failed part-way may have left a gather in flight: it ends before its buffer is marked empty
+    await Promise.allSettled(this.filling.map((f) => f?.done));
+    this.filling.fill(null);
     this.letGoOfHead();
     for (const [suffix, tensor] of Object.entries(this.finalNorm)) await this.params.gather(this.params.slots.get(`norm.${suffix}`)!.offset, tensor.data);
   }

@@ -231,6 +231,8 @@ export class Gpt implements CausalLM<GptContext> {
       },
       block: async (layer, x) => {
         await this.weights.stageLayer(layer);
+        // sharded: the next layer's weights gathered while this one runs (into the buffer of the layer before, which is done)
+        this.weights.prefetch(layer + 1);
         // [rows, hidden] -> [b, s, hidden] -> [rows, hidden]
         const { y, context } = await this.blocks[layer]!.forward(x.reshape([batch, seqLength, hidden]), {
           positions,
@@ -365,6 +367,7 @@ export class Gpt implements CausalLM<GptContext> {
       // popped first: once the block's backward returns nothing holds its activations; dy is ours to overwrite (the block's dx2 reuses it)
       const blockContext = context.blocks.pop()!;
       await this.weights.stageLayer(layer);
+      this.weights.prefetch(layer - 1);
       const g = await this.blocks[layer]!.backward(blockContext, dy, { overwriteDy: true });
       await this.params.accumulateRun(`blocks.${layer}.${firstName}`, g.flat, this.ops);
       // dy (the final norm's or the later block's dx) and the block's input (the embedding's or the earlier block's output) are spent

@@ -60,4 +60,34 @@ describe("ParameterStore sharded (ZeRO-3): a rank holds its slice only", () => {
     expect([...store.owned]).toEqual([...whole.values.subarray(8, 11), 10]);
     expect(() => store.setParameter("c", new Float32Array(3))).toThrow(/'c' has 4 elements, the values given 3/);
   });
+
+  it("runs gathers one at a time in call order, however they are awaited (a prefetch is a run of collectives)", async () => {
+    const store = new ParameterStore(specs, { shard: { rank: 0, ranks: 2 } });
+    const log: string[] = [];
+    const release: (() => void)[] = [];
+    store.gatherWith(async (at) => {
+      log.push(`start ${at}`);
+      await new Promise<void>((resolve) => release.push(resolve));
+      log.push(`end ${at}`);
+    });
+    const first = store.gather(3, new Float32Array(8));
+    const second = store.gather(11, new Float32Array(4));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    // the second has not started while the first waits
+    expect(log).toEqual(["start 3"]);
+    release.shift()!();
+    await first;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(log).toEqual(["start 3", "end 3", "start 11"]);
+    release.shift()!();
+    await second;
+    // a failed gather rejects its caller and does not hold up the next
+    store.gatherWith(async (at) => {
+      if (at === 0) throw new Error("peer gone");
+    });
+    const failed = store.gather(0, new Float32Array(3));
+    const after = store.gather(3, new Float32Array(8));
+    await expect(failed).rejects.toThrow(/peer gone/);
+    await expect(after).resolves.toBeUndefined();
+  });
 });

@@ -67,6 +67,8 @@ export class ParameterStore {
   private gradients: Float32Array | null = null;
   private sink: BlockGradientSink | null = null;
   private gatherer: WeightGatherer | null = null;
+  /** The latest gather (sharded): each starts once the one before it ended, so gathers run in call order even when one is started early (a prefetch). */
+  private gathering: Promise<void> = Promise.resolve();
 
   constructor(specs: readonly ParamSpec[], options: ParameterStoreOptions = {}) {
     this.specs = specs;
@@ -115,7 +117,11 @@ export class ParameterStore {
     this.gatherer = gatherer;
   }
 
-  /** Flat elements [at, at + into.length) into `into`: copied when the store holds them all, else gathered from every rank (collective). */
+  /**
+   * Flat elements [at, at + into.length) into `into`: copied when the store
+   * holds them all, else gathered from every rank (collective). Gathers run
+   * one at a time in the order they were called, whenever they are awaited.
+   */
   async gather(at: number, into: Float32Array): Promise<void> {
     if (!Number.isSafeInteger(at) || at < 0 || at + into.length > this.size)
       throw new ModelError(`gather: elements [${at}, ${at + into.length}) lie outside the ${this.size} parameters`);
@@ -123,8 +129,12 @@ export class ParameterStore {
       into.set(this.owned.subarray(at, at + into.length));
       return;
     }
-    if (this.gatherer === null) throw new ModelError("the weights are sharded (ZeRO-3) and no gatherer is installed (the Trainer installs it)");
-    await this.gatherer(at, into);
+    const gatherer = this.gatherer;
+    if (gatherer === null) throw new ModelError("the weights are sharded (ZeRO-3) and no gatherer is installed (the Trainer installs it)");
+    // A gather is a run of collectives: two of them interleaved would pair one rank's chunk with another's
+    const run = this.gathering.then(() => gatherer(at, into));
+    this.gathering = run.catch(() => undefined);
+    await run;
   }
 
   /** Parameter `name` whole: a view of the values, or (sharded) a new tensor gathered from every rank (collective). */

@@ -20,7 +20,10 @@
  *   holds this rank's slice only (GptOptions.shardOver, the same slices), the
  *   Trainer installs the collective that gathers a range of them
  *   (allGatherRangeInto), the model gathers each layer's weights just before
- *   it runs, and after the update nothing is gathered back.
+ *   it runs (the next layer's while one runs), and after the update nothing
+ *   is gathered back. The gathers run on a group of their own (the gradient
+ *   group's ranks, made at the first gather), so that one running beside a
+ *   layer never pairs with that layer's collectives or the gradients'.
  *
  * With shared weights (one copy of the values that every rank of the group
  * reads, on the threads and local backends) each rank updates its slice in
@@ -115,7 +118,12 @@ export class Trainer {
     this.sliceGradients = null;
     if (options.zero === 3 && group !== null && group.size > 1) {
       const { params } = model;
-      params.gatherWith((at, into) => allGatherRangeInto(group, params.owned, this.sliceSizes, at, into));
+      // made by the first gather, which every rank reaches with nothing else in flight
+      let gatherGroup: Promise<ProcessGroup> | null = null;
+      params.gatherWith(async (at, into) => {
+        gatherGroup ??= group.newGroup(group.worldRanks.map((_, r) => r)).then((g) => g!);
+        await allGatherRangeInto(await gatherGroup, params.owned, this.sliceSizes, at, into);
+      });
     }
     if (options.zero >= 2 && group !== null && group.size > 1) {
       const mine = sliceGradients(length, gradientDtype);
