@@ -14,6 +14,10 @@
 # and iproute2 + util-linux (ip, unshare). Exit status: that of the first
 # failing step.
 #
+# ULYSSES_MH_QDISC, when set, shapes the link between the hosts both ways
+# with that tc queueing discipline, as a slower network would (e.g. "tbf rate
+# 1gbit burst 256kb latency 50ms": a 1 Gbit/s link).
+#
 # Usage: scripts/mpi/multihost.sh [--no-train]
 # ULYSSES_MH_TRAIN_ARGS replaces the trainer flags (default: --sp 4 --zero 3 --layers 8
 # --steps 4 --seq 64 --threads 1 --no-export --log-every 1, then the same on
@@ -57,6 +61,12 @@ for ns in "$ns_a" "$ns_b"; do
 done
 ip -n "$ns_a" link set veth-mh-a up
 ip -n "$ns_b" link set veth-mh-b up
+if [[ -n "${ULYSSES_MH_QDISC:-}" ]]; then
+  read -r -a qdisc <<< "$ULYSSES_MH_QDISC"
+  ip netns exec "$ns_a" tc qdisc add dev veth-mh-a root "${qdisc[@]}"
+  ip netns exec "$ns_b" tc qdisc add dev veth-mh-b root "${qdisc[@]}"
+  echo "== multihost: the link between the hosts shaped by tc qdisc $ULYSSES_MH_QDISC"
+fi
 
 export ULYSSES_MH_HOSTS="10.77.0.1=$ns_a=ulysses-host-a 10.77.0.2=$ns_b=ulysses-host-b"
 mpi_flags=(

@@ -126,6 +126,7 @@ export class RankTrainer {
     private readonly docs: DocumentData | null,
     private readonly lossTileRows: number,
     private readonly gpt: Gpt,
+    private readonly gatherGroup: ProcessGroup | null,
   ) {}
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
@@ -170,6 +171,8 @@ export class RankTrainer {
     if (checkpoint !== null) dataRng.setState(checkpoint.rng as RngState);
     // one shared copy: every rank wrote the same weights into it (initialised, imported, restored); none reads them before all are done
     if (setup.sharedValues !== undefined) await world.barrier();
+    // ZeRO-3: the group the weights are gathered on, made here where every rank is (its bytes count in the steps' from the first)
+    const gatherGroup = await trainer.weightGatherGroup();
     // packed documents (JSONL, a folder of .txt, or text split by --doc-separator), else random windows of one byte stream
     const docs = usesDocuments(config) ? new DocumentData(textDataOptions(config)) : null;
     // the stream continues where the checkpoint left it when the corpus is the same (resume notes a different one)
@@ -183,7 +186,7 @@ export class RankTrainer {
     }
     // no data at all: a rank that only scores (ulysses-generate --score)
     const text = config.task === "text" && docs === null && config.data !== null ? new ByteTextData(config.data, config.seq) : null;
-    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs, tiles.loss, model);
+    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs, tiles.loss, model, gatherGroup);
   }
 
   get step(): number {
@@ -215,15 +218,21 @@ export class RankTrainer {
     const rows: Batch = batchRows(global, dims.dpRank * config.batch, config.batch);
     const groups = dims.spGroup === world ? [world] : [world, dims.spGroup];
     const before = groups.map((g) => g.stats());
+    // ZeRO-3's gathers run beside the layers: their bytes count, and of their time what the model waited for them
+    const gathersBefore = this.gatherGroup?.stats();
+    const waitedBefore = this.gpt.gatherWaitMs;
     const started = performance.now();
     rankHooks.stepStart?.(world.rank, step);
     const result = await this.trainer.trainStep(rows, lr);
     rankHooks.stepEnd?.(world.rank, step, this.trainer);
     const stepMs = performance.now() - started;
-    const { timeMs: commMs, bytesSent: commBytes } = commDelta(
+    const delta = commDelta(
       before,
       groups.map((g) => g.stats()),
     );
+    const gathered = gathersBefore === undefined ? 0 : commDelta(gathersBefore, this.gatherGroup!.stats()).bytesSent;
+    const commMs = delta.timeMs + (this.gpt.gatherWaitMs - waitedBefore);
+    const commBytes = delta.bytesSent + gathered;
     return {
       step,
       loss: result.loss,

@@ -84,9 +84,30 @@ export class GptWeights {
     return begin + (layer * (end - begin)) / this.config.layers;
   }
 
+  /** Sharded: milliseconds the model has waited for gathers (what their running beside the layers did not hide). */
+  get waitedMs(): number {
+    return this.waited;
+  }
+
+  private waited = 0;
+
+  /** `gathering` awaited, its wait counted in waitedMs. */
+  private async wait<T>(gathering: Promise<T>): Promise<T> {
+    const started = performance.now();
+    try {
+      return await gathering;
+    } finally {
+      this.waited += performance.now() - started;
+    }
+  }
+
   /** Sharded: layer `layer`'s weights into its staging buffer, unless they are there or on their way (collective); resolves once they are there. */
   stageLayer(layer: number): Promise<void> {
-    if (!this.params.sharded) return Promise.resolve();
+    return this.params.sharded ? this.wait(this.fill(layer)) : Promise.resolve();
+  }
+
+  /** Starts layer `layer`'s gather into its staging buffer unless it is there or on its way; resolves once it is there. */
+  private fill(layer: number): Promise<void> {
     const buffer = layer % 2;
     const current = this.filling[buffer];
     if (current?.layer === layer) return current.done;
@@ -106,7 +127,7 @@ export class GptWeights {
    * begins, the backward for layer l - 1.
    */
   prefetch(layer: number): void {
-    if (layer >= 0 && layer < this.config.layers) void this.stageLayer(layer);
+    if (this.params.sharded && layer >= 0 && layer < this.config.layers) void this.fill(layer);
   }
 
   /** A forward's start. Sharded: what was gathered for an earlier step is stale; the final norm's weights gathered for this one (collective). */
@@ -116,12 +137,13 @@ export class GptWeights {
     await Promise.allSettled(this.filling.map((f) => f?.done));
     this.filling.fill(null);
     this.letGoOfHead();
-    for (const [suffix, tensor] of Object.entries(this.finalNorm)) await this.params.gather(this.params.slots.get(`norm.${suffix}`)!.offset, tensor.data);
+    for (const [suffix, tensor] of Object.entries(this.finalNorm))
+      await this.wait(this.params.gather(this.params.slots.get(`norm.${suffix}`)!.offset, tensor.data));
   }
 
   /** The embedding table for one lookup: a view, or (sharded) gathered for it alone (collective); `collect()` after the lookup. */
   table(): Promise<F32> {
-    return this.params.gatherParameter("embed.weight");
+    return this.params.sharded ? this.wait(this.params.gatherParameter("embed.weight")) : this.params.gatherParameter("embed.weight");
   }
 
   /** After a lookup: collects a large gathered table at once. */
@@ -133,7 +155,7 @@ export class GptWeights {
   head(): Promise<F32> {
     if (!this.params.sharded) return Promise.resolve(this.params.value(this.headName));
     this.gatheredHead ??= this.params.gatherParameter(this.headName);
-    return this.gatheredHead;
+    return this.wait(this.gatheredHead);
   }
 
   /** Sharded: drops the gathered head (collected at once when large). */

@@ -183,6 +183,11 @@ export class Gpt implements CausalLM<GptContext> {
     return this.weights.finalNorm;
   }
 
+  /** Sharded weights: milliseconds this model has waited for gathered weights, in all (the gathers' time that ran beside no layer); else 0. */
+  get gatherWaitMs(): number {
+    return this.weights.waitedMs;
+  }
+
   /** Sharded weights: the elements of the gathered weights the model holds through a step (the staging buffers and the final norm's); else 0. */
   get gatheredWeightElements(): number {
     return this.weights.gatheredElements;

@@ -118,12 +118,7 @@ export class Trainer {
     this.sliceGradients = null;
     if (options.zero === 3 && group !== null && group.size > 1) {
       const { params } = model;
-      // made by the first gather, which every rank reaches with nothing else in flight
-      let gatherGroup: Promise<ProcessGroup> | null = null;
-      params.gatherWith(async (at, into) => {
-        gatherGroup ??= group.newGroup(group.worldRanks.map((_, r) => r)).then((g) => g!);
-        await allGatherRangeInto(await gatherGroup, params.owned, this.sliceSizes, at, into);
-      });
+      params.gatherWith(async (at, into) => allGatherRangeInto((await this.weightGatherGroup())!, params.owned, this.sliceSizes, at, into));
     }
     if (options.zero >= 2 && group !== null && group.size > 1) {
       const mine = sliceGradients(length, gradientDtype);
@@ -134,6 +129,22 @@ export class Trainer {
         await reduceScatterRangeInto(group, values, at, this.sliceSizes, mine, this.exchangeScratch());
       });
     }
+  }
+
+  private gatherGroup: Promise<ProcessGroup> | null = null;
+
+  /**
+   * ZeRO-3 over more than one rank: the group the weights are gathered on
+   * (the gradient group's ranks, a group of their own), made at the first
+   * call, a collective over the gradient group that every rank makes at the
+   * same point (the first gather, or earlier by the caller's choice); null
+   * when nothing is gathered.
+   */
+  weightGatherGroup(): Promise<ProcessGroup> | null {
+    const group = this.group;
+    if (this.options.zero !== 3 || group === null || group.size === 1) return null;
+    this.gatherGroup ??= group.newGroup(Array.from({ length: group.size }, (_, r) => r)).then((g) => g!);
+    return this.gatherGroup;
   }
 
   /** ZeRO-2: whether this step's held gradients (outside the blocks) have not yet gone to the slices before the blocks' backward. */
