@@ -165,6 +165,8 @@ export class RankTrainer {
       zero: config.zero as ZeroStage,
       sharedWeights: setup.sharedValues !== undefined,
       sliceGradientDtype: config.precision === "bf16" ? "bfloat16" : "float32",
+      // ZeRO-3 over more than one rank: the weights travel in bf16 too (the fp32 slice stays the master)
+      weightGatherDtype: config.precision === "bf16" && config.zero === 3 ? "bfloat16" : "float32",
     });
     const dataRng = new Rng(config.seed, DATA_STREAM);
     const checkpoint = setup.resumeFile === null ? null : restoreCheckpointFile(trainer, setup.resumeFile, { check });

@@ -180,7 +180,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         tiles.attentionHeadGroups > 1 ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
         config.zero > 0
-          ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${["AdamW moments", "gradients and AdamW moments", "weights, gradients and AdamW moments"][config.zero - 1]} sharded${config.precision === "bf16" ? ", the gradient slices stored in bf16" : ""})`
+          ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${["AdamW moments", "gradients and AdamW moments", "weights, gradients and AdamW moments"][config.zero - 1]} sharded${config.precision === "bf16" ? `, the gradient slices stored in bf16${config.zero === 3 ? ", the weights gathered in bf16" : ""}` : ""})`
           : "",
         config.sharedWeights ? "one copy of the weights per process (--shared-weights)" : "",
       ].filter((part) => part !== "");

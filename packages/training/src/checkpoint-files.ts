@@ -25,6 +25,7 @@ export function restoreCheckpointFile(trainer: Trainer, file: string, options: L
     offset: 4 * optimizer.offset,
   }));
   optimizer.step = info.step;
+  trainer.weightsChanged();
   return info;
 }
 

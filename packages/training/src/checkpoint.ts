@@ -326,5 +326,6 @@ export function restoreCheckpoint(trainer: Trainer, checkpoint: LoadedCheckpoint
     throw new TrainingError(`checkpoint '${checkpoint.file}': optimizer moments have ${checkpoint.m.length} entries, the model ${trainer.model.params.size}`);
   }
   loadWeightsInto(trainer.model.params, checkpoint);
+  trainer.weightsChanged();
   trainer.restoreMoments(checkpoint.m, checkpoint.v, checkpoint.step);
 }

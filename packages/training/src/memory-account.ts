@@ -119,6 +119,8 @@ export interface TrainingMemoryInput {
   sliceGradientBytes?: 2 | 4;
   /** Activation checkpointing keeps each block's input in bf16 (GptOptions.bfloat16Checkpoints); default false. */
   bfloat16Checkpoints?: boolean;
+  /** ZeRO-3: bytes per element the weights travel in when gathered (2: a bf16 copy of each rank's slice and a message's scratch beside it); default 4. */
+  weightGatherBytes?: 2 | 4;
   /** ONNX Runtime's arenas and glibc's heap kept (their measured slack is counted) or freed memory returned to the OS. */
   memoryArena: boolean;
   /** FusedOps' native elementwise kernels run (a smaller arena slack). */
@@ -146,10 +148,13 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const stateOf = (rank: number) => rankStateFloats({ parameters: params, edgeParameters, groupSize, rank, zero, gathered });
   let heldGradientFloats = 0;
   let weightFloats = 0;
+  // the weights the ranks on this machine hold between steps (ZeRO-3: their slices)
+  let sliceFloats = 0;
   for (let rank = 0; rank < ranks; rank++) {
     const state = stateOf(rank);
     heldGradientFloats += state.gradients;
     weightFloats += state.weights + state.gatheredWeights;
+    sliceFloats += state.weights;
   }
   // ZeRO 2 and 3: the gradients outside the blocks, held by each rank through the loss (the same on every rank); ZeRO-3 the gathered head
   const lossPhaseGradientFloats = stateOf(0).lossPhaseGradients;
@@ -157,6 +162,7 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const lossPhaseHeld = lossPhaseGradientFloats + lossPhaseWeightFloats;
   const streamed = zero >= 2 && groupSize > 1;
   const sharded = zero === 3 && groupSize > 1;
+  const bf16Travel = sharded && input.weightGatherBytes === 2;
   const block = blockConfigOf(model);
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
@@ -224,8 +230,8 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
       ? { name: `weights (${params} fp32 parameters, one copy per process shared by its ranks)`, bytes: processes * replica.weightBytes }
       : sharded
         ? {
-            name: `weights (ZeRO-3: each rank's slice of ${params} fp32 parameters, two gathered layers of ${gathered.layer} and the final norm's ${gathered.finalNorm}; the head's in the loss phase)`,
-            bytes: F32 * weightFloats,
+            name: `weights (ZeRO-3: each rank's slice of ${params} fp32 parameters${bf16Travel ? " and its bf16 copy, gathered in bf16" : ""}, two gathered layers of ${gathered.layer} and the final norm's ${gathered.finalNorm}; the head's in the loss phase)`,
+            bytes: F32 * weightFloats + (bf16Travel ? 2 * sliceFloats + all(EXCHANGE_CHUNK_BYTES) : 0),
           }
         : { name: `weights (${params} fp32 parameters x ${ranks} rank replicas)`, bytes: all(replica.weightBytes) },
     {

@@ -97,6 +97,9 @@ describe("the memory account's model state per ZeRO stage and with shared weight
     expect(term({ zero: 3 }, "gradients")).toBe(term({ zero: 2 }, "gradients"));
     const working = (zero: number) => term({ zero }, "backward working set");
     expect(working(3) - working(2)).toBe(2 * 4 * 40);
+    // gathered in bf16: beside each slice its bf16 copy (2 bytes each), and per rank a message's scratch (4 MiB)
+    expect(term({ zero: 3, weightGatherBytes: 2 }, "weights") - term({ zero: 3 }, "weights")).toBe(2 * (96 + 96) + 2 * 4 * 2 ** 20);
+    expect(term({ zero: 2, weightGatherBytes: 2 }, "weights")).toBe(term({ zero: 2 }, "weights"));
   });
   it("ZeRO-1: each rank's summed slice of 96 at the step, beside its whole gradient; none at the other stages or alone", () => {
     expect(term({ zero: 1 }, "ZeRO-1's summed gradient slice")).toBe(2 * 4 * 96);

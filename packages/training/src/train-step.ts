@@ -35,12 +35,19 @@ import type { ProcessGroup } from "@ulysses/collectives";
 import { collectGarbageNow, type AdamWUpdate, type TrainingOps } from "@ulysses/kernels";
 import type { LMBatch } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES } from "@ulysses/parallel";
-import { Tensor, evenSplitSizes } from "@ulysses/tensors";
+import { Tensor, evenSplitSizes, toDTypeInto } from "@ulysses/tensors";
 import { AdamW, type AdamWOptions } from "./adamw.js";
 import { clipGradNorm, clipScaleOf, normOfSums } from "./grad-clip.js";
 import { sliceGradients, type GradientDtype, type SliceGradients } from "./slice-gradients.js";
 import { TrainingError } from "./errors.js";
-import { allGatherInChunks, allGatherRangeInto, allReduceInChunks, reduceScatterInChunks, reduceScatterRangeInto } from "./zero-collectives.js";
+import {
+  allGatherInChunks,
+  allGatherRangeInto,
+  allReduceInChunks,
+  bfloat16TravelScratch,
+  reduceScatterInChunks,
+  reduceScatterRangeInto,
+} from "./zero-collectives.js";
 import { lossAndGradients, validateLossTileRows, type LossResult, type TrainModel } from "./loss.js";
 
 export interface TrainStepOptions {
@@ -64,6 +71,15 @@ export interface TrainStepOptions {
    * master weights and AdamW's moments stay float32). Needs zero 2 or 3.
    */
   sliceGradientDtype?: GradientDtype;
+  /**
+   * ZeRO-3: the dtype the weights travel in when gathered (default
+   * float32). bfloat16 halves the gathers' bytes: each rank's slice is
+   * rounded to nearest even once after each update (a copy beside it; the
+   * float32 slice stays the master that AdamW updates and checkpoints
+   * hold), and what arrives is widened exactly, so every rank computes with
+   * the same bf16-valued weights. Needs zero 3.
+   */
+  weightGatherDtype?: GradientDtype;
 }
 
 /** ZeRO stages: 0 none, 1 optimizer state sharded, 2 gradients sharded too, 3 weights sharded too. */
@@ -102,6 +118,9 @@ export class Trainer {
       throw new TrainingError(
         `${gradientDtype} gradients are ZeRO-2's slices stored in ${gradientDtype}: they need ZeRO stage 2 or 3, got zero ${options.zero}`,
       );
+    const gatherDtype = options.weightGatherDtype ?? "float32";
+    if (gatherDtype !== "float32" && options.zero !== 3)
+      throw new TrainingError(`weights gathered in ${gatherDtype} are ZeRO-3's gathers: they need ZeRO stage 3, got zero ${options.zero}`);
     this.options = options;
     this.group = model.gradientGroup;
     const total = model.params.size;
@@ -118,7 +137,17 @@ export class Trainer {
     this.sliceGradients = null;
     if (options.zero === 3 && group !== null && group.size > 1) {
       const { params } = model;
-      params.gatherWith(async (at, into) => allGatherRangeInto((await this.weightGatherGroup())!, params.owned, this.sliceSizes, at, into));
+      const travel = gatherDtype === "bfloat16" ? { bits: new Uint16Array(length), scratch: bfloat16TravelScratch() } : undefined;
+      this.travellingBytes = travel === undefined ? 0 : travel.bits.byteLength + travel.scratch.byteLength;
+      params.gatherWith(async (at, into) => {
+        const gatherGroup = (await this.weightGatherGroup())!;
+        if (travel !== undefined && !this.travelFresh) {
+          // the gathers run one at a time (ParameterStore.gather): none reads the copy while it is rounded
+          toDTypeInto(new Tensor("float32", [length], params.owned), new Tensor("bfloat16", [length], travel.bits));
+          this.travelFresh = true;
+        }
+        await allGatherRangeInto(gatherGroup, params.owned, this.sliceSizes, at, into, EXCHANGE_CHUNK_BYTES, travel);
+      });
     }
     if (options.zero >= 2 && group !== null && group.size > 1) {
       const mine = sliceGradients(length, gradientDtype);
@@ -132,6 +161,15 @@ export class Trainer {
   }
 
   private gatherGroup: Promise<ProcessGroup> | null = null;
+  /** ZeRO-3 with bf16 gathers: whether the slice's bf16 copy is the slice's values rounded (it is rounded at the first gather after they change). */
+  private travelFresh = false;
+  /** ZeRO-3 with bf16 gathers: bytes of the slice's bf16 copy and the scratch its gathers arrive in; else 0. */
+  travellingBytes = 0;
+
+  /** The weights this rank holds were changed from outside (a checkpoint read into them): a bf16 copy for the gathers is made anew. */
+  weightsChanged(): void {
+    this.travelFresh = false;
+  }
 
   /**
    * ZeRO-3 over more than one rank: the group the weights are gathered on
@@ -219,7 +257,10 @@ export class Trainer {
 
   /** Every rank's updated slice into every rank's weights: one shared copy needs only every rank past its update, sharded ones (ZeRO-3) nothing. */
   private async afterSliceUpdate(group: ProcessGroup, slice: Float32Array): Promise<void> {
-    if (this.model.params.sharded) return;
+    if (this.model.params.sharded) {
+      this.travelFresh = false;
+      return;
+    }
     if (this.options.sharedWeights === true) await group.barrier();
     else await allGatherInChunks(group, slice, this.model.params.values, this.sliceSizes);
   }

@@ -9,7 +9,8 @@
  */
 import type { ProcessGroup } from "@ulysses/collectives";
 import { EXCHANGE_CHUNK_BYTES } from "@ulysses/parallel";
-import { Tensor } from "@ulysses/tensors";
+import { Tensor, toDTypeInto } from "@ulysses/tensors";
+import { TrainingError } from "./errors.js";
 import type { SliceGradients } from "./slice-gradients.js";
 
 /**
@@ -138,12 +139,29 @@ function* rangeChunks(sliceSizes: readonly number[], rank: number, at: number, l
 }
 
 /**
+ * ZeRO-3's weights travelling in bf16: this rank's slice rounded to bf16
+ * (`bits`, the caller keeps it current) and a scratch for what arrives, of
+ * at least a message's elements (bfloat16TravelScratch).
+ */
+export interface Bfloat16Travel {
+  bits: Uint16Array;
+  scratch: Uint16Array;
+}
+
+/** A scratch for Bfloat16Travel: one message of at most chunkBytes. */
+export function bfloat16TravelScratch(chunkBytes = EXCHANGE_CHUNK_BYTES): Uint16Array {
+  return new Uint16Array(Math.max(1, Math.floor(chunkBytes / Uint16Array.BYTES_PER_ELEMENT)));
+}
+
+/**
  * ZeRO-3's gather of one run of the flat vector: flat elements [at, at +
  * into.length), which cross the slices of one or more ranks (rank j's:
  * sliceSizes[j] elements after those of ranks before it; `mine` is this
  * rank's), into `into`, in all-gathers of at most chunkBytes. A chunk's
- * pieces lie in rank order, so each all-gather writes straight into `into`.
- * Collective: every rank calls it with the same range.
+ * pieces lie in rank order, so each all-gather writes straight into `into`;
+ * with `travel`, the pieces go as bf16 (half the bytes) into its scratch and
+ * are widened into `into` exactly. Collective: every rank calls it with the
+ * same range.
  */
 export async function allGatherRangeInto(
   group: ProcessGroup,
@@ -152,12 +170,25 @@ export async function allGatherRangeInto(
   at: number,
   into: Float32Array,
   chunkBytes = EXCHANGE_CHUNK_BYTES,
+  travel?: Bfloat16Travel,
 ): Promise<void> {
-  const chunk = Math.max(1, Math.floor(chunkBytes / Float32Array.BYTES_PER_ELEMENT));
+  const bytesPer = travel === undefined ? Float32Array.BYTES_PER_ELEMENT : Uint16Array.BYTES_PER_ELEMENT;
+  const chunk = Math.max(1, Math.floor(chunkBytes / bytesPer));
+  if (travel !== undefined && travel.scratch.length < Math.min(chunk, into.length))
+    throw new TrainingError(`allGatherRangeInto: a bf16 scratch of ${travel.scratch.length} elements is less than a message's ${chunk}`);
   for (const { begin, end, pieces, mineAt } of rangeChunks(sliceSizes, group.rank, at, into.length, chunk)) {
     const n = pieces[group.rank]!;
-    const output = new Tensor("float32", [end - begin], into.subarray(begin, end));
-    await group.allGather(new Tensor("float32", [n], mine.subarray(mineAt, mineAt + n)), { sizes: pieces, output });
+    const target = into.subarray(begin, end);
+    if (travel === undefined) {
+      await group.allGather(new Tensor("float32", [n], mine.subarray(mineAt, mineAt + n)), {
+        sizes: pieces,
+        output: new Tensor("float32", [end - begin], target),
+      });
+      continue;
+    }
+    const arrived = new Tensor("bfloat16", [end - begin], travel.scratch.subarray(0, end - begin));
+    await group.allGather(new Tensor("bfloat16", [n], travel.bits.subarray(mineAt, mineAt + n)), { sizes: pieces, output: arrived });
+    toDTypeInto(arrived, new Tensor("float32", [end - begin], target));
   }
 }
 

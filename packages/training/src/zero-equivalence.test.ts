@@ -110,4 +110,44 @@ describe("ZeRO 1 to 3, with and without one shared copy of the weights, train as
       expect(normRelative(got.weights, want.weights)).toBeGreaterThan(10 * normRelative(fp32.weights, want.weights) + 1e-7);
     }
   });
+
+  it("ZeRO-3 with the weights gathered in bf16 (Ulysses SP 4, tied head; hybrid 2x2): ZeRO-0's losses within 1e-3, and each gather gives the fp32 master slices rounded to nearest even", async () => {
+    for (const c of [cases[1]!, cases[3]!]) {
+      const want = await train(c.sp, c.options);
+      const got = await train(c.sp, { ...c.options, zero: 3, gatherDtype: "bfloat16" });
+      want.losses.forEach((loss, step) => expect(Math.abs(got.losses[step]! - loss) / loss, `${c.name} loss ${step}`).toBeLessThanOrEqual(1e-3));
+      // the master: the ranks' fp32 slices back to back; what a gather gives after the last update: each of them rounded
+      const master = new Float32Array(got.weights.length);
+      let at = 0;
+      for (const slice of got.slices!) {
+        master.set(slice, at);
+        at += slice.length;
+      }
+      expect(at).toBe(master.length);
+      // the forward and backward read rounded weights: AdamW turns gradients that differ by that rounding into steps of full size
+      // where the gradient is noise, so the master drifts further from ZeRO-0's than bf16 gradient slices make it (1.0% here)
+      expect(normRelative(master, want.weights), `${c.name} master weights`).toBeLessThanOrEqual(2e-2);
+      const rounded = Float32Array.from(master, nearestBfloat16);
+      expect([...got.weights]).toEqual([...rounded]);
+      // and the master is not rounded itself
+      expect(master.some((v, i) => v !== rounded[i])).toBe(true);
+    }
+  });
+
+  it("weightGatherDtype bfloat16 needs ZeRO-3", async () => {
+    await expect(train(2, { steps: 1, zero: 2, gatherDtype: "bfloat16" })).rejects.toThrow(
+      /weights gathered in bfloat16 are ZeRO-3's gathers: they need ZeRO stage 3, got zero 2/,
+    );
+  });
 });
+
+/** The bf16 value nearest `x` (a float32), ties to the even mantissa: the two candidates by truncating its bits, compared in float64. */
+function nearestBfloat16(x: number): number {
+  const bits = new Uint32Array(new Float32Array([x]).buffer)[0]!;
+  const down = new Float32Array(new Uint32Array([(bits & 0xffff0000) >>> 0]).buffer)[0]!;
+  const up = new Float32Array(new Uint32Array([((bits & 0xffff0000) + 0x10000) >>> 0]).buffer)[0]!;
+  const below = Math.abs(x - down);
+  const above = Math.abs(up - x);
+  if (below !== above) return below < above ? down : up;
+  return ((bits >>> 16) & 1) === 0 ? down : up;
+}

@@ -26,6 +26,8 @@ export interface Options {
   shared?: boolean;
   /** How ZeRO-2's slice gradients are stored (the Trainer's sliceGradientDtype). */
   gradientDtype?: GradientDtype;
+  /** ZeRO-3: the dtype the weights travel in (the Trainer's weightGatherDtype). */
+  gatherDtype?: GradientDtype;
   tiedHead?: boolean;
   attention?: SequenceParallelKind;
   checkpointing?: boolean;
@@ -58,6 +60,9 @@ export interface Run {
   /** The first step's layer events in the order they happened: "gather 3 start", "forward 2 end", "backward 1 start", ... */
   events: string[];
   ranksHeld?: RankStateFloats[];
+  /** The weights this rank holds (its slice under ZeRO-3, else all), and every rank's. */
+  slice: Float32Array;
+  slices?: Float32Array[];
 }
 
 /** Trains on one device (sp null) or on `sp` ranks of one local world; returns per-step losses and rank 0's final weights. */
@@ -131,10 +136,11 @@ export async function train(sp: number | null, options: Options = {}): Promise<R
       lossPhaseGradients: seen.before - through,
       moments: trainer.optimizer.m.length + trainer.optimizer.v.length,
     };
-    // sharded (ZeRO-3): every rank gathers the whole vector to compare it
+    // sharded (ZeRO-3): every rank gathers the whole vector to compare it (as the gathers give it: in bf16, rounded)
     const weights = params.sharded ? new Float32Array(params.size) : params.values;
     if (params.sharded) await params.gather(0, weights);
-    return { losses, weights, grads, logits: final?.logits ?? null, runs: final?.runs ?? null, held, gatheredPerStep, events };
+    const slice = params.owned.slice();
+    return { losses, weights, grads, logits: final?.logits ?? null, runs: final?.runs ?? null, held, gatheredPerStep, events, slice };
   };
   const stepOptions = {
     ops,
@@ -143,6 +149,7 @@ export async function train(sp: number | null, options: Options = {}): Promise<R
     zero: options.zero ?? 0,
     sharedWeights: options.shared ?? false,
     sliceGradientDtype: options.gradientDtype ?? "float32",
+    weightGatherDtype: options.gatherDtype ?? "float32",
     lossTileRows: options.lossTileRows ?? 0,
   };
   const sharedValues = options.shared ? new Float32Array(parameterCount(modelConfig)) : undefined;
@@ -173,7 +180,7 @@ export async function train(sp: number | null, options: Options = {}): Promise<R
     }),
   );
   for (const r of results.slice(1)) expect([...r.weights]).toEqual([...results[0]!.weights]);
-  if (!options.record) return { ...results[0]!, ranksHeld: results.map((r) => r.held) };
+  if (!options.record) return { ...results[0]!, ranksHeld: results.map((r) => r.held), slices: results.map((r) => r.slice) };
   // every rank's logits rows are its tokens: put them back in sequence order
   const vocab = config.vocab;
   const logits = new Float32Array(2 * task.seq * vocab);
