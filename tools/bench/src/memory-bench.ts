@@ -32,13 +32,15 @@
  * the issue's targets are printed as PASS/FAIL lines and do not change the
  * exit status. `--help` lists the flags; a bad flag or value exits 2.
  */
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { median } from "@ulysses/measure";
 import { readCommandLine } from "./cli-flags.js";
 import { describeMachine, machineInfo } from "./paper/machine-info.js";
-import { HELP, readFlags } from "./memory-flags.js";
+import { HELP, MODEL_STATE_TABLE, readFlags } from "./memory-flags.js";
 import { KiB, MODES, MiB, REPO_ROOT, pairRatios, runRow, runSpeedPair, writeText, type RowResult, type RowSpec } from "./memory-rows.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
@@ -57,6 +59,13 @@ function slope(rows: RowResult[], a: number, b: number, pick: (r: RowResult) => 
 
 async function main(): Promise<void> {
   const f = readCommandLine(HELP, process.argv.slice(2), readFlags);
+  if (f.models) {
+    // bench:models measures them (its own rows and files); this process waits for it and exits with its status
+    const models = path.join(path.dirname(fileURLToPath(import.meta.url)), "models-bench.ts");
+    const child = spawnSync(process.execPath, [...process.execArgv, models, ...MODEL_STATE_TABLE], { stdio: "inherit", env: process.env });
+    process.exitCode = child.status ?? 1;
+    return;
+  }
   const outRoot = path.join(REPO_ROOT, "bench-results", "memory");
   fs.rmSync(path.join(outRoot, "runs"), { recursive: true, force: true });
   fs.mkdirSync(outRoot, { recursive: true });

@@ -28,6 +28,10 @@ memory.md.
   --rows LIST         which groups of rows to run: memory, vocab, speed (default all three);
                       the targets of the groups left out are not checked
   --long              also one lean step at N = 131072, SP 2 (minutes)
+  --models            instead of all the above, the model-state table (issue 45): pnpm bench:models
+                      --models qwen3-0.6b --seq 16384 --modes lean --states zero1,zero2,zero3,shared,bf16
+                      --steps 2 (Qwen3-0.6B's shape at SP 2, each ZeRO stage, shared weights and bf16:
+                      peak RSS, the account term by term; about 25 minutes a row on 2 cores)
   --help, -h          this text
 `;
 
@@ -41,6 +45,7 @@ export const FLAG_OPTIONS = {
   "speed-repeat": { type: "string" },
   rows: { type: "string" },
   long: { type: "boolean" },
+  models: { type: "boolean" },
 } as const;
 
 export interface Flags {
@@ -53,6 +58,8 @@ export interface Flags {
   speedRepeat: number;
   rows: ReadonlySet<RowGroup>;
   long: boolean;
+  /** Run the model-state table (bench:models' MODEL_STATE_TABLE) instead. */
+  models: boolean;
 }
 
 export type RowGroup = "memory" | "vocab" | "speed";
@@ -89,5 +96,9 @@ export function readFlags(argv: readonly string[]): Flags | null {
     speedRepeat: positiveIntegers("--speed-repeat", v["speed-repeat"] ?? "5")[0]!,
     rows: rowGroups(v.rows ?? ROW_GROUPS.join(",")),
     long: v.long ?? false,
+    models: v.models ?? false,
   };
 }
+
+/** `--models`: bench:models' arguments for the model-state table of issue 45. */
+export const MODEL_STATE_TABLE = ["--models", "qwen3-0.6b", "--seq", "16384", "--modes", "lean", "--states", "zero1,zero2,zero3,shared,bf16", "--steps", "2"];
