@@ -138,7 +138,6 @@ export class Trainer {
     if (options.zero === 3 && group !== null && group.size > 1) {
       const { params } = model;
       const travel = gatherDtype === "bfloat16" ? { bits: new Uint16Array(length), scratch: bfloat16TravelScratch() } : undefined;
-      this.travellingBytes = travel === undefined ? 0 : travel.bits.byteLength + travel.scratch.byteLength;
       params.gatherWith(async (at, into) => {
         const gatherGroup = (await this.weightGatherGroup())!;
         if (travel !== undefined && !this.travelFresh) {
@@ -163,8 +162,6 @@ export class Trainer {
   private gatherGroup: Promise<ProcessGroup> | null = null;
   /** ZeRO-3 with bf16 gathers: whether the slice's bf16 copy is the slice's values rounded (it is rounded at the first gather after they change). */
   private travelFresh = false;
-  /** ZeRO-3 with bf16 gathers: bytes of the slice's bf16 copy and the scratch its gathers arrive in; else 0. */
-  travellingBytes = 0;
 
   /** The weights this rank holds were changed from outside (a checkpoint read into them): a bf16 copy for the gathers is made anew. */
   weightsChanged(): void {
