@@ -29,7 +29,7 @@ export interface BlockConfig {
   eps?: number;
   /** default 10000 */
   ropeBase?: number;
-  /** RoPE's frequency scaling (linear, llama3); default none. */
+  /** RoPE's frequency scaling (linear, llama3, yarn); default none. */
   ropeScaling?: RopeScaling;
   /** default true */
   causal?: boolean;

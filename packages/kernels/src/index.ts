@@ -34,6 +34,7 @@ export {
   ropeInverseFrequency,
   ropeScalingProblem,
   ropeScalingKey,
+  ropeAttentionFactor,
   copyRopeScaling,
   ROPE_SCALING_TYPES,
   type RopeScaling,

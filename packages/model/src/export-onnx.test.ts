@@ -55,7 +55,9 @@ describe("ONNX export", () => {
   });
   // head dim 8, base 10000: wavelengths 6.3, 63, 628, 6283 against bands 16 and 64 (context 64): one pair kept, one interpolated, two divided
   const llama3 = { type: "llama3", factor: 4, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositions: 64 } as const;
-  for (const ropeScaling of [llama3, { type: "linear", factor: 3 } as const]) {
+  // yarn over a context of 64: pair 0 kept, 1 ramped, 2 and 3 divided; cos and sin times 1.25
+  const yarn = { type: "yarn", factor: 4, originalMaxPositions: 64, betaFast: 32, betaSlow: 1, attentionFactor: 1.25, truncate: true } as const;
+  for (const ropeScaling of [llama3, { type: "linear", factor: 3 } as const, yarn]) {
     it(`and with ${ropeScaling.type} RoPE scaling (the export's tables scaled as training's are; unscaled logits differ)`, async () => {
       const config: GptConfig = { ...base, hidden: 32, mlp: "swiglu", norm: "rmsnorm", ropeScaling };
       expect(await compare(config)).toBeLessThan(1e-5);

@@ -13,7 +13,7 @@
  * Weights are stored as initializers.
  */
 import { blockForward, hasBias, mlpComponent, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
-import { GraphBuilder, attr, ropeInverseFrequencies, type Value } from "@ulysses/kernels";
+import { GraphBuilder, attr, ropeAttentionFactor, ropeInverseFrequencies, type Value } from "@ulysses/kernels";
 import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
 import { gptForward, type GptMath } from "./gpt-forward.js";
@@ -128,13 +128,15 @@ export async function buildOnnxModel(config: GptConfig, weights: Float32Array): 
   // RoPE tables [maxSeq, 1, D] (angle of pair i repeated for i + D/2; frequencies with the config's scaling), sliced to [seq, 1, D]
   const half = headDim / 2;
   const frequencies = ropeInverseFrequencies(headDim, ropeBase, ropeScaling);
+  // yarn's attention factor multiplies both tables
+  const m = ropeAttentionFactor(ropeScaling);
   const cosTable = new Float32Array(config.maxSeq * headDim);
   const sinTable = new Float32Array(config.maxSeq * headDim);
   for (let p = 0; p < config.maxSeq; p++) {
     for (let i = 0; i < half; i++) {
       const angle = p * frequencies[i]!;
-      cosTable[p * headDim + i] = cosTable[p * headDim + i + half] = Math.cos(angle);
-      sinTable[p * headDim + i] = sinTable[p * headDim + i + half] = Math.sin(angle);
+      cosTable[p * headDim + i] = cosTable[p * headDim + i + half] = m * Math.cos(angle);
+      sinTable[p * headDim + i] = sinTable[p * headDim + i + half] = m * Math.sin(angle);
     }
   }
   const zero = g.int64s([0]);

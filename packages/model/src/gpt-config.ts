@@ -29,7 +29,7 @@ export interface GptConfig {
   eps?: number;
   /** RoPE's base, theta (default 10000). */
   ropeBase?: number;
-  /** RoPE's frequency scaling (linear, llama3: a Hugging Face config's rope_scaling); absent: plain RoPE. */
+  /** RoPE's frequency scaling (linear, llama3, yarn: a Hugging Face config's rope_scaling); absent: plain RoPE. */
   ropeScaling?: RopeScaling;
   /** Per-head width of q, k, v (even); default hidden / heads (a Hugging Face config's head_dim). */
   headDim?: number;

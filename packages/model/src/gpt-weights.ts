@@ -143,7 +143,8 @@ export class GptWeights {
 
   /** The embedding table for one lookup: a view, or (sharded) gathered for it alone (collective); `collect()` after the lookup. */
   table(): Promise<F32> {
-    return this.params.sharded ? this.wait(this.params.gatherParameter("embed.weight")) : this.params.gatherParameter("embed.weight");
+    const table = this.params.gatherParameter("embed.weight");
+    return this.params.sharded ? this.wait(table) : table;
   }
 
   /** After a lookup: collects a large gathered table at once. */

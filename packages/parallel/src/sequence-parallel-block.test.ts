@@ -49,6 +49,9 @@ interface Case {
   ranks: number[];
 }
 
+/** The RoPE-scaling cases' block: GQA, RMSNorm, SwiGLU, head dim 8. */
+const scaledBlock = { hidden: 32, heads: 4, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2 } as const;
+
 const cases: Case[] = [
   { name: "MHA, LayerNorm, GELU, causal", config: { hidden: 16, heads: 4 }, batch: 2, seq: 12, ranks: [2, 3, 4] },
   { name: "MHA with biases, non-causal", config: { hidden: 16, heads: 4, bias: true, causal: false, mlpRatio: 2 }, batch: 1, seq: 8, ranks: [2, 4] },
@@ -62,17 +65,22 @@ const cases: Case[] = [
   {
     name: "GQA, RMSNorm, SwiGLU, llama3 RoPE scaling (head dim 8: pairs kept, interpolated and divided)",
     config: {
-      hidden: 32,
-      heads: 4,
-      kvHeads: 2,
-      norm: "rmsnorm",
-      mlp: "swiglu",
-      mlpRatio: 2,
+      ...scaledBlock,
       ropeScaling: { type: "llama3", factor: 4, lowFreqFactor: 1, highFreqFactor: 8, originalMaxPositions: 64 },
     },
     batch: 1,
     seq: 24,
     ranks: [2, 3],
+  },
+  {
+    name: "GQA, RMSNorm, SwiGLU, yarn RoPE scaling (head dim 8 over a context of 64: one pair kept, one ramped, two divided; cos and sin times 1.2)",
+    config: {
+      ...scaledBlock,
+      ropeScaling: { type: "yarn", factor: 4, originalMaxPositions: 64, betaFast: 32, betaSlow: 1, attentionFactor: 1.2, truncate: true },
+    },
+    batch: 1,
+    seq: 24,
+    ranks: [2],
   },
   {
     name: "Qwen3-shaped: head width 6 on hidden 16 with 4 heads, GQA kv=2, q/k norms, q/k/v biases",

@@ -112,8 +112,8 @@ describe("loadCheckpoint from untrusted files", () => {
     expect(inspectCheckpoint(file).config).toEqual(llama);
     const scaling = llama.ropeScaling!;
     expectRefused(
-      craft(dir, "scaling-type.safetensors", { ...llama, ropeScaling: { ...scaling, type: "yarn" } }, withMoments(llama)),
-      /ropeScaling\.type must be one of "linear", "llama3", got "yarn"/,
+      craft(dir, "scaling-type.safetensors", { ...llama, ropeScaling: { ...scaling, type: "dynamic" } }, withMoments(llama)),
+      /ropeScaling\.type must be one of "linear", "llama3", "yarn", got "dynamic"/,
     );
     expectRefused(
       craft(dir, "scaling-extra.safetensors", { ...llama, ropeScaling: { type: "linear", factor: 2, lowFreqFactor: 1 } }, withMoments(llama)),

@@ -115,12 +115,15 @@ const STATES = {
 } as const;
 type State = keyof typeof STATES;
 
-const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,lean] [--states zero0] [--steps 3]
+const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,lean] [--states zero0] [--steps 3] [--memory-arena auto]
   --models  which model shapes: smollm2-135m, qwen3-0.6b (the default: both), llama3.2-1b
   --seq     sequence lengths N (default 4096,16384)
   --modes   default (the trainer's defaults) and/or lean (+ activation checkpointing, attention in head groups)
   --states  where the model state lives: zero0 (the default), zero1, zero2, zero3, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16)
   --steps   steps per row, the first untimed (default 3, at least 2)
+  --memory-arena  auto (the default: the trainer's own choice, ONNX Runtime's arenas and glibc's heap
+            where they fit) or off (every row with --no-memory-arena: freed buffers back to the OS,
+            the least memory, slower)
 Writes bench-results/models/models.json and models.md.`;
 
 interface Flags {
@@ -129,6 +132,8 @@ interface Flags {
   modes: Mode[];
   states: State[];
   steps: number;
+  /** The rows' allocation: the trainer's default (auto) or --no-memory-arena (off). */
+  memoryArena: "auto" | "off";
 }
 
 function readFlags(argv: readonly string[]): Flags | null {
@@ -138,6 +143,7 @@ function readFlags(argv: readonly string[]): Flags | null {
     modes: { type: "string" },
     states: { type: "string" },
     steps: { type: "string" },
+    "memory-arena": { type: "string" },
   });
   if (values === null) return null;
   const list = <T extends string>(flag: string, raw: string | undefined, allowed: readonly T[], fallback: T[]): T[] => {
@@ -151,12 +157,15 @@ function readFlags(argv: readonly string[]): Flags | null {
   const steps = Number(values.steps ?? 3);
   if (!Number.isSafeInteger(steps) || steps < 2) throw new UsageError(`bench:models: --steps must be an integer >= 2, got '${values.steps}'`);
   const names = Object.keys(MODELS) as ModelName[];
+  const memoryArena = values["memory-arena"] ?? "auto";
+  if (memoryArena !== "auto" && memoryArena !== "off") throw new UsageError(`bench:models: --memory-arena is auto or off, got '${memoryArena}'`);
   return {
     models: list("models", values.models, names, DEFAULT_MODELS),
     seq,
     modes: list("modes", values.modes, ["default", "lean"], ["default", "lean"]),
     states: list("states", values.states, Object.keys(STATES) as State[], ["zero0"]),
     steps,
+    memoryArena,
   };
 }
 
@@ -198,7 +207,7 @@ function writeDocuments(file: string): void {
   fs.writeFileSync(file, `${lines.join("\n")}\n`);
 }
 
-async function runRow(model: ModelName, seq: number, mode: Mode, state: State, steps: number, work: string, data: string): Promise<Row> {
+async function runRow(model: ModelName, seq: number, mode: Mode, state: State, flags: Flags, work: string, data: string): Promise<Row> {
   const configFile = path.join(work, `${model}.json`);
   fs.writeFileSync(configFile, JSON.stringify(MODELS[model].config, null, 2));
   const out = path.join(work, `${model}-n${seq}-${mode}-${state}`);
@@ -220,7 +229,7 @@ async function runRow(model: ModelName, seq: number, mode: Mode, state: State, s
     "--batch",
     "1",
     "--steps",
-    String(steps),
+    String(flags.steps),
     "--warmup",
     "1",
     "--lr",
@@ -239,6 +248,7 @@ async function runRow(model: ModelName, seq: number, mode: Mode, state: State, s
   ]; // prettier-ignore
   if (mode === "lean") args.push("--activation-checkpointing", "--tile-attention", "auto");
   args.push(...STATES[state].flags);
+  if (flags.memoryArena === "off") args.push("--no-memory-arena");
   const parsed = parseArgs(args);
   if (!("config" in parsed)) throw new Error("bench:models: the row's arguments parsed as --help or --version");
   const resolved = { ...parsed.config, memoryArena: resolveMemoryArena(parsed.config).memoryArena };
@@ -278,7 +288,7 @@ async function main(): Promise<void> {
       for (const seq of flags.seq)
         for (const mode of flags.modes)
           for (const state of flags.states) {
-            const row = await runRow(model, seq, mode, state, flags.steps, work, data);
+            const row = await runRow(model, seq, mode, state, flags, work, data);
             rows.push(row);
             console.log(
               `${model} N=${seq} ${mode} ${STATES[state].text}: ${row.tokensPerSec.toFixed(0)} tokens/s, MFU ${(100 * row.mfu).toFixed(1)}%, step ${row.stepSeconds.toFixed(1)} s, peak ${row.peakGiB.toFixed(2)} GiB (account ${row.accountGiB.toFixed(2)} GiB)`,
@@ -295,7 +305,7 @@ async function main(): Promise<void> {
         `| ${r.model} | ${r.seq} | ${r.mode} | ${STATES[r.state].text} | ${r.tokensPerSec.toFixed(0)} | ${(100 * r.mfu).toFixed(1)}% | ${r.stepSeconds.toFixed(1)} | ${r.peakGiB.toFixed(2)} | ${r.accountGiB.toFixed(2)} | ${(r.accountGiB / r.peakGiB).toFixed(2)} | ${[r.stateGiB.weights, r.stateGiB.gradients, r.stateGiB.moments].map((g) => g.toFixed(2)).join(", ")} |`,
     ),
   ].join("\n");
-  const md = `# bench:models\n\n${describeMachine(machine)}\n\nSP 2 (threads backend, 1 ONNX Runtime thread per rank), batch 1, ${flags.steps} steps (the first untimed).\n\n${table}\n`;
+  const md = `# bench:models\n\n${describeMachine(machine)}\n\nSP 2 (threads backend, 1 ONNX Runtime thread per rank), batch 1, ${flags.steps} steps (the first untimed), ${flags.memoryArena === "off" ? "every row with --no-memory-arena (ONNX Runtime's arenas off, freed buffers back to the OS)" : "the trainer's default allocation (--memory-arena auto)"}.\n\n${table}\n`;
   fs.writeFileSync(path.join(outRoot, "models.md"), md);
   fs.writeFileSync(path.join(outRoot, "models.json"), `${JSON.stringify({ machine, flags, rows }, null, 2)}\n`);
   console.log(`\n${table}\n\nwritten: bench-results/models/models.md, models.json`);

@@ -3,9 +3,10 @@
  * (i, i + d/2) of token t is rotated by pos * inv_freq[i], inv_freq[i] =
  * base^(-2i/d) changed by the optional scaling (rope-scaling.ts), where pos
  * is offset + t, or the token's own position (packed documents restart them).
- * The backward is the same rotation with the opposite sign.
+ * The backward is the same rotation with the opposite sign. yarn's attention
+ * factor multiplies both (cos and sin scaled, as Hugging Face's tables are).
  */
-import { ropeInverseFrequencies, ropeInverseFrequency, type RopeScaling } from "../ops/rope-scaling.js";
+import { ropeAttentionFactor, ropeInverseFrequencies, ropeInverseFrequency, type RopeScaling } from "../ops/rope-scaling.js";
 import type { RopePositions } from "../ops/types.js";
 import { ropeShape } from "../ops/validate.js";
 import { zeros64, type F64, type Real } from "./float64.js";
@@ -28,14 +29,15 @@ export function ropeRotate64(x: Real, positions: RopePositions, base: number, si
   const [b, s, h, d] = ropeShape(op, x, positions, base, scaling);
   const half = d / 2;
   const frequencies = ropeInverseFrequencies(d, base, scaling);
+  const m = ropeAttentionFactor(scaling);
   const y = zeros64(x.shape);
   for (let bi = 0; bi < b; bi++) {
     for (let t = 0; t < s; t++) {
       const position = ropePosition(positions, s, bi, t);
       for (let i = 0; i < half; i++) {
         const angle = sign * position * frequencies[i]!;
-        const c = Math.cos(angle);
-        const sn = Math.sin(angle);
+        const c = m * Math.cos(angle);
+        const sn = m * Math.sin(angle);
         for (let hi = 0; hi < h; hi++) {
           const o = ((bi * s + t) * h + hi) * d;
           const x1 = x.data[o + i]!;

@@ -70,7 +70,7 @@ export function tiedOf(read: ConfigReader): boolean {
 
 /**
  * RoPE of a decoder config.json: rope_theta (default `fallback`) and
- * rope_scaling (linear, llama3: rope-scaling.ts; others refused by name), or
+ * rope_scaling (linear, llama3, yarn: rope-scaling.ts; others refused by name), or
  * transformers 5's rope_parameters holding plain RoPE only ({ rope_type:
  * "default", rope_theta }; anything else refused by name, as is rope_scaling
  * beside it). partial_rotary_factor other than 1 is refused.

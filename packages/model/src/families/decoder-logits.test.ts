@@ -55,6 +55,18 @@ const cases: { name: string; config: HfConfig; dtype: "float32" | "bfloat16"; sh
     sharded: false,
   },
   {
+    name: "qwen3 with YaRN (factor 4 over an original context of 32), head_dim 8, tied",
+    config: {
+      ...common,
+      model_type: "qwen3",
+      head_dim: 8,
+      tie_word_embeddings: true,
+      rope_scaling: { rope_type: "yarn", factor: 4, original_max_position_embeddings: 32 },
+    },
+    dtype: "bfloat16",
+    sharded: true,
+  },
+  {
     name: "mistral, GQA, head_dim 8, untied",
     config: { ...common, model_type: "mistral", sliding_window: null, head_dim: 8 },
     dtype: "bfloat16",

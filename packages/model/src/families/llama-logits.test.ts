@@ -3,9 +3,9 @@
  * names and layout), imported and run by the model, against the float64
  * reference of Hugging Face's LlamaForCausalLM in
  * testing-fixtures/hf-reference.ts (written out there from its definition,
- * RoPE scaling included: linear and llama3 as modeling_rope_utils.py defines
- * them). The log-probabilities must agree within 1e-4 (relative to their
- * range).
+ * RoPE scaling included: linear, llama3 and yarn as modeling_rope_utils.py
+ * defines them). The log-probabilities must agree within 1e-4 (relative to
+ * their range); yarn's without its attention factor must not.
  */
 import fs from "node:fs";
 import os from "node:os";
@@ -28,9 +28,10 @@ import { llamaFamily } from "./llama.js";
 
 /**
  * Writes a random llama directory of `hfConfig`, imports it, and returns the worst difference of the model's log-probabilities
- * on `length` random tokens from the reference's, relative to their range.
+ * on `length` random tokens from the reference's, relative to their range; the reference reads `referenceConfig` (default: the
+ * same).
  */
-async function worstDifference(hfConfig: HfConfig, length: number): Promise<number> {
+async function worstDifference(hfConfig: HfConfig, length: number, referenceConfig = hfConfig): Promise<number> {
   const config = llamaFamily.configFrom(hfConfig, "config.json");
   const vocab = hfConfig.vocab_size as number;
   const rng = new Rng(7);
@@ -42,7 +43,7 @@ async function worstDifference(hfConfig: HfConfig, length: number): Promise<numb
     importWeights(dir, config, llamaFamily, model.params);
     const ids = Array.from({ length }, () => rng.int(vocab));
     const logits = (await model.forward(Tensor.from("int32", [1, ids.length], ids))).logits.data as Float32Array;
-    return relativeError(logits, referenceLogProbs(weights, hfConfig, ids), vocab);
+    return relativeError(logits, referenceLogProbs(weights, referenceConfig, ids), vocab);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
@@ -87,6 +88,20 @@ describe("a llama directory against Hugging Face's LlamaForCausalLM (float64 ref
     expect(inverse[1]).toBeLessThan(0.9);
     expect(inverse.slice(2)).toEqual([0.25, 0.25]);
     expect(await worstDifference(scaled, 40)).toBeLessThan(1e-4);
+  });
+
+  it("RoPE scaling yarn (head dim 8, context 256: pair 0 kept, 1 ramped, 2 and 3 divided; cos and sin times 0.1 ln 4 + 1): log-probabilities within 1e-4", async () => {
+    const yarn = { rope_type: "yarn", factor: 4, original_max_position_embeddings: 256 } as const;
+    // beta_fast's dimension 8 ln(256 / 64 pi) / (2 ln 10000) = 0.11 (floored: 0), beta_slow's 1.61 (ceiled: 2): pair 1 halfway
+    const inverse = [0, 1, 2, 3].map((j) => inverseFrequency(j, 8, 10000, yarn as HfRopeScaling) / 10000 ** (-j / 4));
+    expect(inverse[0]).toBe(1);
+    expect(inverse[1]).toBeCloseTo(0.625, 12);
+    expect(inverse[2]).toBeCloseTo(0.25, 12);
+    expect(inverse[3]).toBeCloseTo(0.25, 12);
+    const config = { ...scaled, max_position_embeddings: 1024, rope_scaling: yarn };
+    expect(await worstDifference(config, 40)).toBeLessThan(1e-4);
+    // the attention factor counts: the reference without it (attention_factor 1) is another model
+    expect(await worstDifference(config, 40, { ...config, rope_scaling: { ...yarn, attention_factor: 1 } })).toBeGreaterThan(1e-3);
   });
 
   it("RoPE scaling linear (factor 2.5): log-probabilities within 1e-4", async () => {

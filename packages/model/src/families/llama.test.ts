@@ -102,8 +102,8 @@ describe("the llama family", () => {
   });
 
   it("refuses by name what it cannot run yet: other RoPE scalings, a binding sliding window, Mistral biases, another activation, dropout", () => {
-    expect(() => llamaFamily.configFrom({ ...llama32, rope_scaling: { rope_type: "yarn", factor: 4 } }, "llama/config.json")).toThrow(
-      /^config 'llama\/config.json': rope_scaling.rope_type "yarn" is not supported/,
+    expect(() => llamaFamily.configFrom({ ...llama32, rope_scaling: { rope_type: "dynamic", factor: 4 } }, "llama/config.json")).toThrow(
+      /^config 'llama\/config.json': rope_scaling.rope_type "dynamic" is not supported/,
     );
     expect(() => llamaFamily.configFrom(mistral, "mistral/config.json")).toThrow(
       "config 'mistral/config.json': sliding_window 4096 is not supported: sliding-window attention shorter than max_position_embeddings (32768) is not implemented yet",

@@ -1,9 +1,11 @@
 /**
- * config.json's rope_scaling: Llama 3.1's and a linear one read into the
- * model's RopeScaling (under rope_type or the older type), null or absent
- * as none; yarn, dynamic, unknown types, unknown keys, missing or malformed
- * fields refused with the file and key; transformers 5's rope_parameters read
- * when plain.
+ * config.json's rope_scaling: Llama 3.1's, a linear one and Qwen's yarn read
+ * into the model's RopeScaling (under rope_type or the older type; yarn's
+ * defaults: the context from max_position_embeddings, betas 32 and 1, the
+ * attention factor 0.1 ln(factor) + 1, truncate), null or absent as none;
+ * DeepSeek's yarn keys, dynamic, unknown types, unknown keys, missing or
+ * malformed fields refused with the file and key; transformers 5's
+ * rope_parameters read when plain.
  */
 import { describe, expect, it } from "vitest";
 import { blockConfigOf, validateGptConfig, type GptConfig } from "../gpt-config.js";
@@ -23,14 +25,68 @@ describe("ropeScalingFrom", () => {
     expect(ropeScalingFrom(at({ rope_type: "default" }), "c.json")).toBeUndefined();
   });
 
+  it("reads yarn as Qwen's model cards write it, its optional keys, and its defaults", () => {
+    const qwen = { rope_type: "yarn", factor: 4.0, original_max_position_embeddings: 32768 };
+    expect(ropeScalingFrom(at(qwen), "c.json")).toEqual({
+      type: "yarn",
+      factor: 4,
+      originalMaxPositions: 32768,
+      betaFast: 32,
+      betaSlow: 1,
+      attentionFactor: 0.1 * Math.log(4) + 1,
+      truncate: true,
+    });
+    expect(ropeScalingFrom({ max_position_embeddings: 4096, rope_scaling: { type: "yarn", factor: 0.5 } }, "c.json")).toEqual({
+      type: "yarn",
+      factor: 0.5,
+      originalMaxPositions: 4096,
+      betaFast: 32,
+      betaSlow: 1,
+      attentionFactor: 1,
+      truncate: true,
+    });
+    const all = { ...qwen, beta_fast: 16, beta_slow: 2, attention_factor: 1.5, truncate: false };
+    expect(ropeScalingFrom(at(all), "c.json")).toEqual({
+      type: "yarn",
+      factor: 4,
+      originalMaxPositions: 32768,
+      betaFast: 16,
+      betaSlow: 2,
+      attentionFactor: 1.5,
+      truncate: false,
+    });
+    // null for an optional key is its default
+    expect(ropeScalingFrom(at({ ...qwen, beta_fast: null, attention_factor: null }), "c.json")).toEqual(ropeScalingFrom(at(qwen), "c.json"));
+  });
+
   it("refuses what it does not read, naming the file, the key and the value", () => {
     const cases: [unknown, string | RegExp][] = [
-      [{ type: "yarn", factor: 4, original_max_position_embeddings: 32768 }, /^config 'm\/config.json': rope_scaling.type "yarn" is not supported: YaRN/],
+      [
+        { type: "yarn", factor: 40, original_max_position_embeddings: 4096, mscale: 1, mscale_all_dim: 1 },
+        /^config 'm\/config.json': rope_scaling.mscale is not supported: DeepSeek's YaRN variant/,
+      ],
+      [{ type: "yarn", factor: 4 }, "config 'm/config.json': rope_scaling.original_max_position_embeddings is missing, and so is max_position_embeddings"],
+      [
+        { type: "yarn", factor: 4, original_max_position_embeddings: 0 },
+        "config 'm/config.json': rope_scaling.original_max_position_embeddings must be a number > 0, got 0",
+      ],
+      [
+        { type: "yarn", factor: 4, original_max_position_embeddings: 512, beta_fast: 1 },
+        "config 'm/config.json': rope_scaling.beta_fast 1 must be greater than rope_scaling.beta_slow 1",
+      ],
+      [
+        { type: "yarn", factor: 4, original_max_position_embeddings: 512, truncate: "yes" },
+        "config 'm/config.json': rope_scaling.truncate must be true or false, got \"yes\"",
+      ],
+      [
+        { type: "yarn", factor: 4, original_max_position_embeddings: 512, extrapolation_factor: 1 },
+        /^config 'm\/config.json': rope_scaling.extrapolation_factor is not a key of a yarn RoPE scaling/,
+      ],
       [{ rope_type: "dynamic", factor: 2 }, /^config 'm\/config.json': rope_scaling.rope_type "dynamic" is not supported: dynamic NTK/],
       [{ rope_type: "longrope", factor: 2 }, /^config 'm\/config.json': rope_scaling.rope_type "longrope" is not supported: LongRoPE/],
       [
         { rope_type: "su", factor: 2 },
-        "config 'm/config.json': rope_scaling.rope_type \"su\" is not supported: the RoPE scalings read are default, linear, llama3",
+        "config 'm/config.json': rope_scaling.rope_type \"su\" is not supported: the RoPE scalings read are default, linear, llama3, yarn",
       ],
       [{ rope_type: "constructor" }, /^config 'm\/config.json': rope_scaling.rope_type "constructor" is not supported: the RoPE scalings read are/],
       [{ factor: 2 }, "config 'm/config.json': rope_scaling.type must be a string, got undefined"],
@@ -90,7 +146,7 @@ describe("the llama family with rope_scaling", () => {
     );
     const bad: [unknown, string][] = [
       [{ type: "linear", factor: 2, extra: 1 }, "GPT config: ropeScaling.extra is not a field of a linear RoPE scaling (fields: type, factor)"],
-      [{ type: "dynamic", factor: 2 }, 'GPT config: ropeScaling.type must be one of "linear", "llama3", got "dynamic"'],
+      [{ type: "dynamic", factor: 2 }, 'GPT config: ropeScaling.type must be one of "linear", "llama3", "yarn", got "dynamic"'],
       [{ ...config.ropeScaling, lowFreqFactor: "1" }, 'GPT config: ropeScaling.lowFreqFactor must be a finite number > 0, got "1"'],
       [{ type: "llama3", factor: 8 }, "GPT config: ropeScaling.lowFreqFactor must be a finite number > 0, got undefined"],
       ["linear", 'GPT config: ropeScaling must be an object or absent, got "linear"'],

@@ -11,7 +11,14 @@
  *   rotate_half(x) = [-x2, x1]. rope_scaling as modeling_rope_utils.py
  *   defines it: linear divides every inv_freq by the factor; llama3 computes
  *   s = (L inv_freq / (2 pi) - low) / (high - low) clamped to [0, 1] (L the
- *   original context) and inv_freq (s + (1 - s) / factor).
+ *   original context) and inv_freq (s + (1 - s) / factor); yarn (as
+ *   _compute_yarn_parameters, the factor as written) finds the dimension where
+ *   a wavelength fits r times into the original context,
+ *   D ln(L / (2 pi r)) / (2 ln theta), floors it for beta_fast and ceils it
+ *   for beta_slow (clamped to [0, D - 1]), ramps linearly between them over the
+ *   pair index j, mixes inv_freq / factor (weight ramp) with inv_freq
+ *   (weight 1 - ramp), and multiplies cos and sin by attention_factor
+ *   (default 0.1 ln(factor) + 1).
  * - Grouped-query attention (head h reads kv head floor(h / (H / Hkv))),
  *   causal softmax(q k / sqrt(head_dim)).
  * - head_dim: q is [s, H * head_dim], k and v [s, Hkv * head_dim], o_proj
@@ -44,7 +51,8 @@ export type HfRopeScaling =
       low_freq_factor: number;
       high_freq_factor: number;
       original_max_position_embeddings: number;
-    };
+    }
+  | { rope_type: "yarn"; factor: number; original_max_position_embeddings: number; beta_fast?: number; beta_slow?: number; attention_factor?: number };
 
 /** y[r, o] = sum_i x[r, i] W[o, i] (+ b[o]): nn.Linear with W [out, in]. */
 function linear(x: Float64Array, rows: number, w: Weight, b?: Weight): Float64Array {
@@ -77,6 +85,14 @@ export function inverseFrequency(j: number, dim: number, theta: number, scaling?
   const plain = 1 / theta ** ((2 * j) / dim);
   if (scaling === undefined) return plain;
   if (scaling.rope_type === "linear") return plain / scaling.factor;
+  if (scaling.rope_type === "yarn") {
+    const findDim = (rotations: number) => (dim * Math.log(scaling.original_max_position_embeddings / (rotations * 2 * Math.PI))) / (2 * Math.log(theta));
+    const low = Math.max(Math.floor(findDim(scaling.beta_fast ?? 32)), 0);
+    let high = Math.min(Math.ceil(findDim(scaling.beta_slow ?? 1)), dim - 1);
+    if (low === high) high += 0.001;
+    const extrapolation = 1 - Math.min(1, Math.max(0, (j - low) / (high - low)));
+    return (plain / scaling.factor) * (1 - extrapolation) + plain * extrapolation;
+  }
   const { factor, low_freq_factor: low, high_freq_factor: high, original_max_position_embeddings: context } = scaling;
   const s = Math.min(1, Math.max(0, ((context * plain) / (2 * Math.PI) - low) / (high - low)));
   return plain * (s + (1 - s) / factor);
@@ -85,6 +101,7 @@ export function inverseFrequency(j: number, dim: number, theta: number, scaling?
 /** RoPE in place on [seq, heads, D] at positions 0..seq-1. */
 function rope(x: Float64Array, seq: number, heads: number, dim: number, theta: number, scaling?: HfRopeScaling): void {
   const half = dim / 2;
+  const attention = scaling?.rope_type === "yarn" ? (scaling.attention_factor ?? 0.1 * Math.log(scaling.factor) + 1) : 1;
   for (let p = 0; p < seq; p++)
     for (let h = 0; h < heads; h++) {
       const at = (p * heads + h) * dim;
@@ -92,8 +109,10 @@ function rope(x: Float64Array, seq: number, heads: number, dim: number, theta: n
       const x2 = x.slice(at + half, at + dim);
       for (let j = 0; j < half; j++) {
         const angle = p * inverseFrequency(j, dim, theta, scaling);
-        x[at + j] = x1[j]! * Math.cos(angle) - x2[j]! * Math.sin(angle);
-        x[at + half + j] = x2[j]! * Math.cos(angle) + x1[j]! * Math.sin(angle);
+        const cos = attention * Math.cos(angle);
+        const sin = attention * Math.sin(angle);
+        x[at + j] = x1[j]! * cos - x2[j]! * sin;
+        x[at + half + j] = x2[j]! * cos + x1[j]! * sin;
       }
     }
 }
