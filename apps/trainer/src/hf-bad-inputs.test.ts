@@ -43,10 +43,10 @@ const cases: { name: string; bin: "train" | "generate"; argv: () => string[]; sa
     says: /config '.*gpt2\/config\.json': model_type "gpt2" is not a model family this library reads/,
   },
   {
-    name: "rope_scaling yarn",
+    name: "rope_scaling dynamic",
     bin: "train",
-    argv: () => ["--model", withConfig("yarn", { rope_scaling: { rope_type: "yarn", factor: 4 } }), "--data", chat, "--data-format", "chat"],
-    says: /config '.*yarn\/config\.json': rope_scaling\.rope_type "yarn" is not supported/,
+    argv: () => ["--model", withConfig("dynamic", { rope_scaling: { rope_type: "dynamic", factor: 4 } }), "--data", chat, "--data-format", "chat"],
+    says: /config '.*dynamic\/config\.json': rope_scaling\.rope_type "dynamic" is not supported/,
   },
   {
     name: "a missing shard",

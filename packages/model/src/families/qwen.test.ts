@@ -120,7 +120,17 @@ describe("the qwen2 family", () => {
       "config 'q/config.json': use_sliding_window true is not supported: sliding-window attention is not implemented yet",
     );
     expect(refused({ ...qwen25, hidden_act: "gelu" })).toThrow("config 'q/config.json': hidden_act \"gelu\" is not supported: the MLP is SwiGLU");
-    expect(refused({ ...qwen25, rope_scaling: { type: "yarn", factor: 4 } })).toThrow(/^config 'q\/config.json': rope_scaling.type "yarn" is not supported/);
+    expect(refused({ ...qwen25, rope_scaling: { type: "dynamic", factor: 4 } })).toThrow(
+      /^config 'q\/config.json': rope_scaling.type "dynamic" is not supported/,
+    );
+    // Qwen2.5's model card's long-context setting is read
+    expect(
+      qwen2Family.configFrom({ ...qwen25, rope_scaling: { factor: 4.0, original_max_position_embeddings: 32768, type: "yarn" } }, "q/config.json").ropeScaling,
+    ).toMatchObject({
+      type: "yarn",
+      factor: 4,
+      originalMaxPositions: 32768,
+    });
     expect(refused({ ...qwen25, rope_parameters: { rope_type: "yarn", rope_theta: 1e6, factor: 4 } })).toThrow(
       /^config 'q\/config.json': rope_parameters .* is not supported: only plain RoPE/,
     );
@@ -190,13 +200,13 @@ describe("the qwen3 family", () => {
     ]);
   });
 
-  it("refuses by name: use_sliding_window true, another activation, an odd head_dim, RoPE scaling", () => {
+  it("refuses by name: use_sliding_window true, another activation, an odd head_dim, DeepSeek's YaRN keys", () => {
     const refused = (json: Record<string, unknown>) => () => qwen3Family.configFrom(json, "q3/config.json");
     expect(refused({ ...qwen3, use_sliding_window: true })).toThrow("config 'q3/config.json': use_sliding_window true is not supported");
     expect(refused({ ...qwen3, hidden_act: "gelu_pytorch_tanh" })).toThrow("config 'q3/config.json': hidden_act \"gelu_pytorch_tanh\" is not supported");
     expect(refused({ ...qwen3, head_dim: 63 })).toThrow("config 'q3/config.json': head_dim 63 is not supported: RoPE needs an even head width");
-    expect(refused({ ...qwen3, rope_scaling: { rope_type: "yarn", factor: 4 } })).toThrow(
-      /config 'q3\/config.json': rope_scaling.rope_type "yarn" is not supported/,
+    expect(refused({ ...qwen3, rope_scaling: { rope_type: "yarn", factor: 4, original_max_position_embeddings: 32768, mscale: 1 } })).toThrow(
+      /config 'q3\/config.json': rope_scaling.mscale is not supported: DeepSeek's YaRN variant/,
     );
     expect(refused({ ...qwen3, attention_bias: 1 })).toThrow("config 'q3/config.json': attention_bias must be true or false, got 1");
   });
