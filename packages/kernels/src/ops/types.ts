@@ -98,7 +98,7 @@ export interface BlockOps {
    * Rotary embedding on x [batch, seq, heads, headDim] (headDim even), rotating
    * pairs (i, i + headDim/2) (the GPT-NeoX / LLaMA "rotate half" layout) by
    * angle pos * base^(-2i/headDim), those frequencies changed by `scaling`
-   * when given (linear, llama3: rope-scaling.ts). `positions` is the position of the first
+   * when given (linear, llama3, yarn: rope-scaling.ts). `positions` is the position of the first
    * token (pos = positions + token index), or every token's position as int32
    * [batch * seq] (packed documents: positions restart at each document).
    */

@@ -8,7 +8,7 @@
  * num_hidden_layers, num_attention_heads, num_key_value_heads (default the
  * heads), head_dim (default hidden_size / num_attention_heads; any even
  * width), max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling
- * (linear, llama3: rope-scaling.ts; rope_parameters with plain RoPE),
+ * (linear, llama3, yarn: rope-scaling.ts; rope_parameters with plain RoPE),
  * tie_word_embeddings, hidden_act (silu), attention_bias (llama: biases on
  * q, k, v and o) and mlp_bias (llama: on gate, up and down). Refused by name
  * until supported: other RoPE scalings, a sliding_window shorter than
