@@ -112,6 +112,7 @@ const STATES = {
   zero3: { flags: ["--zero", "3"], text: "ZeRO-3" },
   shared: { flags: ["--zero", "2", "--shared-weights"], text: "ZeRO-2, shared weights" },
   bf16: { flags: ["--zero", "2", "--shared-weights", "--precision", "bf16"], text: "ZeRO-2, shared weights, --precision bf16" },
+  zero3bf16: { flags: ["--zero", "3", "--precision", "bf16"], text: "ZeRO-3, --precision bf16" },
 } as const;
 type State = keyof typeof STATES;
 
@@ -119,7 +120,8 @@ const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq
   --models  which model shapes: smollm2-135m, qwen3-0.6b (the default: both), llama3.2-1b
   --seq     sequence lengths N (default 4096,16384)
   --modes   default (the trainer's defaults) and/or lean (+ activation checkpointing, attention in head groups)
-  --states  where the model state lives: zero0 (the default), zero1, zero2, zero3, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16)
+  --states  where the model state lives: zero0 (the default), zero1, zero2, zero3, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16),
+            zero3bf16 (ZeRO-3 and --precision bf16: the weights gathered in bf16)
   --steps   steps per row, the first untimed (default 3, at least 2)
   --memory-arena  auto (the default: the trainer's own choice, ONNX Runtime's arenas and glibc's heap
             where they fit) or off (every row with --no-memory-arena: freed buffers back to the OS,
