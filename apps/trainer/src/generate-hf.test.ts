@@ -27,7 +27,7 @@ import {
   type GptConfig,
 } from "@ulysses/model";
 import { Rng, Tensor } from "@ulysses/tensors";
-import { beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { main } from "./generate.js";
 import { generateFromHf, planHfPrompt, readHfModel } from "./generate-hf.js";
 
@@ -58,6 +58,8 @@ let gptDir: string;
 function copyTokenizer(dir: string): void {
   for (const f of ["tokenizer.json", "tokenizer_config.json"]) fs.copyFileSync(path.join(tokenizerDir, f), path.join(dir, f));
 }
+
+afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 
 beforeAll(() => {
   root = fs.mkdtempSync(path.join(os.tmpdir(), "generate-hf-"));
