@@ -11,7 +11,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { mpirunCommand, mpiTestSkipNote, SOURCE_CONDITION_ARG } from "@ulysses/collectives-mpi";
 import { lossCurve, spawnTrainer } from "./testing-fixtures/cli.js";
 import { QWEN3_TOKENIZER_DIR, QWEN3_VOCAB, writeChat } from "./testing-fixtures/tiny-hf.js";
@@ -53,14 +53,18 @@ async function run(command: string, args: string[]): Promise<{ code: number | nu
   return { code, output: stdout + stderr };
 }
 
+/** Every run directory of this file, removed when it ends. */
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-equivalence-"));
+afterAll(() => fs.rmSync(scratch, { recursive: true, force: true }));
+
 const skipNote = mpiTestSkipNote();
 if (skipNote) console.warn(`threads vs mpi backend tests ${skipNote}`);
 
 /** Loss curves of the flags on the threads backend, and under mpirun -np `np` with `mpiFlags` added (a later flag wins). */
 async function threadsAndMpi(mpiFlags: string[], np = 2, base = flags): Promise<{ threads: number[]; mpi: number[]; mpiOutput: string }> {
   const node = ["--conditions=@ulysses/source", "--import", "tsx", "src/cli.ts"];
-  const threadsDir = fs.mkdtempSync(path.join(os.tmpdir(), "threads-"));
-  const mpiDir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-"));
+  const threadsDir = fs.mkdtempSync(path.join(scratch, "threads-"));
+  const mpiDir = fs.mkdtempSync(path.join(scratch, "mpi-"));
   const threads = await run(process.execPath, [...node, ...base, "--out", threadsDir]);
   expect(threads.code, threads.output).toBe(0);
   const [mpirun, ...mpirunArgs] = mpirunCommand({
@@ -86,7 +90,7 @@ function expectSameCurve(a: number[], b: number[], what: string): void {
 
 /** A qwen3-shaped model from a config.json with the real Qwen3 tokenizer, on chat data (the loss on the assistant's tokens). */
 function hfFlags(): string[] {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "mpi-hf-"));
+  const dir = fs.mkdtempSync(path.join(scratch, "mpi-hf-"));
   const config = path.join(dir, "qwen3.json");
   fs.writeFileSync(
     config,

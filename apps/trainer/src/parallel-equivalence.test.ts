@@ -1,7 +1,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { readSafetensors } from "@ulysses/model";
 import { DEFAULTS, type TrainConfig } from "./config.js";
 import { RankPool } from "./rank-pool.js";
@@ -26,9 +26,13 @@ const base: TrainConfig = {
   threads: 1,
 };
 
+/** Every run directory of this file, removed when it ends. */
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "parallel-equivalence-"));
+afterAll(() => fs.rmSync(scratch, { recursive: true, force: true }));
+
 async function train(overrides: Partial<TrainConfig>) {
   const config = { ...base, ...overrides };
-  const outDir = fs.mkdtempSync(path.join(os.tmpdir(), "dp-"));
+  const outDir = fs.mkdtempSync(path.join(scratch, "dp-"));
   const result = await runTraining({
     config,
     outDir,
@@ -122,7 +126,7 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
 
   it("resumed across ZeRO stages and degrees (sp 2 x dp 2 ZeRO-2 shared to step 6, then sp 4 ZeRO-1): the uninterrupted ZeRO-0 curve within 1e-5", async () => {
     const whole = await train({ sp: 2, dp: 2, batch: 1, steps: 12 });
-    const outDir = fs.mkdtempSync(path.join(os.tmpdir(), "zero-resume-"));
+    const outDir = fs.mkdtempSync(path.join(scratch, "zero-resume-"));
     const run = (config: TrainConfig, resumeFile: string | null, stopAfter?: number) =>
       runTraining({ config, outDir, resumeFile, startPool: () => RankPool.start(config, resumeFile), log: () => undefined, stopAfter });
     const first = await run({ ...base, sp: 2, dp: 2, batch: 1, steps: 12, zero: 2, sharedWeights: true }, null, 6);
@@ -139,7 +143,7 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
 
   it("ZeRO-3 written and resumed over other shards (sp 2 x dp 2 to step 6, then sp 2 x dp 1): the uninterrupted ZeRO-0 curve within 1e-5, and the export holds the checkpoint's weights", async () => {
     const whole = await train({ sp: 2, dp: 2, batch: 1, steps: 12 });
-    const outDir = fs.mkdtempSync(path.join(os.tmpdir(), "zero3-resume-"));
+    const outDir = fs.mkdtempSync(path.join(scratch, "zero3-resume-"));
     const run = (config: TrainConfig, resumeFile: string | null, stopAfter?: number) =>
       runTraining({ config, outDir, resumeFile, startPool: () => RankPool.start(config, resumeFile), log: () => undefined, stopAfter });
     const first = await run({ ...base, sp: 2, dp: 2, batch: 1, steps: 12, zero: 3 }, null, 6);
@@ -160,7 +164,7 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
 describe("past the head count on the threads backend (one worker thread per rank)", () => {
   /** The loss of every step of `pnpm train` with `flags` (a later flag wins over tinyFlags). */
   async function curve(flags: string[]): Promise<number[]> {
-    const out = fs.mkdtempSync(path.join(os.tmpdir(), "threads-"));
+    const out = fs.mkdtempSync(path.join(scratch, "threads-"));
     const args = [
       ...tinyFlags(4),
       "--kv-heads",
