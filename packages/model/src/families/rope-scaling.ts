@@ -9,9 +9,9 @@
  * attention_factor, else 0.1 ln(factor) + 1 for a factor over 1 and 1
  * otherwise; truncate, default true). yarn's factor is taken as written, with
  * the correction range over original_max_position_embeddings, as vLLM and
- * transformers since its fix for issue 38224 read it (transformers 4.51 to
- * 4.55 replaced the factor by max_position_embeddings /
- * original_max_position_embeddings). The type under `rope_type` or the older
+ * transformers since its fix for issue 38224 read it (the releases before
+ * that fix replaced the factor by max_position_embeddings /
+ * original_max_position_embeddings whenever the latter was given). The type under `rope_type` or the older
  * `type` (both: they must agree). Refused by name, with the file and key:
  * yarn's DeepSeek keys mscale and mscale_all_dim, "dynamic" (its frequencies
  * change with the sequence length), "longrope", any other type, a missing or
