@@ -35,6 +35,7 @@ export {
   ropeScalingProblem,
   ropeScalingKey,
   ropeAttentionFactor,
+  ropeTables,
   copyRopeScaling,
   ROPE_SCALING_TYPES,
   type RopeScaling,

@@ -13,7 +13,7 @@
  * Weights are stored as initializers.
  */
 import { blockForward, hasBias, mlpComponent, normComponent, type BlockMath, type ResolvedBlockConfig } from "@ulysses/block";
-import { GraphBuilder, attr, ropeAttentionFactor, ropeInverseFrequencies, type Value } from "@ulysses/kernels";
+import { GraphBuilder, attr, ropeTables, type Value } from "@ulysses/kernels";
 import { writeFileAtomic } from "./atomic-write.js";
 import { ModelError } from "./errors.js";
 import { gptForward, type GptMath } from "./gpt-forward.js";
@@ -125,20 +125,13 @@ export async function buildOnnxModel(config: GptConfig, weights: Float32Array): 
   const ids = g.input("ids", "int64", ["batch", "seq"]);
   // seq as a 1-element int64 tensor
   const seqLen = g.op("Slice", [g.op("Shape", [ids]), g.int64s([1]), g.int64s([2])]);
-  // RoPE tables [maxSeq, 1, D] (angle of pair i repeated for i + D/2; frequencies with the config's scaling), sliced to [seq, 1, D]
-  const half = headDim / 2;
-  const frequencies = ropeInverseFrequencies(headDim, ropeBase, ropeScaling);
-  // yarn's attention factor multiplies both tables
-  const m = ropeAttentionFactor(ropeScaling);
-  const cosTable = new Float32Array(config.maxSeq * headDim);
-  const sinTable = new Float32Array(config.maxSeq * headDim);
-  for (let p = 0; p < config.maxSeq; p++) {
-    for (let i = 0; i < half; i++) {
-      const angle = p * frequencies[i]!;
-      cosTable[p * headDim + i] = cosTable[p * headDim + i + half] = m * Math.cos(angle);
-      sinTable[p * headDim + i] = sinTable[p * headDim + i + half] = m * Math.sin(angle);
-    }
-  }
+  // RoPE tables [maxSeq, 1, D] at positions 0 .. maxSeq - 1 (training's tables: the config's scaling, yarn's attention factor), sliced to [seq, 1, D]
+  const { cos: cosTable, sin: sinTable } = ropeTables(
+    Array.from({ length: config.maxSeq }, (_, p) => p),
+    headDim,
+    ropeBase,
+    ropeScaling,
+  );
   const zero = g.int64s([0]);
   const cos = g.op("Slice", [g.constant(cosTable, [config.maxSeq, 1, headDim], "float32", "rope_cos"), zero, seqLen, zero]);
   const sin = g.op("Slice", [g.constant(sinTable, [config.maxSeq, 1, headDim], "float32", "rope_sin"), zero, seqLen, zero]);

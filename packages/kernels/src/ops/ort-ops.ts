@@ -12,7 +12,7 @@ import { Tensor } from "@ulysses/tensors";
 import { KernelError } from "../errors.js";
 import { DEFAULT_IGNORE_INDEX } from "../reference/embedding-loss.js";
 import { DEFAULT_ROPE_BASE } from "../reference/ops.js";
-import { ropeAttentionFactor, ropeInverseFrequencies, ropeScalingKey, type RopeScaling } from "./rope-scaling.js";
+import { ropeScalingKey, ropeTables, type RopeScaling } from "./rope-scaling.js";
 import type { SessionCache } from "../runtime/session-cache.js";
 import * as graphs from "./ort-graphs.js";
 import type { CrossEntropyResult, LayerNormSaved, RopePositions, TrainingOps } from "./types.js";
@@ -26,27 +26,13 @@ function float32(op: string, name: string, t: Tensor): void {
 
 /**
  * cos and sin tables of `shape` ([..., 1, headDim]) for one position per
- * table row (positions.length = size / headDim), each pair's angle repeated
- * in both halves of the row (frequencies from base and the optional scaling;
- * yarn's attention factor multiplies both tables, so forward and backward
- * scale by it).
+ * table row (positions.length = size / headDim): rope-scaling.ts's
+ * ropeTables (yarn's attention factor in both, so forward and backward scale
+ * by it).
  */
 function ropeCosSin(shape: number[], positions: ArrayLike<number>, base: number, scaling: RopeScaling | undefined): { cos: F32; sin: F32 } {
-  const headDim = shape[shape.length - 1]!;
-  const half = headDim / 2;
-  const frequencies = ropeInverseFrequencies(headDim, base, scaling);
-  const m = ropeAttentionFactor(scaling);
-  const cos = new Tensor("float32", shape);
-  const sin = new Tensor("float32", shape);
-  for (let r = 0; r < positions.length; r++) {
-    const o = r * headDim;
-    for (let i = 0; i < half; i++) {
-      const angle = positions[r]! * frequencies[i]!;
-      cos.data[o + i] = cos.data[o + i + half] = m * Math.cos(angle);
-      sin.data[o + i] = sin.data[o + i + half] = m * Math.sin(angle);
-    }
-  }
-  return { cos, sin };
+  const { cos, sin } = ropeTables(positions, shape[shape.length - 1]!, base, scaling);
+  return { cos: new Tensor("float32", shape, cos), sin: new Tensor("float32", shape, sin) };
 }
 
 function sameValues(a: Int32Array, b: Int32Array): boolean {

@@ -154,6 +154,29 @@ export function ropeInverseFrequency(i: number, headDim: number, base: number, s
   return ((1 - smooth) * plain) / factor + smooth * plain;
 }
 
+/**
+ * The cos and sin tables RoPE reads: a row [headDim] per position, pair i's
+ * cos (sin) of position * inv_freq[i] at i and at i + headDim / 2, times the
+ * scaling's attention factor (yarn's; 1 otherwise). The one place they are
+ * filled: OrtOps' tables (which FusedOps reads too) and the ONNX export.
+ */
+export function ropeTables(positions: ArrayLike<number>, headDim: number, base: number, scaling?: RopeScaling): { cos: Float32Array; sin: Float32Array } {
+  const half = headDim / 2;
+  const frequencies = ropeInverseFrequencies(headDim, base, scaling);
+  const m = ropeAttentionFactor(scaling);
+  const cos = new Float32Array(positions.length * headDim);
+  const sin = new Float32Array(positions.length * headDim);
+  for (let r = 0; r < positions.length; r++) {
+    const o = r * headDim;
+    for (let i = 0; i < half; i++) {
+      const angle = positions[r]! * frequencies[i]!;
+      cos[o + i] = cos[o + i + half] = m * Math.cos(angle);
+      sin[o + i] = sin[o + i + half] = m * Math.sin(angle);
+    }
+  }
+  return { cos, sin };
+}
+
 /** inv_freq [headDim / 2] of every pair (see ropeInverseFrequency). */
 export function ropeInverseFrequencies(headDim: number, base: number, scaling?: RopeScaling): Float64Array {
   const frequencies = new Float64Array(Math.floor(headDim / 2));
