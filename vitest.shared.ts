@@ -7,7 +7,11 @@
  * Tests import package sources directly through the "@ulysses/source" export
  * condition, so no build step is needed before a test run.
  */
+import { fileURLToPath } from "node:url";
 import type { UserWorkspaceConfig } from "vitest/config";
+
+/** Every test file's own TMPDIR, removed after it (see there). */
+const TMPDIR_SETUP = fileURLToPath(new URL("./vitest.tmpdir.ts", import.meta.url));
 
 export function packageTestConfig(overrides: NonNullable<UserWorkspaceConfig["test"]> = {}): UserWorkspaceConfig {
   return {
@@ -19,6 +23,7 @@ export function packageTestConfig(overrides: NonNullable<UserWorkspaceConfig["te
       testTimeout: 60_000,
       hookTimeout: 60_000,
       env: { ORT_DISABLE_TELEMETRY: "1" },
+      setupFiles: [TMPDIR_SETUP],
       ...overrides,
     },
   };

@@ -16,8 +16,9 @@
  *     with the Llama 3 tokenizer;
  *
  * at N = 4K and 16K, SP 2 (threads backend, one ONNX Runtime thread per
- * rank), in the trainer's default memory settings and lean ones (activation
- * checkpointing, attention in head groups). Speed is the median over the
+ * rank), in the trainer's default memory settings, grouped ones (attention
+ * in head groups) and lean ones (activation checkpointing and attention in
+ * head groups). Speed is the median over the
  * steps after the first (untimed) of tokens/s and of MFU against the
  * trainer's own MatMul rate; memory the peak RSS of the process. Writes
  * bench-results/models/models.json and models.md. `--help` lists the flags.
@@ -102,7 +103,9 @@ const MODELS = {
 type ModelName = keyof typeof MODELS;
 /** The models a run without --models measures. */
 const DEFAULT_MODELS: ModelName[] = ["smollm2-135m", "qwen3-0.6b"];
-type Mode = "default" | "lean";
+/** default: the trainer's defaults; grouped: + attention in head groups; lean: + activation checkpointing too. */
+type Mode = "default" | "grouped" | "lean";
+const MODES: readonly Mode[] = ["default", "grouped", "lean"];
 
 /** Where the model state lives: the ZeRO stage and whether the ranks share one copy of the weights. */
 const STATES = {
@@ -116,10 +119,12 @@ const STATES = {
 } as const;
 type State = keyof typeof STATES;
 
-const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,lean] [--states zero0] [--steps 3] [--memory-arena auto]
+const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq 4096,16384] [--modes default,grouped,lean] [--states zero0] [--steps 3] [--memory-arena auto]
   --models  which model shapes: smollm2-135m, qwen3-0.6b (the default: both), llama3.2-1b
   --seq     sequence lengths N (default 4096,16384)
-  --modes   default (the trainer's defaults) and/or lean (+ activation checkpointing, attention in head groups)
+  --modes   default (the trainer's defaults), grouped (+ attention in head groups, --tile-attention auto: the
+            attention half keeps nothing, recomputed group by group in backward) and/or lean (grouped + activation
+            checkpointing: each block keeps only its input) (default: default,lean)
   --states  where the model state lives: zero0 (the default), zero1, zero2, zero3, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16),
             zero3bf16 (ZeRO-3 and --precision bf16: the weights gathered in bf16)
   --steps   steps per row, the first untimed (default 3, at least 2)
@@ -164,7 +169,7 @@ function readFlags(argv: readonly string[]): Flags | null {
   return {
     models: list("models", values.models, names, DEFAULT_MODELS),
     seq,
-    modes: list("modes", values.modes, ["default", "lean"], ["default", "lean"]),
+    modes: list("modes", values.modes, MODES, ["default", "lean"]),
     states: list("states", values.states, Object.keys(STATES) as State[], ["zero0"]),
     steps,
     memoryArena,
@@ -248,7 +253,8 @@ async function runRow(model: ModelName, seq: number, mode: Mode, state: State, f
     "1000000",
     "--skip-memory-check",
   ]; // prettier-ignore
-  if (mode === "lean") args.push("--activation-checkpointing", "--tile-attention", "auto");
+  if (mode !== "default") args.push("--tile-attention", "auto");
+  if (mode === "lean") args.push("--activation-checkpointing");
   args.push(...STATES[state].flags);
   if (flags.memoryArena === "off") args.push("--no-memory-arena");
   const parsed = parseArgs(args);
