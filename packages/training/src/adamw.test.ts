@@ -95,6 +95,17 @@ describe("AdamW", () => {
     new AdamW({ offset: 2, length: 4 }).update(sliceParams, g.subarray(2), 0.1, true);
     expect([...sliceParams]).toEqual([...pWhole.subarray(2)]);
   });
+
+  it("holds its moments resident from construction, as every step after the first does (the first step's peak is the run's)", () => {
+    // 32M elements: 2 x 128 MiB of moments. An untouched Float32Array adds nothing to the resident set.
+    const length = 32 * 2 ** 20;
+    const before = process.memoryUsage().rss;
+    const opt = new AdamW({ offset: 0, length });
+    const grown = process.memoryUsage().rss - before;
+    expect(grown).toBeGreaterThan(0.9 * 2 * length * Float32Array.BYTES_PER_ELEMENT);
+    expect(opt.m[length - 1]).toBe(0);
+    expect(opt.v[0]).toBe(0);
+  });
 });
 
 describe("learning-rate schedule", () => {

@@ -67,6 +67,10 @@ export class AdamW {
     }
     this.m = new Float32Array(this.length);
     this.v = new Float32Array(this.length);
+    // A new Float32Array is untouched zero pages: written here, the moments are resident from the start, as in every
+    // step after the first, so the first step's peak memory is the run's and a run that does not fit fails in it.
+    this.m.fill(0);
+    this.v.fill(0);
   }
 
   /**

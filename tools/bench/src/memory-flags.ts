@@ -29,9 +29,11 @@ memory.md.
                       the targets of the groups left out are not checked
   --long              also one lean step at N = 131072, SP 2 (minutes)
   --models            instead of all the above, the model-state table (issue 45): pnpm bench:models
-                      --models qwen3-0.6b --seq 16384 --modes lean --states zero1,zero2,zero3,shared,bf16
-                      --steps 2 (Qwen3-0.6B's shape at SP 2, each ZeRO stage, shared weights and bf16:
-                      peak RSS, the account term by term; about 25 minutes a row on 2 cores)
+                      --models qwen3-0.6b --seq 16384 --modes lean --states
+                      zero1,zero2,zero3,shared,bf16,bf16-noarena --steps 1 (Qwen3-0.6B's shape at SP 2,
+                      each ZeRO stage, shared weights, bf16, and bf16 with --no-memory-arena: peak RSS,
+                      the account term by term; one step a row, AdamW's moments resident from the start
+                      so that its peak is the run's; about 15 minutes a row on 2 cores)
   --help, -h          this text
 `;
 
@@ -101,4 +103,15 @@ export function readFlags(argv: readonly string[]): Flags | null {
 }
 
 /** `--models`: bench:models' arguments for the model-state table of issue 45. */
-export const MODEL_STATE_TABLE = ["--models", "qwen3-0.6b", "--seq", "16384", "--modes", "lean", "--states", "zero1,zero2,zero3,shared,bf16", "--steps", "2"];
+export const MODEL_STATE_TABLE = [
+  "--models",
+  "qwen3-0.6b",
+  "--seq",
+  "16384",
+  "--modes",
+  "lean",
+  "--states",
+  "zero1,zero2,zero3,shared,bf16,bf16-noarena",
+  "--steps",
+  "1",
+];

@@ -115,6 +115,10 @@ const STATES = {
   zero3: { flags: ["--zero", "3"], text: "ZeRO-3" },
   shared: { flags: ["--zero", "2", "--shared-weights"], text: "ZeRO-2, shared weights" },
   bf16: { flags: ["--zero", "2", "--shared-weights", "--precision", "bf16"], text: "ZeRO-2, shared weights, --precision bf16" },
+  "bf16-noarena": {
+    flags: ["--zero", "2", "--shared-weights", "--precision", "bf16", "--no-memory-arena"],
+    text: "ZeRO-2, shared weights, --precision bf16, --no-memory-arena",
+  },
   zero3bf16: { flags: ["--zero", "3", "--precision", "bf16"], text: "ZeRO-3, --precision bf16" },
 } as const;
 type State = keyof typeof STATES;
@@ -126,8 +130,9 @@ const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq
             attention half keeps nothing, recomputed group by group in backward) and/or lean (grouped + activation
             checkpointing: each block keeps only its input) (default: default,lean)
   --states  where the model state lives: zero0 (the default), zero1, zero2, zero3, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16),
-            zero3bf16 (ZeRO-3 and --precision bf16: the weights gathered in bf16)
-  --steps   steps per row, the first untimed (default 3, at least 2)
+            bf16-noarena (bf16 and --no-memory-arena: the least memory), zero3bf16 (ZeRO-3 and --precision bf16: the weights gathered in bf16)
+  --steps   steps per row, the first untimed (default 3); 1 times that one step, graph building included (AdamW's
+            moments are resident from the start, so one step's peak is the run's)
   --memory-arena  auto (the default: the trainer's own choice, ONNX Runtime's arenas and glibc's heap
             where they fit) or off (every row with --no-memory-arena: freed buffers back to the OS,
             the least memory, slower)
@@ -162,7 +167,7 @@ function readFlags(argv: readonly string[]): Flags | null {
   const seq = (values.seq ?? "4096,16384").split(",").map((s) => Number(s.trim()));
   for (const n of seq) if (!Number.isSafeInteger(n) || n < 64) throw new UsageError(`bench:models: --seq needs integers >= 64, got '${values.seq}'`);
   const steps = Number(values.steps ?? 3);
-  if (!Number.isSafeInteger(steps) || steps < 2) throw new UsageError(`bench:models: --steps must be an integer >= 2, got '${values.steps}'`);
+  if (!Number.isSafeInteger(steps) || steps < 1) throw new UsageError(`bench:models: --steps must be a positive integer, got '${values.steps}'`);
   const names = Object.keys(MODELS) as ModelName[];
   const memoryArena = values["memory-arena"] ?? "auto";
   if (memoryArena !== "auto" && memoryArena !== "off") throw new UsageError(`bench:models: --memory-arena is auto or off, got '${memoryArena}'`);
@@ -256,13 +261,14 @@ async function runRow(model: ModelName, seq: number, mode: Mode, state: State, f
   if (mode !== "default") args.push("--tile-attention", "auto");
   if (mode === "lean") args.push("--activation-checkpointing");
   args.push(...STATES[state].flags);
-  if (flags.memoryArena === "off") args.push("--no-memory-arena");
+  if (flags.memoryArena === "off" && !args.includes("--no-memory-arena")) args.push("--no-memory-arena");
   const parsed = parseArgs(args);
   if (!("config" in parsed)) throw new Error("bench:models: the row's arguments parsed as --help or --version");
   const resolved = { ...parsed.config, memoryArena: resolveMemoryArena(parsed.config).memoryArena };
   const estimate = estimateMemory(resolved);
   const metrics = await runTrainer(args, out, "bench:models");
-  const timed = metrics.slice(1);
+  // the first step builds every graph: untimed, unless it is the only one
+  const timed = metrics.length > 1 ? metrics.slice(1) : metrics;
   return {
     model,
     seq,
@@ -313,7 +319,7 @@ async function main(): Promise<void> {
         `| ${r.model} | ${r.seq} | ${r.mode} | ${STATES[r.state].text} | ${r.tokensPerSec.toFixed(0)} | ${(100 * r.mfu).toFixed(1)}% | ${r.stepSeconds.toFixed(1)} | ${r.peakGiB.toFixed(2)} | ${r.accountGiB.toFixed(2)} | ${(r.accountGiB / r.peakGiB).toFixed(2)} | ${[r.stateGiB.weights, r.stateGiB.gradients, r.stateGiB.moments].map((g) => g.toFixed(2)).join(", ")} |`,
     ),
   ].join("\n");
-  const md = `# bench:models\n\n${describeMachine(machine)}\n\nSP 2 (threads backend, 1 ONNX Runtime thread per rank), batch 1, ${flags.steps} steps (the first untimed), ${flags.memoryArena === "off" ? "every row with --no-memory-arena (ONNX Runtime's arenas off, freed buffers back to the OS)" : "the trainer's default allocation (--memory-arena auto)"}.\n\n${table}\n`;
+  const md = `# bench:models\n\n${describeMachine(machine)}\n\nSP 2 (threads backend, 1 ONNX Runtime thread per rank), batch 1, ${flags.steps === 1 ? "1 step (timed with its graph building; AdamW's moments resident from the start, so its peak is the run's)" : `${flags.steps} steps (the first untimed)`}, ${flags.memoryArena === "off" ? "every row with --no-memory-arena (ONNX Runtime's arenas off, freed buffers back to the OS)" : "the trainer's default allocation (--memory-arena auto) where the state does not say --no-memory-arena"}.\n\n${table}\n`;
   fs.writeFileSync(path.join(outRoot, "models.md"), md);
   fs.writeFileSync(path.join(outRoot, "models.json"), `${JSON.stringify({ machine, flags, rows }, null, 2)}\n`);
   console.log(`\n${table}\n\nwritten: bench-results/models/models.md, models.json`);
