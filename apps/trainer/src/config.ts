@@ -160,6 +160,10 @@ export const SETTINGS = {
     "fp32 | bf16: ZeRO-2's and ZeRO-3's gradient slices stored in bf16 (half their memory; each summed part rounded to nearest even as it is added) and, with --activation-checkpointing, each block's kept input in bf16 (the backward recomputes from it); under --zero 3 the weights also travel in bf16 when gathered (half the gathers' bytes; the fp32 slice stays the master); needs --zero 2 or 3 over more than one rank; AdamW's master weights and moments and all arithmetic stay fp32",
   ),
   logEvery: setting(10, "steps between log lines when not on a terminal"),
+  profile: setting(
+    false,
+    "time every op world rank 0 calls (linear products, norms, attention forward and backward, loss tiles, AdamW, ...): each step's calls and milliseconds per op in metrics.jsonl (ops), the last step's table in the summary; not recorded in checkpoints",
+  ),
   export: setting(true, "export model.onnx at the end (--no-export to skip)"),
   saveDtype: setting<"auto" | "bf16" | "fp16" | "fp32">(
     "auto",
@@ -289,9 +293,10 @@ export function recallOptionsOf(config: TrainConfig): RecallTaskOptions {
 
 /**
  * Settings a checkpoint may never supply: code (the backend module) and paths
- * (what the run reads and where it writes), and the switches that lift a
- * safety check (--overwrite, --skip-memory-check). Resume takes them from the
- * command line only; saveCheckpoint never records them.
+ * (what the run reads and where it writes), the switches that lift a
+ * safety check (--overwrite, --skip-memory-check), and --profile, a diagnostic
+ * of one invocation. Resume takes them from the command line only;
+ * saveCheckpoint never records them.
  */
 export const NEVER_FROM_CHECKPOINT = [
   "backend",
@@ -303,6 +308,7 @@ export const NEVER_FROM_CHECKPOINT = [
   "resume",
   "overwrite",
   "skipMemoryCheck",
+  "profile",
 ] as const satisfies readonly (keyof TrainConfig)[];
 
 /** The flags that fix the model's shape (a resumed run takes them from the checkpoint's GPT config); --attention is how it is parallelised, a run setting. */

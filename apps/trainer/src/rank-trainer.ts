@@ -1,5 +1,6 @@
 import type { ProcessGroup } from "@ulysses/collectives";
 import { commDelta, documentPairs } from "@ulysses/measure";
+import { OpProfile, type OpTotals } from "@ulysses/kernels";
 import { Gpt, importWeights, type GptConfig } from "@ulysses/model";
 import { ParallelDims, parallelize, type Batch } from "@ulysses/parallel";
 import {
@@ -62,6 +63,8 @@ export interface RankStepReport {
   /** ZeRO-3: the weights this rank holds (its slice) and those it gathers and holds through a step, in elements. */
   weightSlice?: number;
   gatheredWeights?: number;
+  /** --profile: this step's calls and milliseconds per op (OpProfile's names), in first-call order. */
+  ops?: Record<string, OpTotals>;
 }
 
 /**
@@ -127,6 +130,8 @@ export class RankTrainer {
     private readonly lossTileRows: number,
     private readonly gpt: Gpt,
     private readonly gatherGroup: ProcessGroup | null,
+    /** --profile: times every call of the ops and the attention kernel the model and trainer were given. */
+    private readonly profile: OpProfile | null,
   ) {}
 
   static async create(setup: RankSetup): Promise<RankTrainer> {
@@ -140,11 +145,14 @@ export class RankTrainer {
     // validated before any group is built: one message naming every value that is off
     const dims = await ParallelDims.create(world, parallelOptionsOfPlan(plan), { heads: gptConfig.heads, kvHeads: gptConfig.kvHeads, seqLength: config.seq });
     const kernels = await createRankKernels(setup.threads, config.kernel, plan.memoryArena);
+    const profile = config.profile ? new OpProfile() : null;
+    const ops = profile === null ? kernels.ops : profile.wrap("ops", kernels.ops);
+    const localAttention = profile === null ? kernels.attention : profile.wrap("attention", kernels.attention);
     const { tiles } = plan;
     // the one-device model, parallelised from outside
     const model = new Gpt(gptConfig, {
-      ops: kernels.ops,
-      localAttention: kernels.attention,
+      ops,
+      localAttention,
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
       bfloat16Checkpoints: config.activationCheckpointing && config.precision === "bf16",
@@ -158,7 +166,7 @@ export class RankTrainer {
     const hf = hfModelOf(config);
     if (header === null && hf?.weightsDir != null) importWeights(hf.weightsDir, gptConfig, hf.family, model.params);
     const trainer = new Trainer(parallelize(model, dims), {
-      ops: kernels.ops,
+      ops,
       lossTileRows: tiles.loss,
       gradClip: config.gradClip,
       adamw: { weightDecay: config.weightDecay },
@@ -188,7 +196,7 @@ export class RankTrainer {
     }
     // no data at all: a rank that only scores (ulysses-generate --score)
     const text = config.task === "text" && docs === null && config.data !== null ? new ByteTextData(config.data, config.seq) : null;
-    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs, tiles.loss, model, gatherGroup);
+    return new RankTrainer(config, dims, trainer, kernels, dataRng, text, docs, tiles.loss, model, gatherGroup, profile);
   }
 
   get step(): number {
@@ -223,6 +231,7 @@ export class RankTrainer {
     // ZeRO-3's gathers run beside the layers: their bytes count, and of their time what the model waited for them
     const gathersBefore = this.gatherGroup?.stats();
     const waitedBefore = this.gpt.gatherWaitMs;
+    this.profile?.take();
     const started = performance.now();
     rankHooks.stepStart?.(world.rank, step);
     const result = await this.trainer.trainStep(rows, lr);
@@ -250,6 +259,7 @@ export class RankTrainer {
       ...(global.documents !== undefined ? { attendedPairs: documentPairs(global.documents.ids.data, config.seq) } : {}),
       ...(this.docs !== null ? { skippedDocuments: this.docs.skipped.count } : {}),
       ...(this.gpt.params.sharded ? { weightSlice: this.gpt.params.owned.length, gatheredWeights: this.gpt.gatheredWeightElements } : {}),
+      ...(this.profile !== null ? { ops: this.profile.take() } : {}),
     };
   }
 

@@ -40,6 +40,7 @@ import { EXIT } from "./entry-point.js";
 import { TrainerError } from "./errors.js";
 import { matmulRateCache } from "./kernels.js";
 import { modelFlopsOverPairs, modelFlopsPerStep } from "./flops.js";
+import { profileRows } from "./profile-rows.js";
 import type { RankPool } from "./rank-pool.js";
 
 export interface RunOptions {
@@ -233,6 +234,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         m.weightSlice = r.weightSlice;
         m.gatheredWeights = r.gatheredWeights;
       }
+      if (r.ops !== undefined) m.ops = r.ops;
       metrics.push(m);
       metricsLog?.append(m);
       progress?.update(m);
@@ -259,6 +261,8 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       const setup = `sp ${config.sp} x dp ${config.dp} (${config.backend}), seq ${config.seq}, batch ${config.batch}, L${gpt.layers} H${gpt.hidden}`;
       const baselines = recall === null ? {} : { chance: recall.chance, withoutFacts: recall.withoutFacts };
       summary = formatTable(summaryRows(metrics, { setup, wallSeconds: (performance.now() - startedAt) / 1000, outDir, matmulRateEnd, ...baselines }));
+      const profiled = metrics.at(-1);
+      if (profiled?.ops !== undefined) summary += `\n${formatTable(profileRows(profiled))}`;
       fs.writeFileSync(path.join(outDir, "summary.txt"), `${summary}\n`);
       log(summary);
       log(interrupted ? `stopped at step ${pool.step}; resume with --resume ${outDir}` : `checkpoint: ${checkpoint}`);

@@ -201,6 +201,7 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
   if (typeof config.memoryArena !== "boolean" && config.memoryArena !== "auto")
     problems.push(`--memory-arena is on, off (--no-memory-arena) or auto, got ${String(config.memoryArena)}`);
   if (typeof config.skipMemoryCheck !== "boolean") problems.push(`--skip-memory-check is a switch, got ${String(config.skipMemoryCheck)}`);
+  if (typeof config.profile !== "boolean") problems.push(`--profile is a switch, got ${String(config.profile)}`);
   if (problems.length > 0) throw new TrainerError(`invalid configuration:\n  - ${problems.join("\n  - ")}`);
 }
 

@@ -20,6 +20,7 @@ export {
   COLLECT_GARBAGE_EVERY_BYTES,
 } from "./runtime/garbage-collector.js";
 export { BufferPool, type BufferPoolOptions } from "./runtime/buffer-pool.js";
+export { OpProfile, type OpTotals } from "./runtime/op-profile.js";
 export { SessionCache, defaultIntraOpThreads, assertCudaAvailable, type RuntimeOptions, type ExecutionProvider } from "./runtime/session-cache.js";
 export type { LocalAttention, AttentionOptions, AttentionDocuments, AttentionForwardResult, AttentionGradients } from "./attention/types.js";
 export type { AdamWUpdate, BlockOps, LossOps, OptimizerOps, TrainingOps, LayerNormSaved, CrossEntropyResult, RopePositions } from "./ops/types.js";

@@ -41,6 +41,8 @@ export interface StepMetrics {
   /** ZeRO-3: the fp32 weights world rank 0 holds between steps (its slice), and those it gathers and holds through a step (two layers' and the final norm's), in elements. */
   weightSlice?: number;
   gatheredWeights?: number;
+  /** --profile: world rank 0's calls and milliseconds per op this step (OpProfile's names: "ops.linearForward", "attention.backward", ...). */
+  ops?: Record<string, { calls: number; ms: number }>;
 }
 
 export interface MetricsFile {
