@@ -157,7 +157,7 @@ export const SETTINGS = {
   ),
   precision: setting<"fp32" | "bf16">(
     "fp32",
-    "fp32 | bf16: ZeRO-2's and ZeRO-3's gradient slices stored in bf16 (half their memory; each summed part rounded to nearest even as it is added) and, with --activation-checkpointing, each block's kept input in bf16 (the backward recomputes from it); under --zero 3 the weights also travel in bf16 when gathered (half the gathers' bytes; the fp32 slice stays the master); needs --zero 2 or 3 over more than one rank; AdamW's master weights and moments and all arithmetic stay fp32",
+    "fp32 | bf16: ZeRO-2's and ZeRO-3's gradient slices stored in bf16 (half their memory; each summed part rounded to nearest even as it is added) and what the blocks keep for backward in bf16 where that is all they keep: with --activation-checkpointing each block's input, with attention in head groups and a tiled MLP each block's input and MLP input (the backward recomputes from them); under --zero 3 the weights also travel in bf16 when gathered (half the gathers' bytes; the fp32 slice stays the master); needs --zero 2 or 3 over more than one rank; AdamW's master weights and moments and all arithmetic stay fp32",
   ),
   logEvery: setting(10, "steps between log lines when not on a terminal"),
   profile: setting(

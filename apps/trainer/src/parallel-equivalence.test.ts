@@ -43,6 +43,21 @@ async function train(overrides: Partial<TrainConfig>) {
   return { losses: result.metrics.map((m) => m.loss), weights: readSafetensors(result.checkpoint).tensors, metrics: result.metrics };
 }
 
+/** ||b - a|| / ||a|| over the checkpoints' weights (the AdamW moments left out). */
+function weightDistance(a: RunOutcome, b: RunOutcome): number {
+  let diff = 0;
+  let norm = 0;
+  for (const [name, t] of a.weights) {
+    if (name.startsWith("optimizer")) continue;
+    const other = b.weights.get(name)!.data as Float32Array;
+    (t.data as Float32Array).forEach((v, i) => {
+      diff += (v - other[i]!) ** 2;
+      norm += v * v;
+    });
+  }
+  return Math.sqrt(diff / norm);
+}
+
 /** Losses and weights within 1e-4 (relative); with `optimizer`, the checkpoint's AdamW moments too (ZeRO-1 gathers them from the ranks' slices). */
 function expectClose(a: RunOutcome, b: RunOutcome, optimizer = false): void {
   expectRunsClose(a, b, { tolerance: 1e-4, optimizer });
@@ -109,19 +124,21 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
     for (const [stage, weightTolerance] of [[{ zero: 2, sharedWeights: true }, 5e-3] as const, [{ zero: 3 }, 2e-2] as const]) {
       const bf16 = await train({ sp: 2, dp: 2, batch: 1, steps: 20, activationCheckpointing: true, precision: "bf16", ...stage });
       zero0.losses.forEach((loss, step) => expect(Math.abs(bf16.losses[step]! - loss) / loss, `zero ${stage.zero} step ${step}`).toBeLessThanOrEqual(1e-3));
-      let diff = 0;
-      let norm = 0;
-      for (const [name, t] of zero0.weights) {
-        if (name.startsWith("optimizer")) continue;
-        const other = bf16.weights.get(name)!.data as Float32Array;
-        (t.data as Float32Array).forEach((v, i) => {
-          diff += (v - other[i]!) ** 2;
-          norm += v * v;
-        });
-      }
-      expect(Math.sqrt(diff / norm), `zero ${stage.zero}`).toBeLessThanOrEqual(weightTolerance);
-      expect(Math.sqrt(diff / norm)).toBeGreaterThan(0);
+      const distance = weightDistance(zero0, bf16);
+      expect(distance, `zero ${stage.zero}`).toBeLessThanOrEqual(weightTolerance);
+      expect(distance).toBeGreaterThan(0);
     }
+  });
+
+  it("sp 2 at ZeRO-2 with attention in head groups and MLP tiles, no checkpointing, --precision bf16 (each block's input and MLP input kept in bf16) over 20 steps: float32's losses within 1e-3, weights within 5e-3 in norm", async () => {
+    const grouped = { sp: 2, batch: 2, steps: 20, zero: 2, sharedWeights: true, tileAttention: 2, tileMlp: 4 } as const;
+    const fp32 = await train(grouped);
+    expect(fp32.losses[19]!).toBeLessThan(fp32.losses[0]!);
+    const bf16 = await train({ ...grouped, precision: "bf16" });
+    fp32.losses.forEach((loss, step) => expect(Math.abs(bf16.losses[step]! - loss) / loss, `step ${step}`).toBeLessThanOrEqual(1e-3));
+    const distance = weightDistance(fp32, bf16);
+    expect(distance).toBeLessThanOrEqual(5e-3);
+    expect(distance).toBeGreaterThan(0);
   });
 
   it("resumed across ZeRO stages and degrees (sp 2 x dp 2 ZeRO-2 shared to step 6, then sp 4 ZeRO-1): the uninterrupted ZeRO-0 curve within 1e-5", async () => {

@@ -79,3 +79,12 @@ export function parallelOptionsOfPlan(plan: RunPlan): ParallelDimsOptions {
   if (plan.pipelineChunks !== 1) options.pipelineChunks = plan.pipelineChunks;
   return options;
 }
+
+/**
+ * `--precision bf16`: whether the blocks keep what they keep for backward in bf16 (GptOptions.bfloat16Checkpoints): with
+ * activation checkpointing (each block's input), or with attention in head groups and a tiled MLP (each block's input and
+ * the MLP's input); any other block keeps its activations in float32.
+ */
+export function keepsBfloat16(config: TrainConfig, plan: RunPlan): boolean {
+  return config.precision === "bf16" && (config.activationCheckpointing || (plan.tiles.attentionHeadGroups > 1 && plan.tiles.mlp > 0));
+}

@@ -12,7 +12,7 @@ import { estimateTrainingMemory, type MemoryEstimate } from "@ulysses/training";
 import type { TrainConfig } from "./config.js";
 import { TrainerError } from "./errors.js";
 import { usesNativeOps } from "@ulysses/native-ops";
-import { planRun, type RunPlan } from "./plan.js";
+import { keepsBfloat16, planRun, type RunPlan } from "./plan.js";
 
 /** Ranks whose memory lands on this machine (every rank: threads and local run them in this process; mpirun on one host). */
 function placementOf(config: TrainConfig): { ranks: number; processes: number; workers: number } {
@@ -29,7 +29,7 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
     zero: config.zero,
     sharedWeights: config.sharedWeights,
     sliceGradientBytes: config.precision === "bf16" ? 2 : 4,
-    bfloat16Checkpoints: config.activationCheckpointing && config.precision === "bf16",
+    bfloat16Checkpoints: keepsBfloat16(config, plan),
     weightGatherBytes: config.precision === "bf16" && config.zero === 3 ? 2 : 4,
     memoryArena: config.memoryArena !== false,
     nativeOps: usesNativeOps(config.kernel),

@@ -26,7 +26,7 @@ import { TrainerError } from "./errors.js";
 import { hfModelOf, usesHfModel } from "./hf-model.js";
 import { createRankKernels, type RankKernels } from "@ulysses/native-ops";
 import { slowerPathNote } from "./kernels.js";
-import { parallelOptionsOfPlan, type RunPlan } from "./plan.js";
+import { keepsBfloat16, parallelOptionsOfPlan, type RunPlan } from "./plan.js";
 
 export interface RankSetup {
   world: ProcessGroup;
@@ -155,7 +155,7 @@ export class RankTrainer {
       localAttention,
       seed: config.seed,
       activationCheckpointing: config.activationCheckpointing,
-      bfloat16Checkpoints: config.activationCheckpointing && config.precision === "bf16",
+      bfloat16Checkpoints: keepsBfloat16(config, plan),
       mlpTileRows: tiles.mlp,
       attentionHeadGroups: tiles.attentionHeadGroups,
       ...(setup.sharedValues !== undefined ? { parameterValues: setup.sharedValues } : {}),

@@ -13,7 +13,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
 import { sequenceParallelScheme } from "@ulysses/parallel";
-import { planRun, type RunPlan } from "./plan.js";
+import { keepsBfloat16, planRun, type RunPlan } from "./plan.js";
 import { hfModelOf } from "./hf-model.js";
 import { exportRunHf, HF_DIR } from "./hf-export.js";
 import { measureMatmulRate } from "@ulysses/measure";
@@ -178,7 +178,9 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
       const lean = [
         config.activationCheckpointing ? `activation checkpointing (each block keeps its input only${config.precision === "bf16" ? ", in bf16" : ""})` : "",
         tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
-        tiles.attentionHeadGroups > 1 ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}` : "",
+        tiles.attentionHeadGroups > 1
+          ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}${!config.activationCheckpointing && keepsBfloat16(config, plan) ? " (each block keeps its input and the MLP's input, in bf16)" : ""}`
+          : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
         config.zero > 0
           ? `ZeRO-${config.zero} over ${config.sp * config.dp} ranks (${["AdamW moments", "gradients and AdamW moments", "weights, gradients and AdamW moments"][config.zero - 1]} sharded${config.precision === "bf16" ? `, the gradient slices stored in bf16${config.zero === 3 ? ", the weights gathered in bf16" : ""}` : ""})`

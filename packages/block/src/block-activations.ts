@@ -59,6 +59,8 @@ export class Activations {
   attentionOut: F32 | null = null;
   /** Tiled MLP: its input x2 [rows, hidden] (norm2's input), all the MLP keeps. */
   mlpInput: F32 | null = null;
+  /** x2 while it is kept in bf16 (BlockContext.storeInBfloat16); mlpInput is then null. */
+  private mlpInputBf16: Tensor<"bfloat16"> | null = null;
   /** Set by backward and release(): the entries are consumed, or being consumed. */
   spent = false;
 
@@ -79,10 +81,36 @@ export class Activations {
   }
 
   takeMlpInput(): F32 {
+    if (this.mlpInputBf16 !== null) {
+      // made again in float32, each element exactly the bf16 value
+      const x2 = toDType(this.mlpInputBf16, "float32");
+      this.mlpInputBf16 = null;
+      return x2;
+    }
     const x2 = this.mlpInput;
     if (x2 === null) throw new BlockError("TransformerBlock.backward: the tiled MLP's input was not saved, or was read already");
     this.mlpInput = null;
     return x2;
+  }
+
+  /** True when a tiled MLP's input is all this holds: the forward of attention in head groups with a tiled MLP. */
+  get holdsOnlyMlpInput(): boolean {
+    const empty = this.norms.size + this.headNorms.size + this.inputs.size + this.mlp.size === 0 && this.attention === null;
+    return empty && (this.mlpInput !== null || this.mlpInputBf16 !== null);
+  }
+
+  /** Keeps x2 as bf16 (rounded to nearest even); returns the float32 x2 it let go of (the caller may reuse it), or null. */
+  storeMlpInputAsBfloat16(): F32 | null {
+    const x2 = this.mlpInput;
+    if (x2 === null) return null;
+    this.mlpInputBf16 = toDType(x2, "bfloat16");
+    this.mlpInput = null;
+    return x2;
+  }
+
+  /** Bytes of x2 while it is kept in bf16, else 0. */
+  get mlpInputBf16Bytes(): number {
+    return this.mlpInputBf16?.byteLength ?? 0;
   }
 
   savedAttention(): BlockAttentionContext {
@@ -105,12 +133,13 @@ export class Activations {
     this.attention = null;
     this.attentionOut = null;
     this.mlpInput = null;
+    this.mlpInputBf16 = null;
   }
 }
 
 /** What forward keeps for backward. */
 export class BlockContext {
-  /** The input in float32, or null while it is kept in bf16 (storeInputAsBfloat16). */
+  /** The input in float32, or null while it is kept in bf16 (storeInBfloat16). */
   private inputValues: F32 | null;
   private inputBf16: Tensor<"bfloat16"> | null = null;
 
@@ -138,23 +167,32 @@ export class BlockContext {
   }
 
   /**
-   * Keeps the input as bf16 (rounded to nearest even), half its bytes, and
-   * lets go of the float32 tensor (which the caller may then reuse). Only
-   * under activation checkpointing, where the input is all a context keeps:
-   * the backward then recomputes the block from the rounded input.
+   * Keeps what the context holds as bf16 (rounded to nearest even), half its
+   * bytes: under activation checkpointing the input, all it keeps (the
+   * backward recomputes the block from the rounded input); with attention in
+   * head groups and a tiled MLP, the input and the MLP's input x2, all those
+   * keep (the backward recomputes the attention from the rounded input and
+   * the MLP tiles from the rounded x2). Lets go of the float32 tensors: the
+   * caller may reuse the input; the float32 x2 is returned for the same, or
+   * null. Any other context keeps more than these and is refused.
    */
-  storeInputAsBfloat16(): void {
-    if (this.activations !== null)
-      throw new BlockError("BlockContext.storeInputAsBfloat16: only a checkpointed context (one that keeps nothing but its input) stores its input in bf16");
-    if (this.inputValues === null) return;
-    this.inputBf16 = toDType(this.inputValues, "bfloat16");
-    this.inputValues = null;
+  storeInBfloat16(): F32 | null {
+    const a = this.activations;
+    if (a !== null && !a.holdsOnlyMlpInput)
+      throw new BlockError(
+        "BlockContext.storeInBfloat16: only a context that keeps its input alone (activation checkpointing) or its input and the MLP's input (attention in head groups with a tiled MLP) stores them in bf16",
+      );
+    if (this.inputValues !== null) {
+      this.inputBf16 = toDType(this.inputValues, "bfloat16");
+      this.inputValues = null;
+    }
+    return a === null ? null : a.storeMlpInputAsBfloat16();
   }
 
   /** Bytes of the tensors this context keeps alive (the input included). */
   get savedBytes(): number {
     const a = this.activations;
-    if (this.inputBf16 !== null) return this.inputBf16.byteLength;
+    if (this.inputBf16 !== null) return this.inputBf16.byteLength + (a?.mlpInputBf16Bytes ?? 0);
     if (a === null) return this.input.byteLength;
     const tensors: F32[] = [this.input, ...a.inputs.values(), ...a.mlp.values()];
     for (const { x, saved } of [...a.norms.values(), ...a.headNorms.values()]) tensors.push(x, ...Object.values(saved));

@@ -35,6 +35,7 @@ describe("Gpt releases only dead tensors", () => {
     ["MLP tiles of 4 rows", { mlpTileRows: 4 }],
     ["both", { activationCheckpointing: true, mlpTileRows: 4 }],
     ["checkpoints in bf16", { activationCheckpointing: true, bfloat16Checkpoints: true }],
+    ["head groups, MLP tiles, kept in bf16", { attentionHeadGroups: 2, mlpTileRows: 4, bfloat16Checkpoints: true }],
   ];
   for (const tiedHead of [false, true]) {
     for (const [mode, options] of modes) {
@@ -53,38 +54,62 @@ describe("Gpt releases only dead tensors", () => {
   }
 });
 
+/**
+ * One step of the tied-head model keeping its blocks' tensors in bf16 (bfloat16Checkpoints with `options`), against the
+ * float32 step with the same options: each block's saved bytes, whether a kept input holds bf16 values only, and the
+ * gradients' relative distance.
+ */
+async function bfloat16Step(options: Partial<GptOptions>): Promise<{ savedBytes: number[]; bf16Input: boolean; relative: number }> {
+  const fp32 = await gradients(new ReferenceOps(), true, options);
+  const gpt = new Gpt(
+    { ...config, tiedHead: true },
+    { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 4, ...options, bfloat16Checkpoints: true },
+  );
+  const context = await gpt.forward(tokens);
+  const savedBytes = context.blocks.map((c) => c.savedBytes);
+  // each element of a bf16 value has its low 16 bits zero
+  const input = context.blocks[1]!.input.data;
+  const bf16Input = new Uint32Array(input.buffer, input.byteOffset, input.length).every((w) => (w & 0xffff) === 0);
+  const dLogits = new Tensor("float32", [18, config.vocab]);
+  new Rng(1, 2).fillNormal(dLogits.data, 0, 1);
+  await gpt.backward(context, dLogits);
+  const got = gpt.params.grads;
+  let diff = 0;
+  let norm = 0;
+  for (let i = 0; i < got.length; i++) {
+    diff += (got[i]! - fp32.grads[i]!) ** 2;
+    norm += fp32.grads[i]! ** 2;
+  }
+  return { savedBytes, bf16Input, relative: Math.sqrt(diff / norm) };
+}
+
 describe("Gpt's checkpoints in bf16 (bfloat16Checkpoints)", () => {
   it("keep each block input as bf16 (half the bytes) and give gradients near the float32 checkpoints', from the rounded inputs", async () => {
-    const fp32 = await gradients(new ReferenceOps(), true, { activationCheckpointing: true });
-    const gpt = new Gpt(
-      { ...config, tiedHead: true },
-      { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 4, activationCheckpointing: true, bfloat16Checkpoints: true },
-    );
-    const context = await gpt.forward(tokens);
+    const step = await bfloat16Step({ activationCheckpointing: true });
     // every block keeps its [2, 9, 16] input in 2 bytes an element
-    expect(context.blocks.map((c) => c.savedBytes)).toEqual([2 * 18 * 16, 2 * 18 * 16, 2 * 18 * 16]);
-    // each element of the kept input is a bf16 value: its low 16 bits are zero
-    const input = context.blocks[1]!.input.data;
-    expect(new Uint32Array(input.buffer, input.byteOffset, input.length).every((w) => (w & 0xffff) === 0)).toBe(true);
-    const dLogits = new Tensor("float32", [18, config.vocab]);
-    new Rng(1, 2).fillNormal(dLogits.data, 0, 1);
-    await gpt.backward(context, dLogits);
-    const got = gpt.params.grads;
-    let diff = 0;
-    let norm = 0;
-    for (let i = 0; i < got.length; i++) {
-      diff += (got[i]! - fp32.grads[i]!) ** 2;
-      norm += fp32.grads[i]! ** 2;
-    }
-    const relative = Math.sqrt(diff / norm);
+    expect(step.savedBytes).toEqual([2 * 18 * 16, 2 * 18 * 16, 2 * 18 * 16]);
+    expect(step.bf16Input).toBe(true);
     // bf16 keeps 8 significant bits (a relative rounding of at most 2^-9 per element): near, and not the float32 bits
-    expect(relative).toBeLessThan(5e-3);
-    expect(relative).toBeGreaterThan(1e-5);
+    expect(step.relative).toBeLessThan(5e-3);
+    expect(step.relative).toBeGreaterThan(1e-5);
   });
 
-  it("needs activation checkpointing", () => {
-    expect(() => new Gpt(config, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 4, bfloat16Checkpoints: true })).toThrow(
-      /bfloat16Checkpoints keeps the block inputs of activation checkpointing in bf16: it needs activationCheckpointing/,
-    );
+  it("with head groups and MLP tiles, keep each block's input and MLP input as bf16, with gradients near the float32 ones", async () => {
+    const step = await bfloat16Step({ attentionHeadGroups: 2, mlpTileRows: 4 });
+    // every block keeps its [2, 9, 16] input and its [18, 16] MLP input, 2 bytes an element
+    expect(step.savedBytes).toEqual([4 * 18 * 16, 4 * 18 * 16, 4 * 18 * 16]);
+    expect(step.bf16Input).toBe(true);
+    expect(step.relative).toBeLessThan(5e-3);
+    expect(step.relative).toBeGreaterThan(1e-5);
+  });
+
+  it("needs activation checkpointing, or head groups with MLP tiles", () => {
+    const make = (options: Partial<GptOptions>) => () =>
+      new Gpt(config, { ops: new ReferenceOps(), localAttention: new ReferenceAttention(), seed: 4, bfloat16Checkpoints: true, ...options });
+    const refused = /bfloat16Checkpoints keeps the block inputs .* it needs activationCheckpointing, or attentionHeadGroups > 1 with mlpTileRows > 0/;
+    expect(make({})).toThrow(refused);
+    expect(make({ attentionHeadGroups: 2 })).toThrow(refused);
+    expect(make({ mlpTileRows: 4 })).toThrow(refused);
+    expect(make({ attentionHeadGroups: 2, mlpTileRows: 4 })).not.toThrow();
   });
 });

@@ -55,9 +55,10 @@ export interface GptOptions {
   /** Recompute each block's activations in backward. */
   activationCheckpointing?: boolean;
   /**
-   * With activation checkpointing: keep each block's input for backward as
-   * bf16 (BlockContext.storeInputAsBfloat16), half the bytes; the backward
-   * recomputes the block from the rounded input. Default false (float32).
+   * Keep what each block keeps for backward as bf16 (BlockContext.storeInBfloat16), half the bytes: with activation
+   * checkpointing its input (the backward recomputes the block from the rounded input); with attention in head groups and
+   * a tiled MLP and no checkpointing, its input and the MLP's input (the backward recomputes the attention and the MLP
+   * tiles from them). Default false (float32).
    */
   bfloat16Checkpoints?: boolean;
   /**
@@ -146,8 +147,11 @@ export class Gpt implements CausalLM<GptContext> {
     this.ops = options.ops;
     this.headColumns = validHeadColumns("Gpt", "headGradientColumns", options.headGradientColumns);
     this.bfloat16Checkpoints = options.bfloat16Checkpoints ?? false;
-    if (this.bfloat16Checkpoints && options.activationCheckpointing !== true)
-      throw new ModelError("Gpt: bfloat16Checkpoints keeps the block inputs of activation checkpointing in bf16: it needs activationCheckpointing");
+    const keepsLittle = options.activationCheckpointing === true || ((options.attentionHeadGroups ?? 1) > 1 && (options.mlpTileRows ?? 0) > 0);
+    if (this.bfloat16Checkpoints && !keepsLittle)
+      throw new ModelError(
+        "Gpt: bfloat16Checkpoints keeps the block inputs of activation checkpointing (or, with attention in head groups and a tiled MLP, the inputs and the MLP's inputs) in bf16: it needs activationCheckpointing, or attentionHeadGroups > 1 with mlpTileRows > 0",
+      );
     if (options.parameterValues !== undefined && options.shardOver !== undefined)
       throw new ModelError("Gpt: parameterValues (one shared copy of the weights) and shardOver (a slice per rank) exclude each other");
     this.params = new ParameterStore(gptParamSpecs(config), {
@@ -247,8 +251,10 @@ export class Gpt implements CausalLM<GptContext> {
         blocks.push(context);
         if (this.bfloat16Checkpoints) {
           // x (the embedding's or the previous block's output) is read by nothing else: its bf16 copy stays, it goes back to the ops
-          context.storeInputAsBfloat16();
+          const x2 = context.storeInBfloat16();
           this.ops.release?.(x);
+          // head groups with a tiled MLP: the float32 x2, read by nothing else either
+          if (x2 !== null) this.ops.release?.(x2);
         }
         return y.reshape([rows, hidden]);
       },

@@ -117,7 +117,7 @@ export interface TrainingMemoryInput {
   sharedWeights: boolean;
   /** Bytes per element of ZeRO-2's slice gradients (4: float32, 2: bfloat16); default 4. */
   sliceGradientBytes?: 2 | 4;
-  /** Activation checkpointing keeps each block's input in bf16 (GptOptions.bfloat16Checkpoints); default false. */
+  /** What the blocks keep is kept in bf16 (GptOptions.bfloat16Checkpoints: checkpointing's inputs, or head groups' inputs and MLP inputs with a tiled MLP); default false. */
   bfloat16Checkpoints?: boolean;
   /** ZeRO-3: bytes per element the weights travel in when gathered (2: a bf16 copy of each rank's slice and a message's scratch beside it); default 4. */
   weightGatherBytes?: 2 | 4;
@@ -168,10 +168,11 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const tiledLoss = tiles.loss > 0;
   const headGroups = tiles.attentionHeadGroups;
   const perLayer = layerFloatsPerToken(model, input.sp, input.scheme, input.ulyssesDegree, tiledMlp, headGroups);
-  // checkpoints in bf16: the layers' inputs count half (two bytes an element), but the block in backward's made again in float32
-  const bf16Inputs = activationCheckpointing && input.bfloat16Checkpoints === true;
-  const inputFloats = bf16Inputs ? ((model.layers - 1) / 2 + 1) * model.hidden : model.layers * model.hidden;
-  const activationFloats = activationCheckpointing ? inputFloats + perLayer.recomputed : model.layers * perLayer.saved;
+  // kept in bf16 (checkpointing's inputs; head groups with a tiled MLP: the inputs and the MLP's inputs, all their blocks keep):
+  // the layers' count half (two bytes an element), but the block in backward's is made again in float32
+  const bf16Kept = input.bfloat16Checkpoints === true && (activationCheckpointing || (headGroups > 1 && tiledMlp));
+  const keptLayers = bf16Kept ? (model.layers - 1) / 2 + 1 : model.layers;
+  const activationFloats = activationCheckpointing ? keptLayers * model.hidden + perLayer.recomputed : keptLayers * perLayer.saved;
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
   // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
@@ -248,7 +249,7 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
     {
       name: activationCheckpointing
         ? `saved activations (checkpointing: ${model.layers} layer inputs${input.bfloat16Checkpoints === true ? " in bf16" : ""} + ${headGroups > 1 ? "norm1's output" : "one recomputed attention half"}, ${tokensPerRank} tokens per rank)`
-        : `saved activations (${model.layers} layers x ${perLayer.saved} floats per token${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}, ${tokensPerRank} tokens per rank)`,
+        : `saved activations (${model.layers} layers x ${perLayer.saved} ${bf16Kept ? "values per token in bf16" : "floats per token"}${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}, ${tokensPerRank} tokens per rank)`,
       bytes: all(F32 * activationFloats * tokensPerRank),
     },
     {

@@ -92,6 +92,17 @@ describe("the memory account's model state per ZeRO stage and with shared weight
     // 3 layers of hidden 4, 4 tokens per rank, 2 ranks: two inputs in bf16 and one in float32 instead of three in float32
     expect(saved(false) - saved(true)).toBe(2 * 4 * (3 * 4 * 4 - (2 * 2 * 4 + 4 * 4)));
   });
+  it("saved activations with head groups and a tiled MLP: each layer's input and MLP input, half in bf16 but the block in backward's", () => {
+    const model3 = { ...model, layers: 3 };
+    const saved = (bfloat16Checkpoints: boolean, mlp = 2) =>
+      term({ model: model3, tiles: { mlp, loss: 0, attentionHeadGroups: 2 }, bfloat16Checkpoints }, "saved activations");
+    // 2 ranks x 4 tokens x 3 layers x (input 4 + MLP input 4) floats of 4 bytes
+    expect(saved(false)).toBe(2 * 4 * 3 * 8 * 4);
+    // two layers' in bf16 and one layer's in float32
+    expect(saved(true)).toBe(2 * 4 * (2 * 8 * 2 + 8 * 4));
+    // an untiled MLP keeps its products: nothing is stored in bf16 (the model refuses bfloat16Checkpoints there)
+    expect(saved(true, 0)).toBe(saved(false, 0));
+  });
   it("ZeRO-3: each rank's slice of the 192 weights, one gathered layer of 144 and the final norm's 8; the head's 40 in the loss phase", () => {
     expect(term({ zero: 3 }, "weights")).toBe(4 * (96 + 96 + 2 * (144 + 8)));
     expect(term({ zero: 3 }, "gradients")).toBe(term({ zero: 2 }, "gradients"));
