@@ -119,10 +119,15 @@ describe("validation before any rank starts", () => {
     expect(() => parse(["--tile-loss", "most"])).toThrow(/--tile-loss needs a number or auto, got 'most'/);
   });
 
-  it("sizes auto tiles to at most 4 MiB of logits or 8 MiB of MLP activations, in multiples of 64 rows, and leaves a shard untiled when its buffer fits", () => {
+  it("sizes auto tiles to at most 4 MiB of logits (at least 256 rows) or 8 MiB of MLP activations, in multiples of 64 rows, and leaves a shard untiled when its buffer fits", () => {
     const rows = (over: Partial<TrainConfig>) => tileRowsOf({ ...DEFAULTS, tileMlp: "auto", tileLoss: "auto", ...over });
-    // 4 MiB / (4 bytes x 32768) = 32 rows of logits -> the 64-row floor; a 16384-token sequence over 2 ranks has 8192 rows per rank
-    expect(rows({ task: "recall", vocab: 32768, seq: 16384, sp: 2, batch: 1 }).loss).toBe(64);
+    // 4 MiB / (4 bytes x 32768) = 32 rows of logits -> the 256-row floor; a 16384-token sequence over 2 ranks has 8192 rows per rank
+    expect(rows({ task: "recall", vocab: 32768, seq: 16384, sp: 2, batch: 1 }).loss).toBe(256);
+    // 4 MiB / (4 x 8192) = 128 rows -> 256 too; 4 MiB / (4 x 2048) = 512 rows, above the floor
+    expect(rows({ task: "recall", vocab: 8192, seq: 16384, sp: 2, batch: 1 }).loss).toBe(256);
+    expect(rows({ task: "recall", vocab: 2048, seq: 16384, sp: 2, batch: 1 }).loss).toBe(512);
+    // a shard of 256 rows or fewer stays untiled
+    expect(rows({ task: "recall", vocab: 32768, seq: 512, sp: 2, batch: 1 }).loss).toBe(0);
     // 4 MiB / (4 x 1000) = 1048.6 rows -> 1024 (16 x 64)
     expect(rows({ task: "recall", vocab: 1000, seq: 16384, sp: 1, batch: 1 }).loss).toBe(1024);
     // hidden 256, GELU x4: an MLP row is 1024 floats, 8 MiB of them -> 2048 rows, below the 8192 rows of a rank
@@ -134,8 +139,8 @@ describe("validation before any rank starts", () => {
     // the default recall run (vocab 73, 1024 rows per rank): untiled; a number is taken as given
     expect(rows({})).toEqual({ mlp: 0, loss: 0 });
     expect(rows({ tileMlp: 24, tileLoss: 0 })).toEqual({ mlp: 24, loss: 0 });
-    // a huge vocabulary still gets 64-row tiles
-    expect(rows({ task: "recall", vocab: 262144, seq: 4096, sp: 1, batch: 1 }).loss).toBe(64);
+    // a huge vocabulary still gets 256-row tiles
+    expect(rows({ task: "recall", vocab: 262144, seq: 4096, sp: 1, batch: 1 }).loss).toBe(256);
   });
 
   it("takes --tile-attention as head groups (1: off) or auto, the most groups the layout allows, and names a count the heads refuse", () => {
@@ -157,6 +162,25 @@ describe("validation before any rank starts", () => {
     );
     expect(problems({ tileAttention: 0 })).toMatch(/--tile-attention must be 1 \(off\), auto or a positive number of head groups, got 0/);
     expect(problems({ heads: 8, kvHeads: 8, hidden: 256, sp: 2, tileAttention: "auto" })).toBe("");
+  });
+
+  it("takes --keep-attention-outputs with head groups, without checkpointing, on unpipelined Ulysses; names each conflict", () => {
+    const shape = { heads: 8, kvHeads: 8, hidden: 256, sp: 2 };
+    expect(parse(["--keep-attention-outputs"])).toMatchObject({ keepAttentionOutputs: true });
+    expect(parse([])).toMatchObject({ keepAttentionOutputs: false });
+    expect(problems({ ...shape, tileAttention: "auto", keepAttentionOutputs: true })).toBe("");
+    expect(problems({ ...shape, keepAttentionOutputs: true })).toMatch(
+      /--keep-attention-outputs keeps the outputs of attention in head groups: it needs --tile-attention with more than one group \(--tile-attention 1 gives 1\)/,
+    );
+    expect(problems({ ...shape, tileAttention: 2, activationCheckpointing: true, keepAttentionOutputs: true })).toMatch(
+      /--keep-attention-outputs and --activation-checkpointing exclude each other/,
+    );
+    expect(problems({ ...shape, sp: 4, attention: "ring", tileAttention: 2, keepAttentionOutputs: true })).toMatch(
+      /--keep-attention-outputs needs an attention that keeps its output for backward: --attention ulysses without --ulysses-head-groups \(got --attention ring\)/,
+    );
+    expect(problems({ ...shape, tileAttention: 2, ulyssesHeadGroups: 2, keepAttentionOutputs: true })).toMatch(
+      /\(got --attention ulysses --ulysses-head-groups 2\)/,
+    );
   });
 
   it("names hybrid degree and layout problems in flag names; reads --ulysses-degree, --ring-degree and --sequence-layout", () => {

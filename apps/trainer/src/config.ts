@@ -134,13 +134,17 @@ export const SETTINGS = {
   ),
   tileLoss: setting<TileSetting>(
     "auto",
-    "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 4 MiB of logits, only where a rank's untiled logits are larger; the run header names the rows)",
+    "tiled loss: run the LM head, softmax and cross-entropy over tiles of this many tokens, so [tokens, vocab] logits never exist (0: off; auto, the default: tiles of at most 4 MiB of logits but at least 256 rows, only where a rank's untiled logits are larger; the run header names the rows)",
     "tile",
   ),
   tileAttention: setting<TileSetting>(
     1,
     "attention in head groups: each block's q, k, v projections, attention and output projection run over this many groups of heads in forward and backward (recomputed per group), so their buffers exist for heads/groups heads at a time; must divide --heads and --kv-heads (1: off; auto: the most groups the layout allows, e.g. 8 heads: 8 at SP 1, 4 at SP 2 with Ulysses; the run header names the groups)",
     "tile",
+  ),
+  keepAttentionOutputs: setting(
+    false,
+    "with attention in head groups (--tile-attention) and without --activation-checkpointing: each block keeps its groups' attention outputs and log-sum-exps in float32 (heads x head dim + heads floats per token per layer, also under --precision bf16), so that backward makes only the groups' q, k, v projections again and runs no attention forward (the same results, bit for bit); ulysses attention without --ulysses-head-groups",
   ),
   memoryArena: setting<MemoryArenaSetting>(
     "auto",
@@ -227,24 +231,35 @@ export const AUTO_TILE_BYTES = 4 * 1024 * 1024;
 export const AUTO_MLP_TILE_BYTES = 8 * 1024 * 1024;
 
 /**
+ * The fewest rows of an auto-sized loss tile, whatever the vocabulary: the
+ * head's products over a tile ([rows, hidden] x [hidden, vocab] and back)
+ * read the whole [vocab, hidden] embedding and write its gradient once per
+ * tile, so short tiles are bound by memory traffic. At Qwen3's vocabulary
+ * (151,936, hidden 1024) 256-row tiles ran the head and loss in 0.74-0.84
+ * of 64-row tiles' time (pnpm bench:head, Intel Xeon VM, one thread), for
+ * 148 MiB of logits per rank instead of 37.
+ */
+export const AUTO_LOSS_TILE_MIN_ROWS = 256;
+
+/**
  * Rows per tile of the MLP and of the LM head + loss (0: untiled), as each
  * rank runs them. A number is taken as given. auto tiles only where the
  * untiled buffer of a rank's shard (tokensPerRankOf rows) would be wider than
  * AUTO_MLP_TILE_BYTES (MLP) or AUTO_TILE_BYTES (loss): then the rows that fit
- * in it, a multiple of 64 (at least 64). So a 32K vocabulary gets 64-row loss
- * tiles, the byte vocabulary 4096-row ones past 4096 tokens per rank, hidden
- * 256 2048-row MLP tiles past 2048, while a small vocabulary or a short shard
- * stays untiled.
+ * in it, a multiple of 64, at least 64 (MLP) or AUTO_LOSS_TILE_MIN_ROWS
+ * (loss). So a 32K vocabulary gets 256-row loss tiles, the byte vocabulary
+ * 4096-row ones past 4096 tokens per rank, hidden 256 2048-row MLP tiles
+ * past 2048, while a small vocabulary or a short shard stays untiled.
  */
 export function tileRowsOf(config: TrainConfig): { mlp: number; loss: number } {
   const rowsPerRank = tokensPerRankOf(config);
-  const auto = (width: number, bytes: number): number => {
-    const rows = Math.max(64, Math.floor(bytes / (4 * width) / 64) * 64);
+  const auto = (width: number, bytes: number, fewest: number): number => {
+    const rows = Math.max(fewest, Math.floor(bytes / (4 * width) / 64) * 64);
     return rows >= rowsPerRank ? 0 : rows;
   };
   return {
-    mlp: config.tileMlp === "auto" ? auto(blockConfigOf(gptConfigOf(config)).mlpHidden, AUTO_MLP_TILE_BYTES) : config.tileMlp,
-    loss: config.tileLoss === "auto" ? auto(vocabOf(config), AUTO_TILE_BYTES) : config.tileLoss,
+    mlp: config.tileMlp === "auto" ? auto(blockConfigOf(gptConfigOf(config)).mlpHidden, AUTO_MLP_TILE_BYTES, 64) : config.tileMlp,
+    loss: config.tileLoss === "auto" ? auto(vocabOf(config), AUTO_TILE_BYTES, AUTO_LOSS_TILE_MIN_ROWS) : config.tileLoss,
   };
 }
 

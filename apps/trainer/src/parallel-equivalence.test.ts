@@ -141,6 +141,17 @@ describe("parallel equivalence with the ONNX Runtime kernels the trainer uses", 
     expect(distance).toBeGreaterThan(0);
   });
 
+  it("sp 2 with the head groups' outputs kept (--keep-attention-outputs) over 20 steps: the recompute's losses and weights bit for bit in float32; under --precision bf16, float32's losses within 1e-3, weights within 5e-3 in norm", async () => {
+    const grouped = { sp: 2, batch: 2, steps: 20, zero: 2, sharedWeights: true, tileAttention: 2, tileMlp: 4 } as const;
+    const recomputed = await train(grouped);
+    const kept = await train({ ...grouped, keepAttentionOutputs: true });
+    expect(kept.losses).toEqual(recomputed.losses);
+    expect(weightDistance(recomputed, kept)).toBe(0);
+    const bf16 = await train({ ...grouped, keepAttentionOutputs: true, precision: "bf16" });
+    recomputed.losses.forEach((loss, step) => expect(Math.abs(bf16.losses[step]! - loss) / loss, `step ${step}`).toBeLessThanOrEqual(1e-3));
+    expect(weightDistance(recomputed, bf16)).toBeLessThanOrEqual(5e-3);
+  });
+
   it("resumed across ZeRO stages and degrees (sp 2 x dp 2 ZeRO-2 shared to step 6, then sp 4 ZeRO-1): the uninterrupted ZeRO-0 curve within 1e-5", async () => {
     const whole = await train({ sp: 2, dp: 2, batch: 1, steps: 12 });
     const outDir = fs.mkdtempSync(path.join(scratch, "zero-resume-"));

@@ -6,7 +6,7 @@
  * hands it to every rank (it crosses to worker threads as data); under
  * mpirun each process makes the same plan from the same flags.
  */
-import type { GptConfig } from "@ulysses/model";
+import { storesBfloat16, type GptConfig } from "@ulysses/model";
 import { findSequenceParallelScheme, resolveDims, sequenceParallelScheme, type ParallelDimsOptions, type SequenceLayoutKind } from "@ulysses/parallel";
 import { gptConfigOf, parallelOptionsOf, tileRowsOf, tokensPerRankOf, type TrainConfig } from "./config.js";
 
@@ -86,5 +86,6 @@ export function parallelOptionsOfPlan(plan: RunPlan): ParallelDimsOptions {
  * the MLP's input); any other block keeps its activations in float32.
  */
 export function keepsBfloat16(config: TrainConfig, plan: RunPlan): boolean {
-  return config.precision === "bf16" && (config.activationCheckpointing || (plan.tiles.attentionHeadGroups > 1 && plan.tiles.mlp > 0));
+  const { attentionHeadGroups, mlp } = plan.tiles;
+  return config.precision === "bf16" && storesBfloat16({ activationCheckpointing: config.activationCheckpointing, attentionHeadGroups, mlpTileRows: mlp });
 }

@@ -30,6 +30,7 @@ export function estimateMemory(config: TrainConfig, plan: RunPlan = planRun(conf
     sharedWeights: config.sharedWeights,
     sliceGradientBytes: config.precision === "bf16" ? 2 : 4,
     bfloat16Checkpoints: keepsBfloat16(config, plan),
+    keepAttentionOutputs: config.keepAttentionOutputs,
     weightGatherBytes: config.precision === "bf16" && config.zero === 3 ? 2 : 4,
     memoryArena: config.memoryArena !== false,
     nativeOps: usesNativeOps(config.kernel),

@@ -158,6 +158,7 @@ export class RankTrainer {
       bfloat16Checkpoints: keepsBfloat16(config, plan),
       mlpTileRows: tiles.mlp,
       attentionHeadGroups: tiles.attentionHeadGroups,
+      keepAttentionOutputs: config.keepAttentionOutputs,
       ...(setup.sharedValues !== undefined ? { parameterValues: setup.sharedValues } : {}),
       // ZeRO-3: this rank's slice of the weights, over the ranks the Trainer sums gradients over (ParallelGpt's gradientGroup, the world)
       ...(config.zero === 3 && dims.world.size > 1 ? { shardOver: { rank: dims.world.rank, ranks: dims.world.size } } : {}),

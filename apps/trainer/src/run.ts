@@ -179,7 +179,7 @@ export async function runTraining(options: RunOptions): Promise<RunResult> {
         config.activationCheckpointing ? `activation checkpointing (each block keeps its input only${config.precision === "bf16" ? ", in bf16" : ""})` : "",
         tiles.mlp > 0 ? `MLP in tiles of ${tiles.mlp} tokens${config.tileMlp === "auto" ? " (auto)" : ""}` : "",
         tiles.attentionHeadGroups > 1
-          ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}${!config.activationCheckpointing && keepsBfloat16(config, plan) ? " (each block keeps its input and the MLP's input, in bf16)" : ""}`
+          ? `attention in ${tiles.attentionHeadGroups} head groups${config.tileAttention === "auto" ? " (auto)" : ""}${!config.activationCheckpointing && keepsBfloat16(config, plan) ? " (each block keeps its input and the MLP's input, in bf16)" : ""}${config.keepAttentionOutputs ? ", their outputs kept for backward" : ""}`
           : "",
         tiles.loss > 0 ? `LM head and loss in tiles of ${tiles.loss} tokens${config.tileLoss === "auto" ? " (auto)" : ""}` : "",
         config.zero > 0

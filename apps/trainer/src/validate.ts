@@ -9,7 +9,7 @@ import fs from "node:fs";
 import os from "node:os";
 import { checkWeights, mlpNames, validateGptConfig } from "@ulysses/model";
 import { fusedAttentionStatus } from "@ulysses/native-ops";
-import { parallelDimsProblems } from "@ulysses/parallel";
+import { findSequenceParallelScheme, parallelDimsProblems } from "@ulysses/parallel";
 import { BYTE_VOCAB, ZERO_STAGES, validateRecallTask, fileProblem } from "@ulysses/training";
 import {
   BACKENDS,
@@ -28,7 +28,7 @@ import {
 } from "./config.js";
 import { documentFlagProblems, textDataProblems } from "./data-config.js";
 import { TrainerError } from "./errors.js";
-import { headSplit } from "./plan.js";
+import { headGroupsOf, headSplit } from "./plan.js";
 import { hfFlagProblems, hfModelOf, tokenizerOf, usesHfModel, type HfModel } from "./hf-model.js";
 
 /**
@@ -140,9 +140,14 @@ export function validateConfig(config: TrainConfig, env: NodeJS.ProcessEnv = pro
           },
         ),
       );
-    problems.push(
-      ...tileAttentionProblems(config, heads, kvHeads, hf === null ? ["--heads ", "--kv-heads "] : ["num_attention_heads ", "num_key_value_heads "]),
+    const groupProblems = tileAttentionProblems(
+      config,
+      heads,
+      kvHeads,
+      hf === null ? ["--heads ", "--kv-heads "] : ["num_attention_heads ", "num_key_value_heads "],
     );
+    problems.push(...groupProblems);
+    if (groupProblems.length === 0) problems.push(...keepAttentionOutputsProblems(config));
     const mlpWidth = hidden * config.mlpRatio;
     if (hf === null && !Number.isSafeInteger(mlpWidth))
       problems.push(`MLP width --hidden ${hidden} x --mlp-ratio ${config.mlpRatio} = ${mlpWidth} must be a whole number`);
@@ -217,6 +222,27 @@ function tileAttentionProblems(config: TrainConfig, heads: number, kvHeads: numb
       `--tile-attention ${groups} leaves ${heads / groups} heads per group, fewer than the ${split} ranks of a Ulysses group (each needs a query head): use at most ${Math.floor(heads / split)} groups`,
     ];
   return [];
+}
+
+/** --keep-attention-outputs: head groups (more than one, as resolved), no checkpointing, a scheme whose attention keeps its output. */
+function keepAttentionOutputsProblems(config: TrainConfig): string[] {
+  if (!config.keepAttentionOutputs) return [];
+  const problems: string[] = [];
+  const groups = headGroupsOf(config);
+  if (groups === 1)
+    problems.push(
+      `--keep-attention-outputs keeps the outputs of attention in head groups: it needs --tile-attention with more than one group (--tile-attention ${String(config.tileAttention)} gives 1)`,
+    );
+  if (config.activationCheckpointing)
+    problems.push(
+      "--keep-attention-outputs and --activation-checkpointing exclude each other (checkpointing recomputes the whole block, the attention with it)",
+    );
+  const scheme = findSequenceParallelScheme(config.attention);
+  if (scheme !== undefined && scheme.keepsOutputs?.(config.ulyssesHeadGroups) !== true)
+    problems.push(
+      `--keep-attention-outputs needs an attention that keeps its output for backward: --attention ulysses without --ulysses-head-groups (got --attention ${config.attention}${config.ulyssesHeadGroups === 1 ? "" : ` --ulysses-head-groups ${config.ulyssesHeadGroups}`})`,
+    );
+  return problems;
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import type { AttentionDocuments, RopePositions } from "@ulysses/kernels";
 import { toDType, type Tensor } from "@ulysses/tensors";
-import type { BlockAttention, BlockAttentionContext } from "./block-attention.js";
+import type { BlockAttention, BlockAttentionContext, KeptAttention } from "./block-attention.js";
 import type { LinearName, NormName } from "./block-forward.js";
 import type { BlockWeights, QkNormName } from "./block-weights.js";
 import { BlockError } from "./errors.js";
@@ -33,6 +33,13 @@ export interface NormRecord {
 /** What the MLP's backward reads: its projections' outputs, by their index in the component's projections. */
 export type MlpSavedName = number;
 
+/** What a head group keeps for backward (TransformerBlockOptions.keepAttentionOutputs): its attention output and the attention's statistics. */
+export interface KeptGroup {
+  /** [b, s, H/G, D], as the attention returned it. */
+  out: F32;
+  kept: KeptAttention;
+}
+
 /** Gets and deletes: the map no longer references the value. */
 export function take<K, V>(map: Map<K, V>, key: K): V {
   const value = map.get(key);
@@ -57,6 +64,8 @@ export class Activations {
   attention: BlockAttentionContext | null = null;
   /** attention output [b, s, H, D] (handed back with the attention's context) */
   attentionOut: F32 | null = null;
+  /** Head groups with keepAttentionOutputs: each group's output and statistics, in group order (taken by the backward). */
+  groups: KeptGroup[] | null = null;
   /** Tiled MLP: its input x2 [rows, hidden] (norm2's input), all the MLP keeps. */
   mlpInput: F32 | null = null;
   /** x2 while it is kept in bf16 (BlockContext.storeInBfloat16); mlpInput is then null. */
@@ -93,7 +102,28 @@ export class Activations {
     return x2;
   }
 
-  /** True when a tiled MLP's input is all this holds: the forward of attention in head groups with a tiled MLP. */
+  /** keepAttentionOutputs: a new, empty list of the head groups' outputs, which the forward fills. */
+  keepGroups(): KeptGroup[] {
+    this.groups = [];
+    return this.groups;
+  }
+
+  /** The head groups' kept outputs and statistics (null when none were kept); this no longer holds them. */
+  takeGroups(): KeptGroup[] | null {
+    const groups = this.groups;
+    this.groups = null;
+    return groups;
+  }
+
+  /** Bytes of the head groups' kept outputs and statistics. */
+  get groupBytes(): number {
+    return (this.groups ?? []).reduce((n, g) => n + g.out.byteLength + g.kept.savedBytes, 0);
+  }
+
+  /**
+   * True when a tiled MLP's input is all this holds besides the head groups'
+   * kept outputs (if any): the forward of attention in head groups with a tiled MLP.
+   */
   get holdsOnlyMlpInput(): boolean {
     const empty = this.norms.size + this.headNorms.size + this.inputs.size + this.mlp.size === 0 && this.attention === null;
     return empty && (this.mlpInput !== null || this.mlpInputBf16 !== null);
@@ -134,6 +164,7 @@ export class Activations {
     this.attentionOut = null;
     this.mlpInput = null;
     this.mlpInputBf16 = null;
+    this.groups = null;
   }
 }
 
@@ -172,7 +203,7 @@ export class BlockContext {
    * backward recomputes the block from the rounded input); with attention in
    * head groups and a tiled MLP, the input and the MLP's input x2, all those
    * keep (the backward recomputes the attention from the rounded input and
-   * the MLP tiles from the rounded x2). Lets go of the float32 tensors: the
+   * the MLP tiles from the rounded x2; kept head-group outputs stay float32). Lets go of the float32 tensors: the
    * caller may reuse the input; the float32 x2 is returned for the same, or
    * null. Any other context keeps more than these and is refused.
    */
@@ -192,14 +223,14 @@ export class BlockContext {
   /** Bytes of the tensors this context keeps alive (the input included). */
   get savedBytes(): number {
     const a = this.activations;
-    if (this.inputBf16 !== null) return this.inputBf16.byteLength + (a?.mlpInputBf16Bytes ?? 0);
+    if (this.inputBf16 !== null) return this.inputBf16.byteLength + (a?.mlpInputBf16Bytes ?? 0) + (a?.groupBytes ?? 0);
     if (a === null) return this.input.byteLength;
     const tensors: F32[] = [this.input, ...a.inputs.values(), ...a.mlp.values()];
     for (const { x, saved } of [...a.norms.values(), ...a.headNorms.values()]) tensors.push(x, ...Object.values(saved));
     if (a.mlpInput !== null) tensors.push(a.mlpInput);
     // each buffer once: reshaped views share their data (h1 feeds q, k and v; norm1's input is the block input)
     const buffers = new Set(tensors.map((t) => t.data));
-    return [...buffers].reduce((n, d) => n + d.byteLength, 0) + (a.attention?.savedBytes ?? 0);
+    return [...buffers].reduce((n, d) => n + d.byteLength, 0) + (a.attention?.savedBytes ?? 0) + a.groupBytes;
   }
 }
 

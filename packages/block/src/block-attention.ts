@@ -54,6 +54,51 @@ export interface BlockAttention<C extends BlockAttentionContext = BlockAttention
    * allocate are ignored; a second release of a context does nothing.
    */
   release(context: C, ...tensors: F32[]): void;
+  /**
+   * Optional, with `restore`: lets go of a context's q, k, v (and their
+   * exchanged copies) and its own copy of the output, keeping the kernel's
+   * statistics: with the forward's `out` (which the caller keeps) and q, k,
+   * v made again, `restore` rebuilds the context without running the
+   * kernel's forward again. The context is released.
+   */
+  keepOutput?(context: C): KeptAttention;
+  /** The context of `keepOutput`'s forward again, from q, k, v made again and the forward's `out`: no kernel runs. */
+  restore?(kept: KeptAttention, q: F32, k: F32, v: F32, out: F32): Promise<C>;
+}
+
+/** What `BlockAttention.keepOutput` keeps of a context: opaque except for its size. */
+export interface KeptAttention {
+  /** Bytes of the tensors it keeps alive. */
+  readonly savedBytes: number;
+}
+
+/** A SavedLocalAttention's log-sum-exp, kernel options and layout without its q, k, v and out (`SavedLocalAttention.keepStatistics`). */
+export class KeptLocalStatistics<L = null> implements KeptAttention {
+  constructor(
+    readonly owner: object,
+    readonly layout: L,
+    readonly options: AttentionOptions,
+    readonly logSumExp: F32,
+  ) {}
+
+  get savedBytes(): number {
+    return this.logSumExp.byteLength;
+  }
+
+  /**
+   * The context again, q, k, v and out in the layout the local kernel saw
+   * (each the same shape as the forward's: a BlockError otherwise), made by
+   * `owner` from statistics it kept itself.
+   */
+  restored(owner: object, who: string, q: F32, k: F32, v: F32, out: F32): SavedLocalAttention<L> {
+    if (this.owner !== owner) throw new BlockError(`${who}: restore needs what its own keepOutput returned`);
+    const [b, h, n] = this.logSumExp.shape as unknown as [number, number, number];
+    const expected = [b, n, h, q.shape[3]];
+    if (q.rank !== 4 || q.shape.some((d, i) => d !== expected[i]))
+      throw new BlockError(`${who}: restore's q ${q} does not match the kept statistics of [${b}, ${h}, ${n}] (batch, heads, tokens)`);
+    checkGradShape(out, q.shape, who);
+    return new SavedLocalAttention(owner, this.layout, this.options, q, k, v, out, this.logSumExp);
+  }
 }
 
 /**
@@ -86,6 +131,12 @@ export class SavedLocalAttention<L = null> implements BlockAttentionContext {
   keeps(tensor: Tensor): boolean {
     const buffer = tensor.data.buffer;
     return [this.q, this.k, this.v, this.out, this.logSumExp].some((t) => t.data.buffer === buffer);
+  }
+
+  /** Releases this context and returns its statistics without q, k, v and out (BlockAttention.keepOutput). */
+  keepStatistics(): KeptLocalStatistics<L> {
+    this.released = true;
+    return new KeptLocalStatistics(this.owner, this.layout, this.options, this.logSumExp);
   }
 
   /** The local kernel's backward on the saved tensors. */
@@ -121,6 +172,22 @@ export class LocalBlockAttention implements BlockAttention<SavedLocalAttention> 
   release(context: SavedLocalAttention): void {
     if (context instanceof SavedLocalAttention && context.owner === this) context.released = true;
   }
+
+  keepOutput(context: SavedLocalAttention): KeptLocalStatistics {
+    checkOwnContext(this, context, this.name);
+    return context.keepStatistics();
+  }
+
+  async restore(kept: KeptAttention, q: F32, k: F32, v: F32, out: F32): Promise<SavedLocalAttention> {
+    if (!(kept instanceof KeptLocalStatistics)) throw new BlockError(`${this.name}: restore needs what its own keepOutput returned`);
+    return (kept as KeptLocalStatistics).restored(this, this.name, q, k, v, out);
+  }
+}
+
+/** Throws a BlockError unless `context` is an unreleased SavedLocalAttention of `owner`. */
+export function checkOwnContext(owner: object, context: unknown, who: string): void {
+  if (!(context instanceof SavedLocalAttention) || context.owner !== owner || context.released)
+    throw new BlockError(`${who}: the call needs an (unreleased) context its own forward returned`);
 }
 
 /** Checks that dOut has out's shape. */

@@ -34,6 +34,17 @@ export interface TransformerBlockOptions {
    */
   attentionHeadGroups?: number;
   /**
+   * With head groups and without checkpointing: each group's attention
+   * output ([b, s, H/G, D], float32) and the attention's statistics
+   * (BlockAttention.keepOutput) are kept for backward, which makes the
+   * group's q, k, v again and rebuilds the attention's context from them
+   * (BlockAttention.restore) instead of running its forward again: the
+   * attention's forward runs once per step, for b * s * heads * headDim
+   * floats more per block. Needs an attention with keepOutput and restore.
+   * Default false.
+   */
+  keepAttentionOutputs?: boolean;
+  /**
    * With head groups: rows per tile of a group's full-width terms (its share
    * of x2 = x + attention @ Wo in forward, of dh1 in backward), which are
    * computed and summed tile by tile (a positive integer; default: the rows

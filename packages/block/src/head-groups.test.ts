@@ -5,9 +5,12 @@
  * grouped-query layout, group count, with and without checkpointing and a
  * tiled MLP, with per-token positions and packed documents, and with RoPE
  * scaling (also checkpointed without groups); what a grouped block saves;
- * the validation of the group count and of the RoPE scaling.
+ * the kept outputs (keepAttentionOutputs): the same bits as the recompute,
+ * one attention forward per group, what they add to the context; the
+ * validation of the group count, of keepAttentionOutputs and of the RoPE
+ * scaling.
  */
-import { ReferenceAttention, ReferenceOps } from "@ulysses/kernels";
+import { ReferenceAttention, ReferenceOps, type LocalAttention } from "@ulysses/kernels";
 import { randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import type { Tensor } from "@ulysses/tensors";
 import { describe, expect, it } from "vitest";
@@ -16,6 +19,7 @@ import { initBlockWeights, type BlockWeights } from "./block-weights.js";
 import { BlockError } from "./errors.js";
 import { expectSameStep } from "./testing-fixtures/same-step.js";
 import { TransformerBlock, type BlockForwardOptions, type TransformerBlockOptions } from "./transformer-block.js";
+import type { BlockAttention } from "./block-attention.js";
 
 type F32 = Tensor<"float32">;
 
@@ -68,6 +72,8 @@ describe("attention in head groups equals the plain block", () => {
               { checkpoint: true, mlpTileRows: 5 },
               { headGroupTileRows: 5 },
               { checkpoint: true, headGroupTileRows: 1 },
+              { keepAttentionOutputs: true, headGroupTileRows: 5 },
+              { keepAttentionOutputs: true, mlpTileRows: 5 },
             ]) {
               for (const [callName, call] of [
                 ["positions from 0", {}],
@@ -148,5 +154,70 @@ describe("attentionHeadGroups validation", () => {
     );
     expect(block(config, weights, { attentionHeadGroups: 2 }).attentionHeadGroups).toBe(2);
     expect(block(config, weights).attentionHeadGroups).toBe(1);
+  });
+});
+
+/** A kernel that counts its forward calls. */
+function countingAttention(): { local: LocalAttention; forwards: () => number } {
+  const inner = new ReferenceAttention();
+  let calls = 0;
+  const local: LocalAttention = {
+    name: "counting",
+    forward: (...args) => {
+      calls++;
+      return inner.forward(...args);
+    },
+    backward: (...args) => inner.backward(...args),
+    release: () => inner.release(),
+  };
+  return { local, forwards: () => calls };
+}
+
+describe("keepAttentionOutputs: each group's output kept, its context rebuilt in backward", () => {
+  const config: BlockConfig = { hidden: 32, heads: 4, kvHeads: 2, mlpRatio: 2, mlp: "swiglu", norm: "rmsnorm", qkNorm: true };
+  const c = resolveBlockConfig(config);
+  const weights = initBlockWeights(c, 7, { perturb: 0.2, std: 0.4 });
+  const random = seededRandom(13);
+  const x = randomTensor([batch, seq, c.hidden], random);
+  const dy = randomTensor([batch, seq, c.hidden], random);
+
+  it("gives the recompute's bits, with one attention forward per group instead of two, for the outputs and statistics more", async () => {
+    const run = async (keepAttentionOutputs: boolean) => {
+      const counter = countingAttention();
+      const b = new TransformerBlock(config, {
+        ops: new ReferenceOps(),
+        localAttention: counter.local,
+        weights,
+        attentionHeadGroups: 2,
+        mlpTileRows: 5,
+        keepAttentionOutputs,
+      });
+      return { ...(await step(b, x, dy, packed())), forwards: counter.forwards() };
+    };
+    const [kept, recomputed] = [await run(true), await run(false)];
+    expect(kept.forwards).toBe(2);
+    expect(recomputed.forwards).toBe(4);
+    expect(kept.y.data).toEqual(recomputed.y.data);
+    expect(kept.dx.data).toEqual(recomputed.dx.data);
+    for (const name of Object.keys(recomputed.grads)) expect(kept.grads[name]!.data, name).toEqual(recomputed.grads[name]!.data);
+    // the groups' outputs [b, s, heads, D] and the kernel's log-sum-exp [b, heads, s], float32
+    expect(kept.savedBytes - recomputed.savedBytes).toBe(4 * (batch * seq * c.heads * c.headDim + batch * c.heads * seq));
+  });
+
+  it("is refused without head groups, under checkpointing, and with an attention that cannot keep its output", async () => {
+    const make = (options: Partial<TransformerBlockOptions>) => () => block(config, weights, { keepAttentionOutputs: true, ...options });
+    expect(make({})).toThrow("keepAttentionOutputs keeps the outputs of attention in head groups for backward: it needs attentionHeadGroups > 1 (got 1)");
+    expect(make({ attentionHeadGroups: 2, checkpoint: true })).toThrow("and no checkpointing (checkpoint true)");
+    const plain = block(config, weights);
+    const attention: BlockAttention = {
+      name: "no-keep",
+      forward: (...args) => plain.attention.forward(...args),
+      backward: (...args) => plain.attention.backward(...args),
+      release: (...args) => plain.attention.release(...args),
+    };
+    const b = block(config, weights, { keepAttentionOutputs: true, attentionHeadGroups: 2, attention });
+    await expect(b.forward(x)).rejects.toThrow(
+      "keepAttentionOutputs needs an attention that keeps its output and restores its context (keepOutput, restore); no-keep does not",
+    );
   });
 });

@@ -13,7 +13,12 @@
  * Nothing of a group survives it: backward recomputes each group's
  * projections and attention forward before its backward (so the attention's
  * forward runs twice per step, three times under activation checkpointing,
- * whose recompute of the block runs it once more to rebuild x2). The math is
+ * whose recompute of the block runs it once more to rebuild x2). Unless the
+ * forward is given a list to keep the groups' outputs in (the block's
+ * keepAttentionOutputs): then each group's output and the attention's
+ * statistics survive (BlockAttention.keepOutput), and backward makes only
+ * the projections again and rebuilds the attention's context from them
+ * (BlockAttention.restore), so the attention's forward runs once. The math is
  * blockForward's attentionHalf with the sums over heads split into G partial
  * sums (heads are independent until Wo), so results equal the ungrouped block
  * within float rounding; ONNX export keeps
@@ -25,7 +30,7 @@ import type { AttentionDocuments, BlockOps, RopePositions } from "@ulysses/kerne
 import { narrow, Tensor } from "@ulysses/tensors";
 import type { BlockAttention, BlockAttentionOptions } from "./block-attention.js";
 import { hasBias, type ResolvedBlockConfig } from "./block-config.js";
-import type { NormRecord } from "./block-activations.js";
+import type { KeptGroup, NormRecord } from "./block-activations.js";
 import { headNormBackward, headNormForward } from "./head-norm.js";
 import { addWith, type BlockWeights, type FlatTensors } from "./block-weights.js";
 import { BlockError } from "./errors.js";
@@ -172,9 +177,17 @@ async function attend(c: HeadGroupsCall, s: Slice, h1: F32) {
   return { ...(await c.attention.forward(q, k, v, attentionOptions(c))), norms };
 }
 
-/** x [rows, hidden] and h1 = norm1(x) -> x2 = x + attention(h1) @ Wo, one head group at a time; keeps nothing. */
-export async function groupedAttentionForward(c: HeadGroupsCall, groups: number, x: F32, h1: F32): Promise<F32> {
+/**
+ * x [rows, hidden] and h1 = norm1(x) -> x2 = x + attention(h1) @ Wo, one head
+ * group at a time; keeps nothing, or, given `keep`, pushes each group's output
+ * and the attention's statistics onto it (the attention must have keepOutput).
+ */
+export async function groupedAttentionForward(c: HeadGroupsCall, groups: number, x: F32, h1: F32, keep: KeptGroup[] | null = null): Promise<F32> {
   const { config, weights, ops } = c;
+  if (keep !== null && (c.attention.keepOutput === undefined || c.attention.restore === undefined))
+    throw new BlockError(
+      `TransformerBlock: keepAttentionOutputs needs an attention that keeps its output and restores its context (keepOutput, restore); ${c.attention.name} does not`,
+    );
   const x2 = new Tensor("float32", x.shape, Float32Array.from(x.data));
   for (let g = 0; g < groups; g++) {
     const s = sliceOf(config, groups, g);
@@ -186,9 +199,17 @@ export async function groupedAttentionForward(c: HeadGroupsCall, groups: number,
     await inRowTiles(c.batch * c.seq, c.tileRows, async (start, count) =>
       addWith(ops, rowsOf(x2, start, count), await ops.linearForward(rowsOf(outRows, start, count), wo, bias)),
     );
-    c.attention.release(context, out);
+    if (keep === null) c.attention.release(context, out);
+    else keep.push({ out, kept: c.attention.keepOutput!(context) });
   }
   return x2;
+}
+
+/** Group s's attention again for its backward: its projections, then the attention's forward, or (`kept`) its context rebuilt from the kept output. */
+async function attendAgain(c: HeadGroupsCall, s: Slice, h1: F32, kept: KeptGroup | undefined) {
+  if (kept === undefined) return attend(c, s, h1);
+  const { q, k, v, norms } = await project(c, s, h1);
+  return { out: kept.out, context: await c.attention.restore!(kept.kept, q, k, v, kept.out), norms };
 }
 
 /**
@@ -211,11 +232,20 @@ async function outputBackward(c: HeadGroupsCall, s: Slice, g: number, out: F32, 
 
 /**
  * dx2 -> dh1 (the gradient at norm1's output), one head group at a time:
- * each group's projections and attention forward again, then the backward
+ * each group's projections and attention forward again (or, with `kept`,
+ * the forward's groups, the attention's context rebuilt), then the backward
  * of its share of Wo, of the attention, RoPE and its q, k, v columns; the
  * weight gradients go into their columns (rows of Wo) of `grads`.
  */
-export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number, h1: F32, dx2: F32, grads: FlatTensors): Promise<F32> {
+export async function groupedAttentionBackward(
+  c: HeadGroupsCall,
+  groups: number,
+  h1: F32,
+  dx2: F32,
+  grads: FlatTensors,
+  kept: KeptGroup[] | null = null,
+): Promise<F32> {
+  if (kept !== null && kept.length !== groups) throw new BlockError(`head groups: backward needs the ${groups} groups' kept outputs, got ${kept.length}`);
   const { config, weights, ops } = c;
   const rowCount = c.batch * c.seq;
   const dh1 = new Tensor("float32", h1.shape);
@@ -223,7 +253,7 @@ export async function groupedAttentionBackward(c: HeadGroupsCall, groups: number
   const qkvBias = config.attentionBias !== "none";
   for (let g = 0; g < groups; g++) {
     const s = sliceOf(config, groups, g);
-    const { out, context, norms } = await attend(c, s, h1);
+    const { out, context, norms } = await attendAgain(c, s, h1, kept?.[g]);
     const a = await c.attention.backward(context, await outputBackward(c, s, g, out, dx2, grads));
     // RoPE's backward, then (qkNorm) the per-head norms' (their gains' gradients summed over the groups)
     const unrotate = async (d: F32, name: "attn.q_norm" | "attn.k_norm", record: NormRecord | undefined) => {

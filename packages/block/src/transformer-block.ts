@@ -28,7 +28,10 @@
  *   half one group of heads at a time and keep nothing of it: backward
  *   recomputes norm1 and, group by group, the projections and the attention
  *   before their backward, so q, k, v, the attention output and their
- *   gradients exist for H/G heads at a time.
+ *   gradients exist for H/G heads at a time. With `keepAttentionOutputs`
+ *   each group's output and the attention's statistics are kept, and the
+ *   backward rebuilds the attention's context from them and the projections
+ *   instead of running the attention's forward again.
  * - Backward runs in stages (MLP, or its tiles; attn.o and the attention;
  *   RoPE and q, k, v; norm1), each returning only what the next one needs,
  *   and takes every saved tensor out of the context as it reads it: what a
@@ -45,7 +48,7 @@ import { BlockError } from "./errors.js";
 import { mlpComponent, type MlpComponent } from "./mlps.js";
 import { normComponent, type NormComponent, type NormTensors } from "./norms.js";
 import { inRowTiles, rowsOf } from "./row-tiles.js";
-import { Activations, BlockContext, blockInputs, type BlockGradients, type Geometry, type NormRecord } from "./block-activations.js";
+import { Activations, BlockContext, blockInputs, type BlockGradients, type Geometry, type KeptGroup, type NormRecord } from "./block-activations.js";
 import { Recorder } from "./block-recorder.js";
 import type { BlockBackwardOptions, BlockForwardOptions, TransformerBlockOptions } from "./block-options.js";
 
@@ -72,6 +75,8 @@ export class TransformerBlock {
   readonly attentionHeadGroups: number;
   /** Rows per tile of a head group's full-width terms. */
   readonly headGroupTileRows: number;
+  /** TransformerBlockOptions.keepAttentionOutputs. */
+  readonly keepAttentionOutputs: boolean;
   private readonly ops: BlockOps;
 
   constructor(config: BlockConfig, options: TransformerBlockOptions) {
@@ -93,6 +98,11 @@ export class TransformerBlock {
       throw new BlockError("TransformerBlock: give `localAttention` (a kernel) or `attention` (a BlockAttention)");
     }
     this.attentionHeadGroups = checkHeadGroups(options.attentionHeadGroups ?? 1, this.config);
+    this.keepAttentionOutputs = options.keepAttentionOutputs ?? false;
+    if (this.keepAttentionOutputs && (this.attentionHeadGroups === 1 || this.checkpoint))
+      throw new BlockError(
+        `TransformerBlock: keepAttentionOutputs keeps the outputs of attention in head groups for backward: it needs attentionHeadGroups > 1 (got ${this.attentionHeadGroups}) and no checkpointing (checkpoint ${this.checkpoint})`,
+      );
     const groupTile = options.headGroupTileRows ?? headGroupTileRowsOf(this.config.hidden);
     if (typeof groupTile !== "number" || !Number.isInteger(groupTile) || groupTile < 1) {
       throw new BlockError(
@@ -120,7 +130,7 @@ export class TransformerBlock {
     const geometry = { batch: b, seq: s, call: inputs };
     const math = new Recorder(this, this.ops, saved, geometry);
     // [b, s, hidden] -> [rows, hidden] -> [b, s, hidden]; blockForward's two halves
-    const x2 = await this.attentionHalf(math, x.reshape([b * s, hidden]), geometry);
+    const x2 = await this.attentionHalf(math, x.reshape([b * s, hidden]), geometry, saved);
     const y = this.mlpTileRows > 0 ? await this.tiledMlpForward(x2, saved) : await mlpHalf(this.config, math, x2);
     return { y: y.reshape([b, s, hidden]), context: new BlockContext(this, x, inputs, saved) };
   }
@@ -158,7 +168,7 @@ export class TransformerBlock {
     const dx2 = this.mlpTileRows > 0 ? await this.tiledMlpBackward(a.takeMlpInput(), dOut, grads, into) : await this.mlpBackward(a, dOut, grads, into, true);
     const dx =
       this.attentionHeadGroups > 1
-        ? await this.groupedBackward(context.input.reshape([b * s, hidden]), dx2, { batch: b, seq: s, call: context.inputs }, grads)
+        ? await this.groupedBackward(context.input.reshape([b * s, hidden]), dx2, { batch: b, seq: s, call: context.inputs }, grads, a.takeGroups())
         : await this.attentionBackward(a, dx2, [b, s], context.inputs.positions, grads);
     // dx2 has been added into dx: unless it is dy's buffer (the caller's), it goes back to the ops
     if (dx2.data.buffer !== dOut.data.buffer && dx2.data.buffer !== dx.data.buffer) this.ops.release?.(dx2);
@@ -177,41 +187,32 @@ export class TransformerBlock {
     const a = new Activations();
     const geometry = { batch: b, seq: s, call: inputs };
     const math = new Recorder(this, this.ops, a, geometry);
-    const x2 = await this.attentionHalf(math, input.reshape([b * s, hidden]), geometry);
+    const x2 = await this.attentionHalf(math, input.reshape([b * s, hidden]), geometry, null);
     if (this.mlpTileRows > 0) a.mlpInput = x2;
     else a.inputs.set("mlp.down", await mlpActivation(this.config, math, x2));
     return a;
   }
 
-  /** x [rows, hidden] -> x2: attentionHalf recorded by `math`, or in head groups (which record nothing). */
-  private async attentionHalf(math: Recorder, x: F32, geometry: Geometry): Promise<F32> {
+  /** x [rows, hidden] -> x2: attentionHalf recorded by `math`, or in head groups (which record nothing but, when kept, their outputs in `saved`). */
+  private async attentionHalf(math: Recorder, x: F32, geometry: Geometry, saved: Activations | null): Promise<F32> {
     if (this.attentionHeadGroups === 1) return attentionHalf(this.config, math, x);
     const h1 = await new Recorder(this, this.ops, null, geometry).norm(x, "norm1");
-    return groupedAttentionForward(this.headGroupsCall(geometry), this.attentionHeadGroups, x, h1);
+    const keep = this.keepAttentionOutputs && saved !== null ? saved.keepGroups() : null;
+    return groupedAttentionForward(this.headGroupsCall(geometry), this.attentionHeadGroups, x, h1, keep);
   }
 
-  /** Head groups: dx2 -> dx, the residual term included; norm1 and every group recomputed from x. */
-  private async groupedBackward(x: F32, dx2: F32, geometry: Geometry, grads: FlatTensors): Promise<F32> {
+  /** Head groups: dx2 -> dx, the residual term included; norm1 and every group recomputed from x (each group's output kept, when `kept`). */
+  private async groupedBackward(x: F32, dx2: F32, geometry: Geometry, grads: FlatTensors, kept: KeptGroup[] | null): Promise<F32> {
     const a = new Activations();
     const h1 = await new Recorder(this, this.ops, a, geometry).norm(x, "norm1");
-    const dh1 = await groupedAttentionBackward(this.headGroupsCall(geometry), this.attentionHeadGroups, h1, dx2, grads);
+    const dh1 = await groupedAttentionBackward(this.headGroupsCall(geometry), this.attentionHeadGroups, h1, dx2, grads, kept);
     return addWith(this.ops, await this.normBackwardSpending("norm1", a.takeNorm("norm1"), dh1, grads), dx2);
   }
 
   private headGroupsCall({ batch, seq, call }: Geometry): HeadGroupsCall {
     const { config, weights, ops, attention } = this;
-    return {
-      config,
-      weights,
-      ops,
-      attention,
-      batch,
-      seq,
-      positions: call.positions,
-      documents: call.documents,
-      run: call.run,
-      tileRows: this.headGroupTileRows,
-    };
+    const { positions, documents, run } = call;
+    return { config, weights, ops, attention, batch, seq, positions, documents, run, tileRows: this.headGroupTileRows };
   }
 
   /** The MLP half tile by tile over x2's rows, saving (when `saved`) only x2. */

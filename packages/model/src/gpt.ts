@@ -26,16 +26,17 @@ import {
   TransformerBlock,
   blockWeightSpecs,
   normComponent,
-  type BlockAttention,
   type NormComponent,
   type NormTensors,
 } from "@ulysses/block";
-import type { BlockOps, LocalAttention, RopePositions } from "@ulysses/kernels";
+import type { BlockOps } from "@ulysses/kernels";
 import type { Tensor } from "@ulysses/tensors";
 import type { CausalLM, CausalLMForward, LMBatch } from "./causal-lm.js";
 import { ModelError } from "./errors.js";
 import { gptHead, validHeadColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
+import { storesBfloat16, type GptForwardOptions, type GptOptions } from "./gpt-options.js";
 
+export { storesBfloat16, type GptForwardOptions, type GptOptions } from "./gpt-options.js";
 export { HEAD_GRADIENT_BLOCK_BYTES, headGradientColumns, type GptHead, type GptHeadOptions } from "./gpt-head.js";
 import { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 import { blockConfigOf, gptParamSpecs, validateGptConfig, type GptConfig } from "./gpt-config.js";
@@ -44,66 +45,6 @@ import { ParameterStore } from "./parameters.js";
 
 type F32 = Tensor<"float32">;
 type I32 = Tensor<"int32">;
-
-export interface GptOptions {
-  ops: BlockOps;
-  /** The attention kernel every layer runs (or give `attention`). */
-  localAttention?: LocalAttention;
-  /** One BlockAttention shared by every layer (layers run one at a time). */
-  attention?: BlockAttention;
-  seed: number;
-  /** Recompute each block's activations in backward. */
-  activationCheckpointing?: boolean;
-  /**
-   * Keep what each block keeps for backward as bf16 (BlockContext.storeInBfloat16), half the bytes: with activation
-   * checkpointing its input (the backward recomputes the block from the rounded input); with attention in head groups and
-   * a tiled MLP and no checkpointing, its input and the MLP's input (the backward recomputes the attention and the MLP
-   * tiles from them). Default false (float32).
-   */
-  bfloat16Checkpoints?: boolean;
-  /**
-   * Rows per tile of every block's MLP (passed to each TransformerBlock as
-   * its `mlpTileRows`; 0 or undefined: untiled). The block checks it.
-   */
-  mlpTileRows?: number;
-  /** Attention in head groups in every block (each TransformerBlock's `attentionHeadGroups`; 1 or undefined: off). */
-  attentionHeadGroups?: number;
-  /**
-   * Vocabulary columns per block of the LM head's weight gradient (a positive
-   * integer; the vocabulary or more: one block). Default: headGradientColumns,
-   * blocks of at most HEAD_GRADIENT_BLOCK_BYTES. `lmHead({ gradientColumns })`
-   * overrides it for one head. Unused when the ops have
-   * linearWeightGradientInto: the head's gradient is then added in place.
-   */
-  headGradientColumns?: number;
-  /**
-   * Memory for the weights (ParameterStoreOptions.values): one copy that
-   * every rank of a process reads. The model still initialises them from
-   * `seed`, the same values on every rank.
-   */
-  parameterValues?: Float32Array;
-  /**
-   * Hold only this rank's slice of the weights (ParameterStoreOptions.shard,
-   * ZeRO-3) and gather each layer's just before it runs; the Trainer installs
-   * the gathering collective. Not with `parameterValues`.
-   */
-  shardOver?: { rank: number; ranks: number };
-}
-
-export interface GptForwardOptions {
-  /** RoPE positions: the first token's (default 0), or every token's, int32 [b * s]. */
-  positions?: RopePositions;
-  /** Packed documents: each token's document id, int32 [b * s], non-decreasing per row. */
-  documents?: Int32Array;
-  /** Handed to every block's attention (BlockForwardOptions.attentionRun): a sharded attention's shard layout. */
-  attentionRun?: unknown;
-  /**
-   * false: stop at the final norm; the context has `hFinal` and no logits
-   * (apply the head with `lmHead()`, backpropagate with `backwardFromHidden`).
-   * Default true.
-   */
-  logits?: boolean;
-}
 
 /** What forward keeps for backward. Backward spends it: it empties `blocks` and drops the tensors below. */
 export interface GptContext {
@@ -147,8 +88,7 @@ export class Gpt implements CausalLM<GptContext> {
     this.ops = options.ops;
     this.headColumns = validHeadColumns("Gpt", "headGradientColumns", options.headGradientColumns);
     this.bfloat16Checkpoints = options.bfloat16Checkpoints ?? false;
-    const keepsLittle = options.activationCheckpointing === true || ((options.attentionHeadGroups ?? 1) > 1 && (options.mlpTileRows ?? 0) > 0);
-    if (this.bfloat16Checkpoints && !keepsLittle)
+    if (this.bfloat16Checkpoints && !storesBfloat16(options))
       throw new ModelError(
         "Gpt: bfloat16Checkpoints keeps the block inputs of activation checkpointing (or, with attention in head groups and a tiled MLP, the inputs and the MLP's inputs) in bf16: it needs activationCheckpointing, or attentionHeadGroups > 1 with mlpTileRows > 0",
       );
@@ -177,6 +117,7 @@ export class Gpt implements CausalLM<GptContext> {
           checkpoint: options.activationCheckpointing ?? false,
           mlpTileRows: options.mlpTileRows,
           attentionHeadGroups: options.attentionHeadGroups,
+          keepAttentionOutputs: options.keepAttentionOutputs,
         }),
       );
     }

@@ -32,6 +32,7 @@ export { parameterMemory, type ParameterMemory } from "./memory-terms.js";
 export { gptForward, gptHidden, type GptMath } from "./gpt-forward.js";
 export {
   Gpt,
+  storesBfloat16,
   HEAD_GRADIENT_BLOCK_BYTES,
   headGradientColumns,
   type GptOptions,

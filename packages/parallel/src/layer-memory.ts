@@ -24,6 +24,11 @@ export interface LayerFloats {
   travels: number;
   /** Floats per row of one MLP tile's working set (tiled MLP). */
   mlpTile: number;
+  /**
+   * Floats per token of the head groups' outputs and log-sum-exps kept for backward (keepAttentionOutputs), float32
+   * whatever the blocks keep the rest in; 0 when they are not kept. Not part of `saved`.
+   */
+  keptOutputs: number;
 }
 
 /** Floats per token that one layer keeps, recomputes and works with. */
@@ -34,6 +39,7 @@ export function layerFloatsPerToken(
   ulyssesDegree = sequenceParallelScheme(kind).resolve({ sp }, blockConfigOf(model).kvHeads).ulyssesDegree,
   tiledMlp = false,
   attentionHeadGroups = 1,
+  keepAttentionOutputs = false,
 ): LayerFloats {
   const block = blockConfigOf(model);
   const { hidden, heads, kvHeads, headDim, mlpHidden } = block;
@@ -79,7 +85,7 @@ export function layerFloatsPerToken(
   const travels = scheme.travels;
   const exchange = moved && scheme.exchangeAreas ? 2 * (qWidth + 2 * kvWidth) * travels : 0;
   const mlpTile = hidden + (mlpTensors + 1) * mlpHidden + mlpHidden; // h2, up (and gate), activation, dAct and the op temporaries of a tile
-  if (attentionHeadGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, travels, mlpTile };
+  if (attentionHeadGroups === 1) return { saved, recomputed: attentionHalf, backward, exchange, travels, mlpTile, keptOutputs: 0 };
   // head groups (TransformerBlock attentionHeadGroups): the attention half keeps nothing but x2; its backward holds h1 and norm1's
   // statistics, dx2 (in dy's buffer), dh1 (one group's term of it exists for a row tile at a time: a constant, headGroupTileRowsOf),
   // and one group's recomputed forward (q and k before and after RoPE, v, out and its own-layout copy, log-sum-exp) and gradients
@@ -95,5 +101,7 @@ export function layerFloatsPerToken(
     exchange: exchange / attentionHeadGroups,
     travels,
     mlpTile,
+    // every group's output in the rank's own layout, and its log-sum-exp (the rank's heads over the whole sequence: heads per local token)
+    keptOutputs: keepAttentionOutputs ? qWidth + heads : 0,
   };
 }

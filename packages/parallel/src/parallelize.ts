@@ -25,6 +25,7 @@ import {
   type BlockAttention,
   type BlockAttentionOptions,
   type BlockAttentionContext,
+  type KeptAttention,
   type BlockBackwardOptions,
   type BlockContext,
   type BlockForwardOptions,
@@ -76,9 +77,17 @@ export interface ParallelSequenceOptions extends SequenceOptions {
 /** A ShardedAttention seen as the block's BlockAttention: the shard sizes come with each call, as its run (the forward's attentionRun). */
 class LayoutAttention implements BlockAttention {
   readonly name: string;
+  /** The sharded attention's, where it has them (else absent: a block's keepAttentionOutputs is refused by name). */
+  readonly keepOutput?: (context: BlockAttentionContext) => KeptAttention;
+  readonly restore?: (kept: KeptAttention, q: F32, k: F32, v: F32, out: F32) => Promise<BlockAttentionContext>;
 
   constructor(readonly sharded: ShardedAttention) {
     this.name = sharded.name;
+    const { keepOutput, restore } = sharded;
+    if (keepOutput !== undefined && restore !== undefined) {
+      this.keepOutput = (context) => keepOutput.call(sharded, context);
+      this.restore = (kept, q, k, v, out) => restore.call(sharded, kept, q, k, v, out);
+    }
   }
 
   forward(q: F32, k: F32, v: F32, options: BlockAttentionOptions) {

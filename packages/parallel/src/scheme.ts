@@ -89,6 +89,11 @@ export interface SequenceParallelScheme {
   headRanks(degrees: SchemeDegrees): number;
   /** Collective over the SP group: the subgroups it needs (absent: none). */
   groups?(spGroup: ProcessGroup, degrees: SchemeDegrees): Promise<SchemeGroups>;
+  /**
+   * Whether the wrapper `create` builds with these settings keeps a context's output and rebuilds the context from it
+   * (BlockAttention.keepOutput and restore: a block's keepAttentionOutputs). Absent: never.
+   */
+  keepsOutputs?(pipelineChunks: number): boolean;
   /** The sharded attention of one local kernel. */
   create(local: LocalAttention, options: SchemeCreateOptions): ShardedAttention;
   /** Exact bytes one rank sends per attention call. */

@@ -1,4 +1,4 @@
-import { BlockError, blockWeightSpecs, initBlockWeights, resolveBlockConfig } from "@ulysses/block";
+import { BlockError, blockWeightSpecs, initBlockWeights, resolveBlockConfig, type TransformerBlockOptions } from "@ulysses/block";
 import { ReferenceAttention, ReferenceOps, StatsReferenceAttention } from "@ulysses/kernels";
 import { maxRelativeError, randomTensor, seededRandom } from "@ulysses/kernels/testing";
 import { evenSplitSizes, type Tensor } from "@ulysses/tensors";
@@ -18,6 +18,8 @@ const kernelFor = (config: SpBlockConfig, p: number) => (config.attention === "r
 interface RunOptions {
   checkpoint?: boolean;
   reduceGradients?: boolean;
+  /** More of the block's options (head groups, kept outputs). */
+  block?: Partial<TransformerBlockOptions>;
 }
 
 /** Runs one block forward + backward on `p` ranks over the full [b, N, hidden] input; joins the shards. */
@@ -26,7 +28,7 @@ async function runBlock(config: SpBlockConfig, p: number, x: F32, dy: F32, optio
   const sizes = evenSplitSizes(seq, p);
   const weights = initBlockWeights(resolveBlockConfig(config), 11, { perturb: 0.2, std: 0.3 });
   const perRank = await runRanks(p, async (group, rank) => {
-    const block = spBlock(config, group, { ops, localAttention: kernelFor(config, p), weights, checkpoint: options.checkpoint ?? false });
+    const block = spBlock(config, group, { ops, localAttention: kernelFor(config, p), weights, checkpoint: options.checkpoint ?? false, ...options.block });
     const { y, context } = await block.forward(shardOf(x, sizes, rank), { seqLength: seq });
     const forwardStats = group.stats();
     const savedBytes = context.block.savedBytes;
@@ -195,6 +197,32 @@ describe("TransformerBlock communication and memory", () => {
       expect(Array.from(recompute.perRank[r]!.grads["attn.q.w"]!.data)).toEqual(Array.from(plain.perRank[r]!.grads["attn.q.w"]!.data));
     }
   });
+});
+
+describe("Ulysses with head groups whose outputs are kept (keepAttentionOutputs)", () => {
+  const config: SpBlockConfig = { hidden: 32, heads: 8, kvHeads: 2, norm: "rmsnorm", mlp: "swiglu", mlpRatio: 2, qkNorm: true };
+  const names = blockWeightSpecs(resolveBlockConfig(config)).map((s) => s.name);
+  for (const p of [2, 4]) {
+    it(`P = ${p}: the recompute's bits, the single rank's values, the outputs and log-sum-exp more per rank`, async () => {
+      const seq = 16;
+      const { x, dy } = data(config, 1, seq, 21);
+      const single = await runBlock(config, 1, x, dy);
+      const recomputed = await runBlock(config, p, x, dy, { block: { attentionHeadGroups: 2, mlpTileRows: 3 } });
+      const kept = await runBlock(config, p, x, dy, { block: { attentionHeadGroups: 2, mlpTileRows: 3, keepAttentionOutputs: true } });
+      expect(Array.from(kept.y.data)).toEqual(Array.from(recomputed.y.data));
+      expect(Array.from(kept.dx.data)).toEqual(Array.from(recomputed.dx.data));
+      expect(maxRelativeError(kept.dx, single.dx)).toBeLessThanOrEqual(1e-5);
+      const rows = seq / p;
+      for (let r = 0; r < p; r++) {
+        for (const name of names) {
+          expect(Array.from(kept.perRank[r]!.grads[name]!.data), `${name} rank ${r}`).toEqual(Array.from(recomputed.perRank[r]!.grads[name]!.data));
+          expect(maxRelativeError(kept.perRank[r]!.grads[name]!, single.perRank[0]!.grads[name]!), `${name} rank ${r}`).toBeLessThanOrEqual(1e-5);
+        }
+        // each group's output [1, N/P, H/2, D] and its log-sum-exp [1, H/2/P, N] (both groups: rows x H floats)
+        expect(kept.perRank[r]!.savedBytes - recomputed.perRank[r]!.savedBytes).toBe(4 * (rows * 8 * 4 + rows * 8));
+      }
+    });
+  }
 });
 
 describe("TransformerBlock buffer reuse", () => {

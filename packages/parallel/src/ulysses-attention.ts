@@ -20,11 +20,11 @@
 import type { AttentionGradients, AttentionOptions, LocalAttention } from "@ulysses/kernels";
 import type { ProcessGroup } from "@ulysses/collectives";
 import type { Tensor } from "@ulysses/tensors";
-import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
+import { checkGradShape, checkOwnContext, exclusive, KeptLocalStatistics, SavedLocalAttention, type KeptAttention } from "@ulysses/block";
 import { ParallelError } from "./errors.js";
 import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads, headRouting, type HeadRouting } from "./head-routing.js";
-import { aroundHeads, aroundHeadsBackward, checkChunkBytes, EXCHANGE_CHUNK_BYTES, type SeqExchange } from "./seq-all-to-all.js";
+import { aroundHeads, aroundHeadsBackward, checkChunkBytes, EXCHANGE_CHUNK_BYTES, seqToHeads, type SeqExchange } from "./seq-all-to-all.js";
 import { joinRuns, sequenceShards, type SequenceShards } from "./sequence-shards.js";
 import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 import { TensorPool } from "./tensor-pool.js";
@@ -107,6 +107,33 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
     if (context.owner !== this || context.released) return;
     context.released = true;
     this.pool.give(context.q, context.k, context.v, ...tensors);
+  }
+
+  /** Gives the exchanged q, k, v back and keeps the log-sum-exp: `restore` exchanges q, k, v and out again instead of running the kernel. */
+  keepOutput(context: UlyssesContext): KeptLocalStatistics<UlyssesContext["layout"]> {
+    checkOwnContext(this, context, this.name);
+    this.pool.give(context.q, context.k, context.v);
+    return context.keepStatistics();
+  }
+
+  /** q, k, v made again and the forward's out [b, s_r, H, D] to heads in one all-to-all, with the kept log-sum-exp: the forward's context, no kernel run. */
+  async restore(kept: KeptAttention, q: F32, k: F32, v: F32, out: F32): Promise<UlyssesContext> {
+    if (!(kept instanceof KeptLocalStatistics) || kept.owner !== this) throw new ParallelError(`${this.name}: restore needs what its own keepOutput returned`);
+    const { routing, shards } = (kept as KeptLocalStatistics<UlyssesContext["layout"]>).layout;
+    shardDims(q, k, v, this.name);
+    checkGradShape(out, q.shape, this.name);
+    return exclusive(this, async () => {
+      const [qh, kh, vh, oh] =
+        this.group.size === 1
+          ? [q, k, v, out]
+          : await seqToHeads(this.exchange(routing, shards), [
+              { tensor: q, heads: "q" },
+              { tensor: k, heads: "kv" },
+              { tensor: v, heads: "kv" },
+              { tensor: out, heads: "q" },
+            ]);
+      return (kept as KeptLocalStatistics<UlyssesContext["layout"]>).restored(this, this.name, qh, kh, vh, oh);
+    });
   }
 
   /** This group's exchanges for one head routing and sequence split, on this instance's buffers. */

@@ -56,7 +56,7 @@
  */
 import { normComponent } from "@ulysses/block";
 import { ARENA_HEAP_GROWING_PERCENT, COLLECT_GARBAGE_EVERY_BYTES } from "@ulysses/kernels";
-import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, validateGptConfig, type GptConfig } from "@ulysses/model";
+import { blockConfigOf, headGradientColumns, headGroupTileRowsOf, parameterMemory, storesBfloat16, validateGptConfig, type GptConfig } from "@ulysses/model";
 import { EXCHANGE_CHUNK_BYTES, layerFloatsPerToken, sequenceParallelScheme } from "@ulysses/parallel";
 import { evenSplitSizes } from "@ulysses/tensors";
 import { adamwMomentBytes, rankStateFloats } from "./memory-terms.js";
@@ -119,6 +119,8 @@ export interface TrainingMemoryInput {
   sliceGradientBytes?: 2 | 4;
   /** What the blocks keep is kept in bf16 (GptOptions.bfloat16Checkpoints: checkpointing's inputs, or head groups' inputs and MLP inputs with a tiled MLP); default false. */
   bfloat16Checkpoints?: boolean;
+  /** Head groups keep their attention outputs for backward (GptOptions.keepAttentionOutputs; float32); default false. */
+  keepAttentionOutputs?: boolean;
   /** ZeRO-3: bytes per element the weights travel in when gathered (2: a bf16 copy of each rank's slice and a message's scratch beside it); default 4. */
   weightGatherBytes?: 2 | 4;
   /** ONNX Runtime's arenas and glibc's heap kept (their measured slack is counted) or freed memory returned to the OS. */
@@ -167,12 +169,16 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
   const tiledMlp = tiles.mlp > 0;
   const tiledLoss = tiles.loss > 0;
   const headGroups = tiles.attentionHeadGroups;
-  const perLayer = layerFloatsPerToken(model, input.sp, input.scheme, input.ulyssesDegree, tiledMlp, headGroups);
+  const keepOutputs = input.keepAttentionOutputs === true && headGroups > 1 && !activationCheckpointing;
+  const perLayer = layerFloatsPerToken(model, input.sp, input.scheme, input.ulyssesDegree, tiledMlp, headGroups, keepOutputs);
   // kept in bf16 (checkpointing's inputs; head groups with a tiled MLP: the inputs and the MLP's inputs, all their blocks keep):
   // the layers' count half (two bytes an element), but the block in backward's is made again in float32
-  const bf16Kept = input.bfloat16Checkpoints === true && (activationCheckpointing || (headGroups > 1 && tiledMlp));
+  const bf16Kept = input.bfloat16Checkpoints === true && storesBfloat16({ activationCheckpointing, attentionHeadGroups: headGroups, mlpTileRows: tiles.mlp });
   const keptLayers = bf16Kept ? (model.layers - 1) / 2 + 1 : model.layers;
-  const activationFloats = activationCheckpointing ? keptLayers * model.hidden + perLayer.recomputed : keptLayers * perLayer.saved;
+  // the head groups' kept outputs stay float32 in every layer
+  const activationFloats = activationCheckpointing
+    ? keptLayers * model.hidden + perLayer.recomputed
+    : keptLayers * perLayer.saved + model.layers * perLayer.keptOutputs;
   const mlpTileRows = tiledMlp ? Math.min(tiles.mlp, tokensPerRank) : 0;
   const lossTileRows = tiledLoss ? Math.min(tiles.loss, tokensPerRank) : 0;
   // one row tile of a head group's [rows, hidden] term (x2's in forward, dh1's in backward)
@@ -249,7 +255,7 @@ export function estimateTrainingMemory(input: TrainingMemoryInput): MemoryEstima
     {
       name: activationCheckpointing
         ? `saved activations (checkpointing: ${model.layers} layer inputs${input.bfloat16Checkpoints === true ? " in bf16" : ""} + ${headGroups > 1 ? "norm1's output" : "one recomputed attention half"}, ${tokensPerRank} tokens per rank)`
-        : `saved activations (${model.layers} layers x ${perLayer.saved} ${bf16Kept ? "values per token in bf16" : "floats per token"}${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}, ${tokensPerRank} tokens per rank)`,
+        : `saved activations (${model.layers} layers x ${perLayer.saved} ${bf16Kept ? "values per token in bf16" : "floats per token"}${tiledMlp ? ", MLP tiled" : ""}${headGroups > 1 ? ", attention in head groups" : ""}${keepOutputs ? ` and their outputs, ${perLayer.keptOutputs} floats per token in float32` : ""}, ${tokensPerRank} tokens per rank)`,
       bytes: all(F32 * activationFloats * tokensPerRank),
     },
     {

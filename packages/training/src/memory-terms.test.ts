@@ -103,6 +103,20 @@ describe("the memory account's model state per ZeRO stage and with shared weight
     // an untiled MLP keeps its products: nothing is stored in bf16 (the model refuses bfloat16Checkpoints there)
     expect(saved(true, 0)).toBe(saved(false, 0));
   });
+  it("saved activations with the head groups' outputs kept: heads x head dim + heads floats per token and layer, float32 also under bf16", () => {
+    const model3 = { ...model, layers: 3 };
+    const saved = (keepAttentionOutputs: boolean, bfloat16Checkpoints = false, activationCheckpointing = false) =>
+      term(
+        { model: model3, tiles: { mlp: 2, loss: 0, attentionHeadGroups: 2 }, keepAttentionOutputs, bfloat16Checkpoints, activationCheckpointing },
+        "saved activations",
+      );
+    // 2 ranks x 4 tokens x 3 layers x (2 heads x head dim 2 + 2 log-sum-exps) floats of 4 bytes
+    const kept = 2 * 4 * 3 * (4 + 2) * 4;
+    expect(saved(true) - saved(false)).toBe(kept);
+    expect(saved(true, true) - saved(false, true)).toBe(kept);
+    // checkpointing keeps no outputs (the trainer refuses the pair; the account counts what the blocks would keep)
+    expect(saved(true, false, true)).toBe(saved(false, false, true));
+  });
   it("ZeRO-3: each rank's slice of the 192 weights, one gathered layer of 144 and the final norm's 8; the head's 40 in the loss phase", () => {
     expect(term({ zero: 3 }, "weights")).toBe(4 * (96 + 96 + 2 * (144 + 8)));
     expect(term({ zero: 3 }, "gradients")).toBe(term({ zero: 2 }, "gradients"));

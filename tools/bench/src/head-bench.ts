@@ -24,11 +24,11 @@ import { parseFlags, readCommandLine, UsageError } from "./cli-flags.js";
 
 process.env.ORT_DISABLE_TELEMETRY = "1";
 
-const HELP = `Usage: pnpm bench:head [--vocab 151936] [--hidden 1024] [--rows 2048] [--tile 64] [--pairs 3] [--memory-arena]
+const HELP = `Usage: pnpm bench:head [--vocab 151936] [--hidden 1024] [--rows 2048] [--tile 256] [--pairs 3] [--memory-arena]
   --vocab         vocabulary (default 151936, Qwen3's)
   --hidden        hidden size (default 1024)
   --rows          rows per timed pass (default 2048); times are scaled to 8192 rows
-  --tile          rows per loss tile (default 64, the trainer's auto tile at this vocabulary)
+  --tile          rows per loss tile (default 256, the trainer's auto tile at this vocabulary)
   --pairs         before/after pairs, alternated (default 3)
   --memory-arena  run the kernels as --memory-arena does (ONNX Runtime arenas, an output pool)`;
 
@@ -46,7 +46,7 @@ function readFlags(argv: readonly string[]): Flags | null {
     vocab: { type: "string", default: "151936" },
     hidden: { type: "string", default: "1024" },
     rows: { type: "string", default: "2048" },
-    tile: { type: "string", default: "64" },
+    tile: { type: "string", default: "256" },
     pairs: { type: "string", default: "3" },
     "memory-arena": { type: "boolean", default: false },
   });

@@ -17,8 +17,8 @@
  *
  * at N = 4K and 16K, SP 2 (threads backend, one ONNX Runtime thread per
  * rank), in the trainer's default memory settings, grouped ones (attention
- * in head groups) and lean ones (activation checkpointing and attention in
- * head groups). Speed is the median over the
+ * in head groups; "kept": their outputs kept for backward too) and lean
+ * ones (activation checkpointing and attention in head groups). Speed is the median over the
  * steps after the first (untimed) of tokens/s and of MFU against the
  * trainer's own MatMul rate; memory the peak RSS of the process. Writes
  * bench-results/models/models.json and models.md. `--help` lists the flags.
@@ -103,9 +103,9 @@ const MODELS = {
 type ModelName = keyof typeof MODELS;
 /** The models a run without --models measures. */
 const DEFAULT_MODELS: ModelName[] = ["smollm2-135m", "qwen3-0.6b"];
-/** default: the trainer's defaults; grouped: + attention in head groups; lean: + activation checkpointing too. */
-type Mode = "default" | "grouped" | "lean";
-const MODES: readonly Mode[] = ["default", "grouped", "lean"];
+/** default: the trainer's defaults; grouped: + attention in head groups; kept: grouped + their outputs kept; lean: grouped + activation checkpointing. */
+type Mode = "default" | "grouped" | "kept" | "lean";
+const MODES: readonly Mode[] = ["default", "grouped", "kept", "lean"];
 
 /** Where the model state lives: the ZeRO stage and whether the ranks share one copy of the weights. */
 const STATES = {
@@ -127,7 +127,8 @@ const HELP = `Usage: pnpm bench:models [--models smollm2-135m,qwen3-0.6b] [--seq
   --models  which model shapes: smollm2-135m, qwen3-0.6b (the default: both), llama3.2-1b
   --seq     sequence lengths N (default 4096,16384)
   --modes   default (the trainer's defaults), grouped (+ attention in head groups, --tile-attention auto: the
-            attention half keeps nothing, recomputed group by group in backward) and/or lean (grouped + activation
+            attention half keeps nothing, recomputed group by group in backward), kept (grouped + --keep-attention-outputs:
+            the groups' outputs kept, backward runs no attention forward) and/or lean (grouped + activation
             checkpointing: each block keeps only its input) (default: default,lean)
   --states  where the model state lives: zero0 (the default), zero1, zero2, zero3, shared (ZeRO-2 and one copy of the weights), bf16 (shared and --precision bf16),
             bf16-noarena (bf16 and --no-memory-arena: the least memory), zero3bf16 (ZeRO-3 and --precision bf16: the weights gathered in bf16)
@@ -260,6 +261,7 @@ async function runRow(model: ModelName, seq: number, mode: Mode, state: State, f
   ]; // prettier-ignore
   if (mode !== "default") args.push("--tile-attention", "auto");
   if (mode === "lean") args.push("--activation-checkpointing");
+  if (mode === "kept") args.push("--keep-attention-outputs");
   args.push(...STATES[state].flags);
   if (flags.memoryArena === "off" && !args.includes("--no-memory-arena")) args.push("--no-memory-arena");
   const parsed = parseArgs(args);

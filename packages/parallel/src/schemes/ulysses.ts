@@ -32,6 +32,8 @@ export const ulyssesScheme: SequenceParallelScheme = {
     return problems;
   },
   headRanks: (degrees) => degrees.ulyssesDegree,
+  // UlyssesAttention does; the pipelined one does not
+  keepsOutputs: (pipelineChunks) => pipelineChunks === 1,
   create: (local, { group, pipelineChunks }) =>
     pipelineChunks > 1 ? new PipelinedUlyssesAttention(local, group, { chunks: pipelineChunks }) : new UlyssesAttention(local, group),
   bytes: ({ sizes, rank, batch, heads, kvHeads, headDim }) => ulyssesBytes(headRouting(heads, kvHeads, sizes.length), sizes, rank, batch, headDim),
