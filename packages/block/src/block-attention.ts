@@ -85,19 +85,25 @@ export class KeptLocalStatistics<L = null> implements KeptAttention {
     return this.logSumExp.byteLength;
   }
 
+  /** `kept` as the statistics `owner`'s keepOutput returned, or a BlockError naming `who`. */
+  static ownedBy<L>(kept: KeptAttention, owner: object, who: string): KeptLocalStatistics<L> {
+    if (!(kept instanceof KeptLocalStatistics) || kept.owner !== owner) throw new BlockError(`${who}: restore needs what its own keepOutput returned`);
+    return kept as KeptLocalStatistics<L>;
+  }
+
   /**
    * The context again, q, k, v and out in the layout the local kernel saw
-   * (each the same shape as the forward's: a BlockError otherwise), made by
-   * `owner` from statistics it kept itself.
+   * (q and out each [b, tokens, heads, D] of the kept statistics: a
+   * BlockError otherwise).
    */
-  restored(owner: object, who: string, q: F32, k: F32, v: F32, out: F32): SavedLocalAttention<L> {
-    if (this.owner !== owner) throw new BlockError(`${who}: restore needs what its own keepOutput returned`);
+  restored(q: F32, k: F32, v: F32, out: F32): SavedLocalAttention<L> {
     const [b, h, n] = this.logSumExp.shape as unknown as [number, number, number];
     const expected = [b, n, h, q.shape[3]];
+    const who = (this.owner as { name?: string }).name ?? "attention";
     if (q.rank !== 4 || q.shape.some((d, i) => d !== expected[i]))
       throw new BlockError(`${who}: restore's q ${q} does not match the kept statistics of [${b}, ${h}, ${n}] (batch, heads, tokens)`);
     checkGradShape(out, q.shape, who);
-    return new SavedLocalAttention(owner, this.layout, this.options, q, k, v, out, this.logSumExp);
+    return new SavedLocalAttention(this.owner, this.layout, this.options, q, k, v, out, this.logSumExp);
   }
 }
 
@@ -133,9 +139,8 @@ export class SavedLocalAttention<L = null> implements BlockAttentionContext {
     return [this.q, this.k, this.v, this.out, this.logSumExp].some((t) => t.data.buffer === buffer);
   }
 
-  /** Releases this context and returns its statistics without q, k, v and out (BlockAttention.keepOutput). */
+  /** Its statistics without q, k, v and out (BlockAttention.keepOutput, which releases the context first). */
   keepStatistics(): KeptLocalStatistics<L> {
-    this.released = true;
     return new KeptLocalStatistics(this.owner, this.layout, this.options, this.logSumExp);
   }
 
@@ -162,9 +167,7 @@ export class LocalBlockAttention implements BlockAttention<SavedLocalAttention> 
   }
 
   async backward(context: SavedLocalAttention, dOut: F32): Promise<AttentionGradients> {
-    if (!(context instanceof SavedLocalAttention) || context.owner !== this || context.released) {
-      throw new BlockError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
-    }
+    checkOwnContext(this, context, this.name, "backward");
     checkGradShape(dOut, context.out.shape, this.name);
     return context.localBackward(this.local, dOut);
   }
@@ -174,20 +177,30 @@ export class LocalBlockAttention implements BlockAttention<SavedLocalAttention> 
   }
 
   keepOutput(context: SavedLocalAttention): KeptLocalStatistics {
-    checkOwnContext(this, context, this.name);
+    checkOwnContext(this, context, this.name, "keepOutput");
+    this.release(context);
     return context.keepStatistics();
   }
 
   async restore(kept: KeptAttention, q: F32, k: F32, v: F32, out: F32): Promise<SavedLocalAttention> {
-    if (!(kept instanceof KeptLocalStatistics)) throw new BlockError(`${this.name}: restore needs what its own keepOutput returned`);
-    return (kept as KeptLocalStatistics).restored(this, this.name, q, k, v, out);
+    return KeptLocalStatistics.ownedBy<null>(kept, this, this.name).restored(q, k, v, out);
   }
 }
 
-/** Throws a BlockError unless `context` is an unreleased SavedLocalAttention of `owner`. */
-export function checkOwnContext(owner: object, context: unknown, who: string): void {
+/**
+ * Throws unless `context` is an unreleased SavedLocalAttention of `owner`:
+ * "`who`: `call` needs the (unreleased) context its own forward returned",
+ * a BlockError unless `error` makes another.
+ */
+export function checkOwnContext(
+  owner: object,
+  context: unknown,
+  who: string,
+  call: "backward" | "keepOutput",
+  error: (message: string) => Error = (message) => new BlockError(message),
+): asserts context is SavedLocalAttention<unknown> {
   if (!(context instanceof SavedLocalAttention) || context.owner !== owner || context.released)
-    throw new BlockError(`${who}: the call needs an (unreleased) context its own forward returned`);
+    throw error(`${who}: ${call} needs the (unreleased) context its own forward returned`);
 }
 
 /** Checks that dOut has out's shape. */

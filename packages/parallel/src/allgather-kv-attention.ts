@@ -21,7 +21,7 @@ import { ScratchBuffers } from "./head-exchange.js";
 import { checkHeads } from "./head-routing.js";
 import { isContiguous, sequenceShards, type SequenceShards } from "./sequence-shards.js";
 import { TensorPool } from "./tensor-pool.js";
-import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
+import { checkGradShape, checkOwnContext, exclusive, SavedLocalAttention } from "@ulysses/block";
 import { documentSlice, shardDims, type ShardedAttention, type ShardedAttentionForward, type ShardedAttentionOptions } from "./sharded-attention.js";
 
 type F32 = Tensor<"float32">;
@@ -84,9 +84,7 @@ export class AllGatherKVAttention implements ShardedAttention<AllGatherKVContext
   }
 
   async backward(context: AllGatherKVContext, dOut: F32): Promise<AttentionGradients> {
-    if (!(context instanceof SavedLocalAttention) || context.owner !== this || context.released) {
-      throw new ParallelError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
-    }
+    checkOwnContext(this, context, this.name, "backward", (message) => new ParallelError(message));
     checkGradShape(dOut, context.out.shape, this.name);
     return exclusive(this, async () => {
       const { k } = context;

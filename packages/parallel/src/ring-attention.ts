@@ -59,7 +59,7 @@
  * backward. (Contiguous causal relays accumulators past ranks that did not
  * use them; sending them home from rank P − 1 directly is left to later.)
  */
-import { checkGradShape, exclusive, SavedLocalAttention } from "@ulysses/block";
+import { checkGradShape, checkOwnContext, exclusive, SavedLocalAttention } from "@ulysses/block";
 import type { ProcessGroup } from "@ulysses/collectives";
 import { ReferenceAttention, type AttentionGradients, type LocalAttention } from "@ulysses/kernels";
 import { narrow, type Tensor } from "@ulysses/tensors";
@@ -166,9 +166,7 @@ export class RingAttention implements ShardedAttention<RingContext> {
   }
 
   async backward(context: RingContext, dOut: F32): Promise<AttentionGradients> {
-    if (!(context instanceof SavedLocalAttention) || context.owner !== this || context.released) {
-      throw new ParallelError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
-    }
+    checkOwnContext(this, context, this.name, "backward", (message) => new ParallelError(message));
     checkGradShape(dOut, context.out.shape, this.name);
     return exclusive(this, async () => {
       const { q, k, v, out, logSumExp } = context;

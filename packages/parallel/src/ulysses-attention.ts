@@ -92,9 +92,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   }
 
   async backward(context: UlyssesContext, dOut: F32): Promise<AttentionGradients> {
-    if (!(context instanceof SavedLocalAttention) || context.owner !== this || context.released) {
-      throw new ParallelError(`${this.name}: backward needs the (unreleased) context its own forward returned`);
-    }
+    checkOwnContext(this, context, this.name, "backward", (message) => new ParallelError(message));
     const { routing, shards } = context.layout;
     const [b, , , d] = context.q.shape as unknown as [number, number, number, number];
     checkGradShape(dOut, [b, shards.sizes[this.group.rank]!, routing.heads, d], this.name);
@@ -106,20 +104,21 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
   release(context: UlyssesContext, ...tensors: F32[]): void {
     if (context.owner !== this || context.released) return;
     context.released = true;
-    this.pool.give(context.q, context.k, context.v, ...tensors);
+    // out is the kernel's own in a forward's context (the pool ignores it), the pool's in a restored one
+    this.pool.give(context.q, context.k, context.v, context.out, ...tensors);
   }
 
   /** Gives the exchanged q, k, v back and keeps the log-sum-exp: `restore` exchanges q, k, v and out again instead of running the kernel. */
   keepOutput(context: UlyssesContext): KeptLocalStatistics<UlyssesContext["layout"]> {
-    checkOwnContext(this, context, this.name);
-    this.pool.give(context.q, context.k, context.v);
+    checkOwnContext(this, context, this.name, "keepOutput", (message) => new ParallelError(message));
+    this.release(context);
     return context.keepStatistics();
   }
 
   /** q, k, v made again and the forward's out [b, s_r, H, D] to heads in one all-to-all, with the kept log-sum-exp: the forward's context, no kernel run. */
   async restore(kept: KeptAttention, q: F32, k: F32, v: F32, out: F32): Promise<UlyssesContext> {
-    if (!(kept instanceof KeptLocalStatistics) || kept.owner !== this) throw new ParallelError(`${this.name}: restore needs what its own keepOutput returned`);
-    const { routing, shards } = (kept as KeptLocalStatistics<UlyssesContext["layout"]>).layout;
+    const stats = KeptLocalStatistics.ownedBy<UlyssesContext["layout"]>(kept, this, this.name);
+    const { routing, shards } = stats.layout;
     shardDims(q, k, v, this.name);
     checkGradShape(out, q.shape, this.name);
     return exclusive(this, async () => {
@@ -132,7 +131,7 @@ export class UlyssesAttention implements ShardedAttention<UlyssesContext> {
               { tensor: v, heads: "kv" },
               { tensor: out, heads: "q" },
             ]);
-      return (kept as KeptLocalStatistics<UlyssesContext["layout"]>).restored(this, this.name, qh, kh, vh, oh);
+      return stats.restored(qh, kh, vh, oh);
     });
   }
 
